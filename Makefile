@@ -1,0 +1,109 @@
+# train_gpt: build, tests and benchmarks. `make help` lists the targets.
+#
+#   make                 ./train_gpt and the tools (build/prepare, build/tokenize, attention/attn_run)
+#   make test            every test that needs no GPU (what CI runs)
+#   make test-gpu        kernel tests on a GPU
+#   make bench           benchmarks on a GPU
+#   make data            GCIDE token shards under data/gcide/ (the default job's corpus)
+#   GPU_ARCH=...         nvcc code generation (default: Hopper sm_90a and Ampere sm_80)
+#   USE_MPI=0            build without MPI even when OpenMPI is found
+
+CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(shell command -v nvcc 2>/dev/null || echo $(CUDA_HOME)/bin/nvcc)
+CXX ?= g++
+PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
+GPU_ARCH ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80
+VOCAB_DIR ?= data/gpt2
+GCIDE_DIR ?= /usr/share/dictd
+# tests read the GPT-2 files from the shared data folder when it is there
+TEST_VOCAB_DIR ?= $(if $(wildcard ../shared/data/gpt2/encoder.json),../shared/data/gpt2,$(VOCAB_DIR))
+
+CXXFLAGS := -std=c++17 -O3 -Wall -Wextra -I. -MMD -MP
+NVCCFLAGS := -std=c++17 -O3 $(GPU_ARCH) -I. -MMD -MP -Xcompiler -Wall -Xcompiler -Wextra \
+             --expt-relaxed-constexpr -lineinfo
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath -Xlinker $(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl
+
+USE_MPI ?= $(shell command -v mpicxx >/dev/null 2>&1 && echo 1 || echo 0)
+ifeq ($(USE_MPI),1)
+  MPI_CFLAGS := $(shell mpicxx --showme:compile) -DUSE_MPI
+  MPI_LIBS := $(foreach f,$(shell mpicxx --showme:link),$(if $(filter -Wl%,$(f)),-Xlinker $(subst -Wl$(comma),,$(f)),$(f)))
+endif
+comma := ,
+
+BUILD := build
+TOOLS := $(BUILD)/prepare $(BUILD)/tokenize
+ATTN_OBJS := $(BUILD)/attention/attention_fwd.o $(BUILD)/attention/attention_bwd.o
+CPU_TESTS := $(BUILD)/tests/test_data $(BUILD)/tests/test_attention_cpu
+GPU_TESTS := $(BUILD)/tests/test_attention_gpu
+
+.PHONY: all test test-gpu bench data setup clean help
+all: train_gpt $(TOOLS) attention/attn_run
+
+help:
+	@sed -n '1,12p' Makefile
+
+setup:
+	./scripts/setup.sh
+
+# ---------------------------------------------------------------------------- binaries
+train_gpt: $(BUILD)/train_gpt.o $(ATTN_OBJS)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(MPI_LIBS)
+
+$(BUILD)/train_gpt.o: train_gpt.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(MPI_CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+
+$(BUILD)/prepare: $(BUILD)/data/prepare.o $(BUILD)/data/tokenizer.o
+	$(CXX) $^ -o $@ -pthread -lz
+
+$(BUILD)/tokenize: $(BUILD)/data/tokenize_main.o $(BUILD)/data/tokenizer.o
+	$(CXX) $^ -o $@
+
+attention/attn_run: $(BUILD)/attention/attn_run.o $(ATTN_OBJS) $(BUILD)/attention/reference.o
+	$(NVCC) $(NVCCFLAGS) $^ -o $@
+
+# ---------------------------------------------------------------------------- tests
+$(BUILD)/tests/test_data: $(BUILD)/tests/test_data.o
+	$(CXX) $^ -o $@
+
+$(BUILD)/tests/test_attention_cpu: $(BUILD)/tests/test_attention_cpu.o $(BUILD)/attention/reference.o
+	$(CXX) $^ -o $@
+
+$(BUILD)/tests/test_attention_gpu: $(BUILD)/tests/test_attention_gpu.o $(ATTN_OBJS) $(BUILD)/attention/reference.o
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -Xcompiler -fopenmp
+
+$(BUILD)/tests/test_attention_gpu.o: tests/test_attention_gpu.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -Xcompiler -fopenmp -c $< -o $@
+
+test: train_gpt $(TOOLS) $(CPU_TESTS)
+	@BUILD=$(BUILD) PYTHON=$(PYTHON) VOCAB_DIR=$(TEST_VOCAB_DIR) GCIDE_DIR=$(GCIDE_DIR) bash tests/run_cpu_tests.sh
+
+test-gpu: $(GPU_TESTS) attention/attn_run
+	@nvidia-smi -L >/dev/null 2>&1 || { echo "test-gpu: no GPU on this machine (nvidia-smi finds none)"; exit 1; }
+	$(BUILD)/tests/test_attention_gpu
+
+bench: $(BUILD)/bench/bench_attention
+	@nvidia-smi -L >/dev/null 2>&1 || { echo "bench: no GPU on this machine"; exit 1; }
+	$(BUILD)/bench/bench_attention
+
+$(BUILD)/bench/bench_attention: $(BUILD)/bench/bench_attention.o $(ATTN_OBJS)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@
+
+# ---------------------------------------------------------------------------- data
+data: data/gcide/gcide_val_000000.bin
+data/gcide/gcide_val_000000.bin: $(BUILD)/prepare
+	$(BUILD)/prepare --gcide-dir $(GCIDE_DIR) --vocab-dir $(VOCAB_DIR) --out-dir data/gcide
+
+clean:
+	rm -rf $(BUILD) train_gpt attention/attn_run
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Fetches the published pre-tokenized FineWeb shards (dataset kjj0/fineweb10B-gpt2): the val
+shard fineweb_val_000000.bin and the first N train shards fineweb_train_000001.bin ... (100M
+tokens, about 200 MB each). An interrupted download resumes where it stopped (HTTP Range, into
+NAME.part); each finished shard's header is checked (magic, version, token count against the
+size) before it is renamed into place, and shards already present and good are skipped.
+
+    python3 scripts/fetch_fineweb.py 8                 # val + 8 train shards (the speedrun's 1480 steps)
+    python3 scripts/fetch_fineweb.py 1 --out-dir DIR --base-url URL
+"""
+import argparse
+import os
+import struct
+import sys
+import urllib.error
+import urllib.request
+
+DEFAULT_URL = "https://huggingface.co/datasets/kjj0/fineweb10B-gpt2/resolve/main"
+MAGIC, VERSION, HEADER_BYTES = 20240520, 1, 1024
+
+
+class ShardError(Exception):
+    pass
+
+
+def check_shard(path):
+    """Returns the token count, or raises ShardError naming the file and the fault."""
+    size = os.path.getsize(path)
+    if size < HEADER_BYTES:
+        raise ShardError(f"{path}: {size} bytes, shorter than the {HEADER_BYTES}-byte header")
+    with open(path, "rb") as f:
+        magic, version, n = struct.unpack("<3i", f.read(12))
+    if magic != MAGIC:
+        raise ShardError(f"{path}: bad magic {magic} (expected {MAGIC}): not a token shard")
+    if version != VERSION:
+        raise ShardError(f"{path}: unsupported version {version}")
+    if n < 0 or size != HEADER_BYTES + 2 * n:
+        raise ShardError(f"{path}: header says {n} tokens but the file holds {size - HEADER_BYTES} bytes after the header")
+    return n
+
+
+def download(url, dst, timeout, log):
+    part = dst + ".part"
+    have = os.path.getsize(part) if os.path.exists(part) else 0
+    req = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
+    try:
+        resp = urllib.request.urlopen(req, timeout=timeout)
+    except urllib.error.HTTPError as e:
+        if e.code == 416 and have:  # the part file is already whole
+            os.replace(part, dst)
+            return
+        raise
+    with resp:
+        if have and resp.status != 206:
+            log(f"  server ignored the resume request; starting {os.path.basename(dst)} again")
+            have = 0
+        total = resp.headers.get("Content-Length")
+        total = int(total) + have if total is not None else None
+        mode = "ab" if have else "wb"
+        got = have
+        with open(part, mode) as f:
+            while True:
+                chunk = resp.read(1 << 20)
+                if not chunk:
+                    break
+                f.write(chunk)
+                got += len(chunk)
+                if total:
+                    log(f"  {os.path.basename(dst)}: {got / 1e6:.0f}/{total / 1e6:.0f} MB", end="\r")
+        log("")
+        if total is not None and got != total:
+            raise ShardError(f"{url}: connection closed at {got} of {total} bytes; run again to resume")
+    os.replace(part, dst)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("train_shards", type=int, nargs="?", default=8, help="number of train shards (default 8)")
+    ap.add_argument("--out-dir", default="data/fineweb10B")
+    ap.add_argument("--base-url", default=DEFAULT_URL)
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds without data before giving up")
+    args = ap.parse_args(argv)
+    if not 0 <= args.train_shards <= 103:
+        ap.error(f"train_shards must be between 0 and 103 (the published count), got {args.train_shards}")
+    os.makedirs(args.out_dir, exist_ok=True)
+    names = ["fineweb_val_%06d.bin" % 0] + ["fineweb_train_%06d.bin" % i for i in range(1, args.train_shards + 1)]
+    quiet = not sys.stderr.isatty()
+
+    def log(msg, end="\n"):
+        if end == "\r" and quiet:
+            return
+        print(msg, end=end, file=sys.stderr, flush=True)
+
+    for name in names:
+        dst = os.path.join(args.out_dir, name)
+        if os.path.exists(dst):
+            try:
+                n = check_shard(dst)
+                log(f"{name}: present ({n} tokens)")
+                continue
+            except ShardError as e:
+                log(f"{e}; fetching it again")
+                os.remove(dst)
+        log(f"{name}: fetching")
+        try:
+            download(f"{args.base_url}/{name}", dst, args.timeout, log)
+            n = check_shard(dst)
+        except ShardError as e:
+            print(f"fetch_fineweb: error: {e}", file=sys.stderr)
+            if os.path.exists(dst):
+                os.replace(dst, dst + ".bad")
+                print(f"fetch_fineweb: kept the bad file as {dst}.bad", file=sys.stderr)
+            return 1
+        except (urllib.error.URLError, OSError) as e:
+            print(f"fetch_fineweb: error: {name}: {e}; run again to resume (offline?)", file=sys.stderr)
+            return 1
+        log(f"{name}: ok ({n} tokens)")
+    print(f"fetch_fineweb: {len(names)} shards in {args.out_dir}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs every test that needs no GPU and prints the total as 'tests: N passed, N failed'.
+# Each suite prints its own 'SUITE: N passed, N failed' line, which is summed here; a suite that
+# crashes without printing one counts as one failure.
+set -u
+BUILD=${BUILD:-build}
+PYTHON=${PYTHON:-python3}
+VOCAB_DIR=${VOCAB_DIR:-data/gpt2}
+GCIDE_DIR=${GCIDE_DIR:-/usr/share/dictd}
+passed=0
+failed=0
+run() {
+  local name=$1; shift
+  echo "== $name"
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  echo "$out" | grep -v '^ok ' | tail -n 40
+  local line
+  line=$(echo "$out" | grep -E '^[A-Za-z_-]+: [0-9]+ passed, [0-9]+ failed$' | tail -n 1)
+  if [ -z "$line" ]; then
+    echo "   (no result line; exit code $rc): counted as 1 failure"
+    failed=$((failed + 1))
+    return
+  fi
+  local p f
+  p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')
+  f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed$/\1/')
+  if [ "$rc" != 0 ] && [ "$f" = 0 ]; then f=1; fi
+  passed=$((passed + p)); failed=$((failed + f))
+}
+run shards "$BUILD/tests/test_data"
+run attention-cpu "$BUILD/tests/test_attention_cpu"
+run tokenizer "$PYTHON" tests/test_tokenizer.py "$BUILD" "$VOCAB_DIR" "$GCIDE_DIR"
+run cli "$PYTHON" tests/test_cli.py "$BUILD" "$VOCAB_DIR"
+run fetch "$PYTHON" tests/test_fetch_fineweb.py
+echo "tests: $passed passed, $failed failed"
+[ "$failed" = 0 ]

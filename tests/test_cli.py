@@ -1,0 +1,108 @@
+"""Command-line behaviour without a GPU: train_gpt --help and flag errors, prepare end to end on
+small texts (token stream checked against the independent reference tokenizer), and
+train_gpt --check-data on good and bad shards.
+
+    python3 tests/test_cli.py BUILD_DIR VOCAB_DIR
+"""
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from gpt2_reference import Reference  # noqa: E402
+from harness import check, finish  # noqa: E402
+
+build, vocab = sys.argv[1], sys.argv[2]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAIN = os.path.join(ROOT, "train_gpt")
+PREPARE = os.path.join(build, "prepare")
+
+
+def run(*cmd):
+    r = subprocess.run(list(cmd), capture_output=True, text=True, timeout=300)
+    return r.returncode, r.stdout, r.stderr
+
+
+def read_shard(path):
+    raw = open(path, "rb").read()
+    header = np.frombuffer(raw[:1024], dtype="<i4")
+    return header, np.frombuffer(raw[1024:], dtype="<u2")
+
+
+rc, out, err = run(TRAIN, "--help")
+check("train_gpt --help works without a GPU", rc == 0 and "--check-data" in out and "--train-data" in out, err)
+rc, out, err = run(TRAIN, "--no-such-flag")
+check("unknown flag: exit 2 naming it", rc == 2 and "--no-such-flag" in (out + err), out + err)
+rc, out, err = run(TRAIN, "--vocab-size", "0", "--check-data")
+check("out-of-range value: exit 2 naming the flag", rc == 2 and "--vocab-size" in (out + err), out + err)
+
+docs = [b"Hello world. This is the first document.\n",
+        "Second document: caf\u00e9, na\u00efve, 123 numbers, emoji \U0001F600!\n".encode(),
+        b"A third, much longer document. " * 40,
+        b"x"]
+ref = Reference(vocab)
+with tempfile.TemporaryDirectory() as d:
+    paths = []
+    for i, doc in enumerate(docs):
+        p = os.path.join(d, f"doc{i}.txt")
+        open(p, "wb").write(doc)
+        paths.append(p)
+    out_dir = os.path.join(d, "shards")
+    shard_tokens = 100
+    rc, out, err = run(PREPARE, "--text", *paths, "--out-dir", out_dir, "--name", "toy", "--vocab-dir", vocab,
+                       "--shard-tokens", str(shard_tokens), "--no-shuffle", "--threads", "2")
+    check("prepare runs", rc == 0, err)
+    check("prepare reports progress and a summary", "4 documents" in err and "MB/s" in err, err)
+    names = sorted(os.listdir(out_dir), key=lambda n: ("_val_" not in n, n))
+    check("first shard is val, then train", names[0] == "toy_val_000000.bin" and names[1] == "toy_train_000001.bin", str(names))
+    stream, sizes = [], []
+    for n in names:
+        header, toks = read_shard(os.path.join(out_dir, n))
+        check(f"{n} header", header[0] == 20240520 and header[1] == 1 and header[2] == len(toks) and not header[3:].any())
+        sizes.append(len(toks))
+        stream += toks.tolist()
+    expect = []
+    for doc in docs:
+        expect += [50256] + ref.encode(doc)
+    check("token stream = BOS + reference ids per document", stream == expect, f"{len(stream)} vs {len(expect)}")
+    check("no shard exceeds --shard-tokens", max(sizes) <= shard_tokens, str(sizes))
+    # documents shorter than a shard are never split: every shard starts with BOS
+    starts_ok = all(read_shard(os.path.join(out_dir, n))[1][0] == 50256 for n in names[:2])
+    check("short documents start their shard", starts_ok)
+
+    # shuffling keeps the multiset of documents and is reproducible
+    outs = []
+    for k in range(2):
+        od = os.path.join(d, f"shuf{k}")
+        rc, _, err = run(PREPARE, "--text", *paths, "--out-dir", od, "--vocab-dir", vocab, "--shard-tokens", "100000", "--seed", "7")
+        outs.append(read_shard(os.path.join(od, "gcide_val_000000.bin"))[1].tolist())
+    check("shuffle is reproducible", rc == 0 and outs[0] == outs[1], err)
+    check("shuffle keeps every token", sorted(outs[0]) == sorted(expect))
+    rc, out, err = run(PREPARE, "--text", os.path.join(d, "missing.txt"), "--out-dir", out_dir, "--vocab-dir", vocab)
+    check("missing input named", rc == 1 and "missing.txt" in err, err)
+    rc, out, err = run(PREPARE, "--text", paths[0], "--out-dir", out_dir, "--vocab-dir", os.path.join(d, "novocab"))
+    check("missing vocabulary: clear error", rc == 1 and "encoder.json" in err, err)
+
+    # --check-data
+    pat_train, pat_val = os.path.join(out_dir, "toy_train_*.bin"), os.path.join(out_dir, "toy_val_*.bin")
+    rc, out, err = run(TRAIN, "--check-data", "--train-data", pat_train, "--val-data", pat_val)
+    check("check-data on good shards: exit 0", rc == 0 and "all shards good" in out, out + err)
+    rc, out, err = run(TRAIN, "--check-data", "--train-data", os.path.join(d, "nope_*.bin"), "--val-data", pat_val)
+    check("check-data: pattern matching nothing", rc == 1 and "nope_*.bin" in err and "--train-data" in err, err)
+    bad = os.path.join(out_dir, "toy_train_000002.bin")
+    raw = bytearray(open(bad, "rb").read())
+    for name, mutate, expect_msg in [
+        ("truncated", lambda b: b[:-3], "truncated"),
+        ("magic", lambda b: struct.pack("<i", 7) + b[4:], "bad magic 7"),
+        ("id", lambda b: b[:1030] + struct.pack("<H", 60000) + b[1032:], "token id 60000 at position 3"),
+    ]:
+        open(bad, "wb").write(mutate(bytes(raw)))
+        rc, out, err = run(TRAIN, "--check-data", "--train-data", pat_train, "--val-data", pat_val)
+        check(f"check-data finds {name}", rc == 1 and "toy_train_000002.bin" in err and expect_msg in err, err)
+    open(bad, "wb").write(bytes(raw))
+
+finish("cli")

@@ -1,0 +1,149 @@
+// Shard reader and writer: round trip, and each corruption the reader must name.
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "data/shard.h"
+#include "tests/check.h"
+
+static std::string dir;
+
+static void write_raw(const std::string& path, const void* p, size_t n) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  std::fwrite(p, 1, n, f);
+  std::fclose(f);
+}
+
+// Runs read_shard and returns the error message ("" when it succeeded).
+static std::string read_error(const std::string& path, int vocab = 50257) {
+  try {
+    shard::read_shard(path, vocab);
+    return "";
+  } catch (const shard::ShardError& e) {
+    return e.what();
+  }
+}
+
+static bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+int main() {
+  char tmpl[] = "/tmp/shard_test_XXXXXX";
+  dir = mkdtemp(tmpl);
+
+  // round trip on random ids, with BOS tokens among them
+  std::mt19937 rng(1234);
+  std::vector<uint16_t> tokens(100003);
+  for (auto& t : tokens) t = rng() % 50257;
+  for (size_t i = 0; i < tokens.size(); i += 997) tokens[i] = shard::kBos;
+  size_t bos = 0;
+  for (auto t : tokens) bos += t == shard::kBos;
+  std::string good = dir + "/good_000001.bin";
+  shard::write_shard(good, tokens);
+  shard::ShardInfo info;
+  auto back = shard::read_shard(good, 50257, &info);
+  CHECK(back == tokens, "round trip changed the tokens");
+  CHECK(info.tokens == tokens.size() && info.documents == bos, "info %zu tokens %zu docs, want %zu %zu", info.tokens,
+        info.documents, tokens.size(), bos);
+  {
+    FILE* f = std::fopen(good.c_str(), "rb");
+    int32_t h[256];
+    CHECK(std::fread(h, sizeof(h), 1, f) == 1, "header read");
+    std::fclose(f);
+    bool rest_zero = true;
+    for (int i = 3; i < 256; i++) rest_zero &= h[i] == 0;
+    CHECK(h[0] == 20240520 && h[1] == 1 && h[2] == (int32_t)tokens.size() && rest_zero, "header fields %d %d %d", h[0], h[1], h[2]);
+  }
+  CHECK(!std::fopen((good + ".tmp").c_str(), "rb"), "temporary file left behind");
+
+  // empty shard is valid
+  std::string empty = dir + "/empty.bin";
+  shard::write_shard(empty, std::vector<uint16_t>{});
+  CHECK(read_error(empty).empty(), "empty shard rejected: %s", read_error(empty).c_str());
+
+  // corruptions, each with the message that names it
+  std::vector<char> bytes;
+  {
+    FILE* f = std::fopen(good.c_str(), "rb");
+    bytes.resize(1024 + tokens.size() * 2);
+    CHECK(std::fread(bytes.data(), 1, bytes.size(), f) == bytes.size(), "raw read");
+    std::fclose(f);
+  }
+  auto corrupt = [&](const std::string& name, std::vector<char> b) {
+    std::string p = dir + "/" + name;
+    write_raw(p, b.data(), b.size());
+    return p;
+  };
+  std::string e;
+  {
+    auto b = bytes;
+    int32_t bad = 12345;
+    std::memcpy(b.data(), &bad, 4);
+    e = read_error(corrupt("magic.bin", b));
+    CHECK(has(e, "magic.bin") && has(e, "bad magic 12345"), "%s", e.c_str());
+  }
+  {
+    auto b = bytes;
+    int32_t v = 7;
+    std::memcpy(b.data() + 4, &v, 4);
+    e = read_error(corrupt("version.bin", b));
+    CHECK(has(e, "version.bin") && has(e, "unsupported version 7"), "%s", e.c_str());
+  }
+  {
+    auto b = bytes;
+    b.resize(b.size() - 10);
+    e = read_error(corrupt("truncated.bin", b));
+    CHECK(has(e, "truncated.bin") && has(e, "truncated"), "%s", e.c_str());
+  }
+  {
+    auto b = bytes;
+    b.push_back(1);
+    b.push_back(2);
+    e = read_error(corrupt("trailing.bin", b));
+    CHECK(has(e, "trailing.bin") && has(e, "trailing bytes"), "%s", e.c_str());
+  }
+  {
+    std::vector<char> b(100, 0);
+    e = read_error(corrupt("short.bin", b));
+    CHECK(has(e, "short.bin") && has(e, "shorter than the 1024-byte shard header"), "%s", e.c_str());
+  }
+  {
+    auto b = bytes;
+    int32_t n = -5;
+    std::memcpy(b.data() + 8, &n, 4);
+    e = read_error(corrupt("negative.bin", b));
+    CHECK(has(e, "negative.bin") && has(e, "negative token count"), "%s", e.c_str());
+  }
+  {
+    auto b = bytes;
+    uint16_t big = 50257;
+    std::memcpy(b.data() + 1024 + 2 * 777, &big, 2);
+    e = read_error(corrupt("range.bin", b));
+    CHECK(has(e, "range.bin") && has(e, "token id 50257 at position 777") && has(e, "vocabulary size 50257"), "%s", e.c_str());
+    CHECK(read_error(dir + "/range.bin", 50304).empty(), "id 50257 must pass with vocab 50304");
+  }
+  e = read_error(dir + "/does_not_exist.bin");
+  CHECK(has(e, "does_not_exist.bin") && has(e, "cannot open"), "%s", e.c_str());
+
+  // patterns
+  try {
+    auto files = shard::expand_pattern(dir + "/*.bin");
+    CHECK(files.size() == 9 && files.front() < files.back(), "pattern found %zu files", files.size());
+  } catch (...) {
+    CHECK(false, "pattern threw");
+  }
+  try {
+    shard::expand_pattern(dir + "/nothing_*.bin", "train");
+    CHECK(false, "a pattern matching nothing must throw");
+  } catch (const shard::ShardError& ex) {
+    CHECK(has(ex.what(), "train pattern") && has(ex.what(), "nothing_*.bin") && has(ex.what(), "matches no file"), "%s", ex.what());
+  }
+  // writing into a missing directory fails with the file named
+  try {
+    shard::write_shard(dir + "/no/such/dir/x.bin", tokens);
+    CHECK(false, "write into a missing directory must throw");
+  } catch (const shard::ShardError& ex) {
+    CHECK(has(ex.what(), "x.bin"), "%s", ex.what());
+  }
+  std::system(("rm -rf " + dir).c_str());
+  return test_summary("shards");
+}

@@ -1,0 +1,85 @@
+"""The C++ tokenizer (build/tokenize) against the independent reference in gpt2_reference.py on a
+table of tricky strings and on a slice of GCIDE, and against ids produced by tiktoken itself
+(tests/fixtures/tiktoken_gpt2.json, made by scripts/make_tiktoken_fixture.py on a machine that
+has tiktoken) when that file is present. Ids must be equal exactly: there is no tolerance.
+
+    python3 tests/test_tokenizer.py BUILD_DIR VOCAB_DIR [GCIDE_DIR]
+"""
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+from gpt2_reference import Reference  # noqa: E402
+from harness import check, finish  # noqa: E402
+from tokenizer_cases import CASES  # noqa: E402
+
+build, vocab = sys.argv[1], sys.argv[2]
+gcide_dir = sys.argv[3] if len(sys.argv) > 3 else "/usr/share/dictd"
+here = os.path.dirname(os.path.abspath(__file__))
+
+
+def cpp_encode(texts):
+    inp = "".join(t.hex() + "\n" for t in texts)
+    out = subprocess.run([os.path.join(build, "tokenize"), "--vocab-dir", vocab, "--hex"], input=inp.encode(),
+                         capture_output=True, check=True).stdout.decode()
+    return [[int(x) for x in line.split()] for line in out.split("\n")[:len(texts)]]
+
+
+def gcide_slice(n_entries, stride):
+    """Every stride-th entry of GCIDE (read with Python's own gzip: independent of data/gcide.h)."""
+    import gzip
+    digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+    def b64(s):
+        v = 0
+        for c in s:
+            v = v * 64 + digits.index(c)
+        return v
+    ents = set()
+    with open(os.path.join(gcide_dir, "gcide.index"), encoding="utf-8") as f:
+        for line in f:
+            w, o, l = line.rstrip("\n").split("\t")
+            if not w.startswith("00-database"):
+                ents.add((b64(o), b64(l)))
+    data = gzip.open(os.path.join(gcide_dir, "gcide.dict.dz")).read()
+    ents = sorted(ents)[::stride][:n_entries]
+    return [data[o:o + l] for o, l in ents]
+
+
+ref = Reference(vocab)
+
+# 1. the tricky-string table
+got = cpp_encode(CASES)
+for text, ids in zip(CASES, got):
+    want = ref.encode(text)
+    check(f"case {text[:40]!r}", ids == want, f"got {ids[:20]} want {want[:20]}")
+
+
+# 2. a slice of GCIDE: 2000 entries spread over the whole dictionary
+if os.path.exists(os.path.join(gcide_dir, "gcide.index")):
+    docs = gcide_slice(2000, 60)
+    got = cpp_encode(docs)
+    bad = [i for i, (d, g) in enumerate(zip(docs, got)) if ref.encode(d) != g]
+    check("gcide slice (2000 entries) equals reference", not bad, f"{len(bad)} entries differ, first {docs[bad[0]][:80]!r}" if bad else "")
+    check("gcide slice is not trivially small", sum(len(g) for g in got) > 20000, str(sum(len(g) for g in got)))
+else:
+    check("gcide present (run scripts/setup.sh)", False)
+
+# 3. tiktoken's own ids, recorded on a machine that has tiktoken
+fixture = os.path.join(here, "fixtures", "tiktoken_gpt2.json")
+if os.path.exists(fixture):
+    with open(fixture) as f:
+        fx = json.load(f)
+    texts = [bytes.fromhex(c["hex"]) for c in fx["cases"]]
+    got = cpp_encode(texts)
+    bad = [i for i, (c, g) in enumerate(zip(fx["cases"], got)) if c["ids"] != g]
+    check(f"tiktoken {fx['tiktoken_version']} fixture ({len(texts)} texts)", not bad,
+          f"{len(bad)} differ, first {texts[bad[0]][:60]!r}" if bad else "")
+    ref_bad = [i for i, c in enumerate(fx["cases"]) if ref.encode(texts[i]) != c["ids"]]
+    check("reference agrees with tiktoken fixture", not ref_bad, f"{len(ref_bad)} differ" if ref_bad else "")
+else:
+    print("note: tests/fixtures/tiktoken_gpt2.json absent; tiktoken comparison skipped")
+
+finish("tokenizer")

@@ -1,0 +1,27 @@
+"""Strings that exercise every branch of GPT-2's pre-tokenizer and byte handling."""
+CASES = [
+    b"", b" ", b"  ", b"\n", b"\n\n", b" \n", b"\n ", b"a", b" a", b"  a", b"   a", b"a ", b"a  ",
+    b"Hello world", b"Hello, world!", b"hello   world", b"tab\there", b"\t\tx", b"line\nline", b"x\r\ny",
+    b"I'm", b"you're", b"we've", b"he'll", b"she'd", b"it's", b"don't", b"'s", b"'sup", b"''s", b"' s",
+    b"DON'T", b"I'M", b"rock'n'roll", b"'", b"''", b"'re'", b"o'clock",
+    b"123", b" 123", b"12345678901234567890", b"3.14159", b"1,000,000", b"v1.2.3", b"a1b2c3", b"x 1 y 2",
+    b"!!!", b" !!!", b"...", b"?!?!", b"a...b", b"(parenthesis)", b"[brackets] {braces}", b"#hashtag @user",
+    b"<|endoftext|>", b"<|endoftext|> text", b"email@example.com", b"https://example.com/path?q=1&r=2",
+    b"snake_case and camelCase", b"--flag=value", b"$100.00", b"50%", b"a+b=c", b"x^2 + y^2",
+    "caf\u00e9 na\u00efve r\u00e9sum\u00e9".encode(), "\u00c9cole".encode(), "stra\u00dfe".encode(),
+    "\u041f\u0440\u0438\u0432\u0435\u0442 \u043c\u0438\u0440".encode(), "\u3053\u3093\u306b\u3061\u306f\u4e16\u754c".encode(),
+    "\u4f60\u597d\uff0c\u4e16\u754c\uff01".encode(), "\u0645\u0631\u062d\u0628\u0627".encode(), "\u05e9\u05dc\u05d5\u05dd".encode(),
+    "\u0928\u092e\u0938\u094d\u0924\u0947".encode(), "\uc548\ub155\ud558\uc138\uc694".encode(), "\u0e2a\u0e27\u0e31\u0e2a\u0e14\u0e35".encode(),
+    "\U0001F600".encode(), "\U0001F389 party \U0001F38A".encode(), "\U0001F468\u200d\U0001F469\u200d\U0001F467".encode(),
+    "\U0001F44D\U0001F3FD".encode(), "\u2764\ufe0f".encode(), "\U0001F1FA\U0001F1F8".encode(),
+    "\u00bd \u2153 \u00b2 \u2167 \u0663\u0664".encode(),  # No, Nl, Nd outside ASCII
+    "\u00a0non\u00a0breaking".encode(), "em\u2003space".encode(), "\u3000ideographic".encode(),
+    "a\u2028b\u2029c".encode(), "\u0085next line".encode(), "x\x1cy\x1dz\x1e\x1f".encode(),
+    "zero\u200bwidth".encode(), "\ufeffBOM".encode(), "combining e\u0301".encode(),
+    "\u2018curly\u2019 \u201cquotes\u201d".encode(), "it\u2019s".encode(), "\u2014dash\u2013".encode(),
+    b"\x00\x01\x02 control", b"\x7f", b"\xff", b"\xfe\xff", b"abc\x80def", b"\xc3", b"\xc3(", b"\xe2\x82",
+    b"\xe2\x82(", b"\xf0\x9f\x98", b"\xed\xa0\x80", b"\xc0\xaf", b"\xf5\x80\x80\x80", b"\xf4\x90\x80\x80",
+    b"\xe0\x80\x80", b"ok \xf0\x9f\x98 then", b"\xf0\x28\x8c\x28",
+    b"    def f(x):\n        return x  # comment\n", b"\n\n\n\nparagraph", b"trailing spaces   \n   ",
+    b"A" * 300, b"ab" * 200, b" " * 100 + b"x", b"\n" * 50, b"0" * 100,
+]

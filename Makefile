@@ -18,7 +18,7 @@ GCIDE_DIR ?= /usr/share/dictd
 # tests read the GPT-2 files from the shared data folder when it is there
 TEST_VOCAB_DIR ?= $(if $(wildcard ../shared/data/gpt2/encoder.json),../shared/data/gpt2,$(VOCAB_DIR))
 
-CXXFLAGS := -std=c++17 -O3 -Wall -Wextra -I. -MMD -MP
+CXXFLAGS := -std=c++17 -O3 -Wall -Wextra -I. -MMD -MP -fopenmp
 NVCCFLAGS := -std=c++17 -O3 $(GPU_ARCH) -I. -MMD -MP -Xcompiler -Wall -Xcompiler -Wextra \
              --expt-relaxed-constexpr -lineinfo
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath -Xlinker $(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl
@@ -65,20 +65,20 @@ $(BUILD)/prepare: $(BUILD)/data/prepare.o $(BUILD)/data/tokenizer.o
 	$(CXX) $^ -o $@ -pthread -lz
 
 $(BUILD)/tokenize: $(BUILD)/data/tokenize_main.o $(BUILD)/data/tokenizer.o
-	$(CXX) $^ -o $@
+	$(CXX) -fopenmp $^ -o $@
 
-attention/attn_run: $(BUILD)/attention/attn_run.o $(ATTN_OBJS) $(BUILD)/attention/reference.o
+attention/attn_run: $(BUILD)/attention/attn_run.o $(ATTN_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@
 
 # ---------------------------------------------------------------------------- tests
 $(BUILD)/tests/test_data: $(BUILD)/tests/test_data.o
-	$(CXX) $^ -o $@
+	$(CXX) -fopenmp $^ -o $@
 
 $(BUILD)/tests/test_attention_cpu: $(BUILD)/tests/test_attention_cpu.o $(BUILD)/attention/reference.o
-	$(CXX) $^ -o $@
+	$(CXX) -fopenmp $^ -o $@
 
 $(BUILD)/tests/test_attention_gpu: $(BUILD)/tests/test_attention_gpu.o $(ATTN_OBJS) $(BUILD)/attention/reference.o
-	$(NVCC) $(NVCCFLAGS) $^ -o $@ -Xcompiler -fopenmp
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -Xcompiler -fopenmp -lgomp
 
 $(BUILD)/tests/test_attention_gpu.o: tests/test_attention_gpu.cu
 	@mkdir -p $(dir $@)
@@ -90,6 +90,7 @@ test: train_gpt $(TOOLS) $(CPU_TESTS)
 test-gpu: $(GPU_TESTS) attention/attn_run
 	@nvidia-smi -L >/dev/null 2>&1 || { echo "test-gpu: no GPU on this machine (nvidia-smi finds none)"; exit 1; }
 	$(BUILD)/tests/test_attention_gpu
+	$(PYTHON) tests/test_attn_run.py attention/attn_run
 
 bench: $(BUILD)/bench/bench_attention
 	@nvidia-smi -L >/dev/null 2>&1 || { echo "bench: no GPU on this machine"; exit 1; }

@@ -1,0 +1,30 @@
+// Fused masked attention on the GPU: public interface.
+//
+// forward : O = softmax(scale * Q K^T + mask) V per head, lse = log-sum-exp of each masked,
+//           scaled score row (natural log; -inf for a row that keeps nothing, whose O is 0).
+// backward: dQ, dK, dV from Q, K, V, O, dO and lse (probabilities recomputed from lse).
+// Layouts: Q, K, V, O, dO, dQ, dK, dV are bf16 [T, H, D] (batch folded into T, documents
+// separated by the document mask), lse is fp32 [H, T]. scale = 1/sqrt(D). D is 64 or 128.
+// mask.doc_ids, when set, is a device pointer to T nondecreasing int32 ids.
+// The backward is deterministic: no atomics; dK/dV and dQ come from separate kernels.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "attention/mask.h"
+
+namespace attn {
+
+// Bytes of device workspace attention_backward needs (the rowsum(dO * O) vector).
+size_t backward_workspace_bytes(int T, int H);
+
+cudaError_t attention_forward(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                              __nv_bfloat16* o, float* lse, int T, int H, int D, const MaskDesc& mask,
+                              cudaStream_t stream = 0);
+
+cudaError_t attention_backward(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                               const __nv_bfloat16* o, const __nv_bfloat16* dout, const float* lse,
+                               __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, void* workspace,
+                               int T, int H, int D, const MaskDesc& mask, cudaStream_t stream = 0);
+
+}  // namespace attn

@@ -1,0 +1,284 @@
+// Backward of fused masked attention (sm80 mma.sync), deterministic: no atomics.
+//
+//   P = exp(S - lse)  (S = scale Q K^T + mask, recomputed),  Drow = rowsum(dO * O)
+//   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - Drow),  dQ = scale dS K,  dK = scale dS^T Q
+//   Q, K, V, O, dO, dQ, dK, dV: bf16 [T, H, D];  lse, Drow: fp32 [H, T];  D in {64, 128}.
+//
+// Three kernels: the Drow pre-pass; dK/dV, one block per 64 keys walking the query tiles that
+// see them (query_range, classify_tile), accumulating in registers; dQ, one block per 64
+// queries walking key tiles like the forward. Computing dQ in its own pass costs two extra
+// small matmuls per tile (S and dP again) but leaves every output written by one block, in
+// a fixed order: the same inputs give the same bits on every run.
+#include <cmath>
+
+#include "attention/attention.h"
+#include "attention/mma.cuh"
+#include "attention/softmax.cuh"
+
+namespace attn {
+using namespace sm80;
+
+constexpr int kBwdBlock = 64, kBwdThreads = 128;
+
+size_t backward_workspace_bytes(int T, int H) { return (size_t)T * H * sizeof(float); }
+
+// Drow[h, i] = sum_d dO[i, h, d] * O[i, h, d]; one warp per (i, h).
+template <int D>
+__global__ void attention_bwd_drow_kernel(const bf16* __restrict__ O, const bf16* __restrict__ dO, float* __restrict__ drow,
+                                          int T, int H) {
+  const int w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+  if (w >= T * H) return;
+  const int i = w / H, h = w % H;
+  const size_t off = (size_t)i * H * D + (size_t)h * D;
+  float s = 0.f;
+  for (int d = 2 * lane; d < D; d += 64) {
+    float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(O + off + d));
+    float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dO + off + d));
+    s += a.x * b.x + a.y * b.y;
+  }
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
+  if (lane == 0) drow[(size_t)h * T + i] = s;
+}
+
+// lse in log2 units; a row that kept nothing (lse = -inf) gets +inf so that every p is 0.
+__device__ __forceinline__ float lse_log2(float lse) { return lse == -INFINITY ? INFINITY : lse * (float)M_LOG2E; }
+
+// ---------------------------------------------------------------------------------- dQ
+template <int D>
+__global__ void __launch_bounds__(kBwdThreads) attention_bwd_dq_kernel(
+    const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V, const bf16* __restrict__ dO,
+    const float* __restrict__ LSE, const float* __restrict__ drow, bf16* __restrict__ dQ, int T, int H, MaskBounds mb,
+    float scale_log2, float scale) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem);
+  bf16* sdO = sQ + kBwdBlock * D;
+  bf16* sK = sdO + kBwdBlock * D;     // 2 buffers
+  bf16* sV = sK + 2 * kBwdBlock * D;  // 2 buffers
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n_qt = (T + kBwdBlock - 1) / kBwdBlock;
+  const int q0 = (n_qt - 1 - blockIdx.x) * kBwdBlock, h = blockIdx.y;
+
+  int k_lo, k_hi;
+  key_range(mb, q0, q0 + kBwdBlock, k_lo, k_hi);
+  const int kt_end = k_hi >= k_lo ? k_hi / kBwdBlock + 1 : 0;
+  auto next_tile = [&](int kt) {
+    while (kt < kt_end && classify_tile(mb, q0, q0 + kBwdBlock, kt * kBwdBlock, (kt + 1) * kBwdBlock) == kSkip) kt++;
+    return kt;
+  };
+  int kt = next_tile(k_lo / kBwdBlock);
+
+  load_tile<D, kBwdBlock, kBwdThreads>(sQ, Q, q0, T, H, h);
+  load_tile<D, kBwdBlock, kBwdThreads>(sdO, dO, q0, T, H, h);
+  cp_async_commit();
+  if (kt < kt_end) {
+    load_tile<D, kBwdBlock, kBwdThreads>(sK, K, kt * kBwdBlock, T, H, h);
+    load_tile<D, kBwdBlock, kBwdThreads>(sV, V, kt * kBwdBlock, T, H, h);
+  }
+  cp_async_commit();
+  cp_async_wait<1>();
+  __syncthreads();
+  uint32_t qf[D / 16][4], dof[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++) {
+    ldsm_x4(qf[kk], addr_a<D>(sQ, warp * 16, kk, lane));
+    ldsm_x4(dof[kk], addr_a<D>(sdO, warp * 16, kk, lane));
+  }
+  const int row0 = q0 + warp * 16 + (lane >> 2);
+  float lse2[2], dr[2];
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int row = row0 + 8 * r;
+    lse2[r] = row < T ? lse_log2(LSE[(size_t)h * T + row]) : INFINITY;
+    dr[r] = row < T ? drow[(size_t)h * T + row] : 0.f;
+  }
+
+  float acc[D / 8][4] = {};
+  int buf = 0;
+  while (kt < kt_end) {
+    const int kt_next = next_tile(kt + 1);
+    if (kt_next < kt_end) {
+      load_tile<D, kBwdBlock, kBwdThreads>(sK + (buf ^ 1) * kBwdBlock * D, K, kt_next * kBwdBlock, T, H, h);
+      load_tile<D, kBwdBlock, kBwdThreads>(sV + (buf ^ 1) * kBwdBlock * D, V, kt_next * kBwdBlock, T, H, h);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const bf16* k_tile = sK + buf * kBwdBlock * D;
+    const bf16* v_tile = sV + buf * kBwdBlock * D;
+
+    float s[kBwdBlock / 8][4] = {}, dp[kBwdBlock / 8][4] = {};
+    mma_a_reg_bt<D, kBwdBlock / 8, D / 16>(s, qf, k_tile, lane);
+    mma_a_reg_bt<D, kBwdBlock / 8, D / 16>(dp, dof, v_tile, lane);
+    const int k0 = kt * kBwdBlock;
+    const bool partial = classify_tile(mb, q0, q0 + kBwdBlock, k0, k0 + kBwdBlock) != kFull;
+    scale_and_mask(s, scale_log2, partial, mb, row0, k0 + 2 * (lane & 3));
+#pragma unroll
+    for (int nb = 0; nb < kBwdBlock / 8; nb++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const float p = exp2f(s[nb][e] - lse2[e >> 1]);
+        s[nb][e] = p * (dp[nb][e] - dr[e >> 1]);  // dS
+      }
+    mma_c_reg_b<D, kBwdBlock / 16>(acc, s, k_tile, lane);
+    __syncthreads();
+    buf ^= 1;
+    kt = kt_next;
+  }
+  cp_async_wait<0>();
+  const size_t ld = (size_t)H * D;
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int row = row0 + 8 * r;
+    if (row >= T) continue;
+    bf16* out = dQ + (size_t)row * ld + (size_t)h * D + 2 * (lane & 3);
+#pragma unroll
+    for (int nb = 0; nb < D / 8; nb++)
+      *reinterpret_cast<__nv_bfloat162*>(out + nb * 8) = __floats2bfloat162_rn(acc[nb][2 * r] * scale, acc[nb][2 * r + 1] * scale);
+  }
+}
+
+// ---------------------------------------------------------------------------------- dK, dV
+// Each warp owns 16 keys and computes transposed scores S^T = K Q^T (keys as rows), so that
+// P^T and dS^T come out in the A layout that dV += P^T dO and dK += dS^T Q consume.
+template <int D>
+__global__ void __launch_bounds__(kBwdThreads) attention_bwd_dkdv_kernel(
+    const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V, const bf16* __restrict__ dO,
+    const float* __restrict__ LSE, const float* __restrict__ drow, bf16* __restrict__ dK, bf16* __restrict__ dV, int T,
+    int H, MaskBounds mb, float scale_log2, float scale) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* sK = reinterpret_cast<bf16*>(smem);
+  bf16* sV = sK + kBwdBlock * D;
+  bf16* sQ = sV + kBwdBlock * D;       // 2 buffers
+  bf16* sdO = sQ + 2 * kBwdBlock * D;  // 2 buffers
+  float* sLse = reinterpret_cast<float*>(sdO + 2 * kBwdBlock * D);  // 2 x kBwdBlock
+  float* sDr = sLse + 2 * kBwdBlock;                                // 2 x kBwdBlock
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int k0 = blockIdx.x * kBwdBlock, h = blockIdx.y;
+
+  int q_lo, q_hi;
+  query_range(mb, k0, k0 + kBwdBlock, q_lo, q_hi);
+  const int qt_end = q_hi >= q_lo ? q_hi / kBwdBlock + 1 : 0;
+  auto next_tile = [&](int qt) {
+    while (qt < qt_end && classify_tile(mb, qt * kBwdBlock, (qt + 1) * kBwdBlock, k0, k0 + kBwdBlock) == kSkip) qt++;
+    return qt;
+  };
+  auto load_q_side = [&](int qt, int b) {
+    const int qs = qt * kBwdBlock;
+    load_tile<D, kBwdBlock, kBwdThreads>(sQ + b * kBwdBlock * D, Q, qs, T, H, h);
+    load_tile<D, kBwdBlock, kBwdThreads>(sdO + b * kBwdBlock * D, dO, qs, T, H, h);
+    for (int i = threadIdx.x; i < 2 * kBwdBlock; i += kBwdThreads) {
+      const int j = i % kBwdBlock, row = qs + j;
+      const float* src = (i < kBwdBlock ? LSE : drow) + (size_t)h * T + (row < T ? row : 0);
+      cp_async4(smem_addr((i < kBwdBlock ? sLse : sDr) + b * kBwdBlock + j), src, row < T);
+    }
+  };
+  int qt = next_tile(q_lo / kBwdBlock);
+
+  load_tile<D, kBwdBlock, kBwdThreads>(sK, K, k0, T, H, h);
+  load_tile<D, kBwdBlock, kBwdThreads>(sV, V, k0, T, H, h);
+  cp_async_commit();
+  if (qt < qt_end) load_q_side(qt, 0);
+  cp_async_commit();
+
+  float dk[D / 8][4] = {}, dv[D / 8][4] = {};
+  const int key0 = k0 + warp * 16 + (lane >> 2);  // this thread's keys: key0 and key0 + 8
+  int buf = 0;
+  while (qt < qt_end) {
+    const int qt_next = next_tile(qt + 1);
+    if (qt_next < qt_end) load_q_side(qt_next, buf ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const bf16* q_tile = sQ + buf * kBwdBlock * D;
+    const bf16* do_tile = sdO + buf * kBwdBlock * D;
+    const float* lse_t = sLse + buf * kBwdBlock;
+    const float* dr_t = sDr + buf * kBwdBlock;
+
+    float st[kBwdBlock / 8][4] = {}, dpt[kBwdBlock / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+      uint32_t kf[4], vf[4];
+      ldsm_x4(kf, addr_a<D>(sK, warp * 16, kk, lane));
+      ldsm_x4(vf, addr_a<D>(sV, warp * 16, kk, lane));
+#pragma unroll
+      for (int p = 0; p < kBwdBlock / 16; p++) {
+        uint32_t r[4];
+        ldsm_x4(r, addr_b<D>(q_tile, p * 16, kk, lane));
+        mma(st[2 * p], kf, r[0], r[1]);
+        mma(st[2 * p + 1], kf, r[2], r[3]);
+        ldsm_x4(r, addr_b<D>(do_tile, p * 16, kk, lane));
+        mma(dpt[2 * p], vf, r[0], r[1]);
+        mma(dpt[2 * p + 1], vf, r[2], r[3]);
+      }
+    }
+    const int q0 = qt * kBwdBlock;
+    const bool partial = classify_tile(mb, q0, q0 + kBwdBlock, k0, k0 + kBwdBlock) != kFull;
+#pragma unroll
+    for (int nb = 0; nb < kBwdBlock / 8; nb++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int j = nb * 8 + 2 * (lane & 3) + (e & 1);  // query within the tile
+        const int key = key0 + 8 * (e >> 1);
+        float p = exp2f(st[nb][e] * scale_log2 - lse_log2(lse_t[j]));
+        if (partial && !keep(mb, q0 + j, key)) p = 0.f;
+        st[nb][e] = p;
+        dpt[nb][e] = p * (dpt[nb][e] - dr_t[j]);  // dS^T
+      }
+    mma_c_reg_b<D, kBwdBlock / 16>(dv, st, do_tile, lane);
+    mma_c_reg_b<D, kBwdBlock / 16>(dk, dpt, q_tile, lane);
+    __syncthreads();
+    buf ^= 1;
+    qt = qt_next;
+  }
+  cp_async_wait<0>();
+  const size_t ld = (size_t)H * D;
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int key = key0 + 8 * r;
+    if (key >= T) continue;
+    const size_t off = (size_t)key * ld + (size_t)h * D + 2 * (lane & 3);
+#pragma unroll
+    for (int nb = 0; nb < D / 8; nb++) {
+      *reinterpret_cast<__nv_bfloat162*>(dK + off + nb * 8) = __floats2bfloat162_rn(dk[nb][2 * r] * scale, dk[nb][2 * r + 1] * scale);
+      *reinterpret_cast<__nv_bfloat162*>(dV + off + nb * 8) = __floats2bfloat162_rn(dv[nb][2 * r], dv[nb][2 * r + 1]);
+    }
+  }
+}
+
+template <int D>
+static cudaError_t launch_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const bf16* dout,
+                              const float* lse, bf16* dq, bf16* dk, bf16* dv, float* drow, int T, int H,
+                              const MaskDesc& mask, cudaStream_t stream) {
+  const MaskBounds mb = make_bounds(mask, T);
+  const float scale = (float)(1.0 / std::sqrt((double)D)), scale_log2 = (float)(M_LOG2E / std::sqrt((double)D));
+  const int warps = 8;
+  attention_bwd_drow_kernel<D><<<(T * H + warps - 1) / warps, warps * 32, 0, stream>>>(o, dout, drow, T, H);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+
+  const size_t smem_dkdv = (size_t)6 * kBwdBlock * D * sizeof(bf16) + 4 * kBwdBlock * sizeof(float);
+  err = cudaFuncSetAttribute(attention_bwd_dkdv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dkdv);
+  if (err != cudaSuccess) return err;
+  dim3 grid((T + kBwdBlock - 1) / kBwdBlock, H);
+  attention_bwd_dkdv_kernel<D><<<grid, kBwdThreads, smem_dkdv, stream>>>(q, k, v, dout, lse, drow, dk, dv, T, H, mb, scale_log2, scale);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+
+  const size_t smem_dq = (size_t)6 * kBwdBlock * D * sizeof(bf16);
+  err = cudaFuncSetAttribute(attention_bwd_dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dq);
+  if (err != cudaSuccess) return err;
+  attention_bwd_dq_kernel<D><<<grid, kBwdThreads, smem_dq, stream>>>(q, k, v, dout, lse, drow, dq, T, H, mb, scale_log2, scale);
+  return cudaGetLastError();
+}
+
+cudaError_t attention_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const bf16* dout,
+                               const float* lse, bf16* dq, bf16* dk, bf16* dv, void* workspace, int T, int H, int D,
+                               const MaskDesc& mask, cudaStream_t stream) {
+  if (T < 1 || H < 1 || mask.window < 0 || !workspace) return cudaErrorInvalidValue;
+  float* drow = static_cast<float*>(workspace);
+  if (D == 64) return launch_bwd<64>(q, k, v, o, dout, lse, dq, dk, dv, drow, T, H, mask, stream);
+  if (D == 128) return launch_bwd<128>(q, k, v, o, dout, lse, dq, dk, dv, drow, T, H, mask, stream);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace attn

@@ -1,0 +1,71 @@
+// Score handling shared by the forward and dQ kernels, on one warp's 16 x 64 C-layout tile
+// (this thread: rows g and g+8, columns 2t, 2t+1 of each n8 block).
+//   scale_and_mask: s *= scale * log2(e); masked elements -> -inf (only on partial tiles).
+//   OnlineSoftmax: running max m and sum l per row; rescales the output accumulator when the
+//   max grows and turns s into p = 2^(s - m) in place. A row that has kept nothing so far has
+//   m = -inf; it is computed against 0 so that no inf - inf appears, and ends with l = 0,
+//   output 0 and lse = -inf.
+#pragma once
+#include <cmath>
+
+#include "attention/mask.h"
+
+namespace attn {
+
+template <int NB>
+__device__ __forceinline__ void scale_and_mask(float (&s)[NB][4], float scale_log2, bool partial, const MaskBounds& mb,
+                                               int row0, int col0) {
+#pragma unroll
+  for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      s[nb][e] *= scale_log2;
+      if (partial && !keep(mb, row0 + 8 * (e >> 1), col0 + nb * 8 + (e & 1))) s[nb][e] = -INFINITY;
+    }
+}
+
+struct OnlineSoftmax {
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.f, 0.f};
+
+  template <int NB, int NO>
+  __device__ __forceinline__ void update(float (&s)[NB][4], float (&acc)[NO][4]) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      float mx = m[r];
+#pragma unroll
+      for (int nb = 0; nb < NB; nb++) mx = fmaxf(mx, fmaxf(s[nb][2 * r], s[nb][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+      const float base = mx == -INFINITY ? 0.f : mx;
+      const float alpha = exp2f(m[r] - base);
+      m[r] = mx;
+      l[r] *= alpha;
+#pragma unroll
+      for (int nb = 0; nb < NO; nb++) {
+        acc[nb][2 * r] *= alpha;
+        acc[nb][2 * r + 1] *= alpha;
+      }
+#pragma unroll
+      for (int nb = 0; nb < NB; nb++) {
+        s[nb][2 * r] = exp2f(s[nb][2 * r] - base);
+        s[nb][2 * r + 1] = exp2f(s[nb][2 * r + 1] - base);
+        l[r] += s[nb][2 * r] + s[nb][2 * r + 1];
+      }
+    }
+  }
+
+  // 1/l (0 for an empty row) and lse in natural-log units.
+  __device__ __forceinline__ void finish(float (&inv)[2], float (&lse)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      float sum = l[r];
+      sum += __shfl_xor_sync(0xffffffff, sum, 1);
+      sum += __shfl_xor_sync(0xffffffff, sum, 2);
+      inv[r] = sum > 0.f ? 1.f / sum : 0.f;
+      lse[r] = sum > 0.f ? (m[r] + log2f(sum)) * (float)M_LN2 : -INFINITY;
+    }
+  }
+};
+
+}  // namespace attn

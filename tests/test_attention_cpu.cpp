@@ -1,0 +1,163 @@
+// CPU tests of the attention pieces that need no GPU:
+//  - the reference mask (reference.cpp, SPEC table literally) on hand-picked pairs;
+//  - the kernels' normalised mask (mask.h) equals the reference element by element;
+//  - tile classification and key/query ranges are sound: a skipped tile keeps nothing, a full
+//    tile keeps everything, and no kept pair lies outside the ranges;
+//  - the fp64 reference backward against central finite differences (relative 1e-6: the
+//    reference is fp64, the step 1e-3 on inputs whose loss is smooth).
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "attention/mask.h"
+#include "attention/reference.h"
+#include "tests/check.h"
+
+static std::mt19937 rng(7);
+
+static std::vector<int32_t> random_docs(int T, int mean) {
+  std::vector<int32_t> d(T);
+  std::uniform_int_distribution<int> len(1, 2 * mean);
+  int id = 0, left = 0;
+  for (int i = 0; i < T; i++) {
+    if (!left) { id++; left = len(rng); }
+    d[i] = id;
+    left--;
+  }
+  return d;
+}
+
+int main() {
+  // 1. the SPEC table on hand-picked pairs
+  {
+    ref::Mask m;  // causal only
+    CHECK(ref::keep(m, 5, 5) && ref::keep(m, 5, 0) && !ref::keep(m, 5, 6), "causal");
+    m.window = 3;  // q - k < 3
+    CHECK(ref::keep(m, 5, 3) && !ref::keep(m, 5, 2), "causal + uni window 3");
+    m.causal = false;
+    CHECK(ref::keep(m, 5, 100) && !ref::keep(m, 5, 2), "uni window without causal keeps the future");
+    m.bidir = true;
+    CHECK(ref::keep(m, 5, 7) && !ref::keep(m, 5, 8) && !ref::keep(m, 5, 2), "bi window 3");
+    m.blocks = true;
+    m.window = 1;  // same block only
+    CHECK(ref::keep(m, 0, 127) && !ref::keep(m, 127, 128) && ref::keep(m, 200, 255), "bi block window 1");
+    m.bidir = false;
+    m.causal = true;
+    m.window = 2;  // this block and the previous one
+    CHECK(ref::keep(m, 300, 128) && !ref::keep(m, 300, 127) && !ref::keep(m, 300, 301), "causal uni block window 2");
+    std::vector<int32_t> doc = {1, 1, 2, 2, 2, 3};
+    ref::Mask md;
+    md.doc = doc.data();
+    CHECK(ref::keep(md, 4, 2) && !ref::keep(md, 4, 1) && ref::keep(md, 5, 5), "documents");
+  }
+
+  // 2 and 3. mask.h against the reference, and the tile logic's soundness
+  int configs = 0;
+  for (int trial = 0; trial < 400; trial++) {
+    const int T = std::uniform_int_distribution<int>(1, 700)(rng);
+    std::vector<int32_t> doc = random_docs(T, std::uniform_int_distribution<int>(1, 200)(rng));
+    ref::Mask rm;
+    attn::MaskDesc km;
+    rm.causal = km.causal = rng() % 2;
+    const int wkind = rng() % 3;
+    rm.window = km.window = wkind == 0 ? 0 : std::uniform_int_distribution<int>(1, wkind == 1 ? 300 : 5)(rng);
+    rm.blocks = km.window_blocks = wkind == 2;
+    rm.bidir = km.window_bidir = rng() % 2;
+    const bool docs = rng() % 2;
+    rm.doc = docs ? doc.data() : nullptr;
+    km.doc_ids = docs ? doc.data() : nullptr;
+    attn::MaskBounds b = attn::make_bounds(km, T);
+    int mismatches = 0, bad_skip = 0, bad_full = 0, out_of_range = 0;
+    const int tile = trial % 2 ? 64 : 128;
+    for (int q0 = 0; q0 < T; q0 += tile)
+      for (int k0 = 0; k0 < T; k0 += tile) {
+        attn::TileKind kind = attn::classify_tile(b, q0, q0 + tile, k0, k0 + tile);
+        int kq_lo, kq_hi, qk_lo, qk_hi;
+        attn::key_range(b, q0, q0 + tile, kq_lo, kq_hi);
+        attn::query_range(b, k0, k0 + tile, qk_lo, qk_hi);
+        bool any = false, all = true;
+        for (int q = q0; q < q0 + tile; q++)
+          for (int k = k0; k < k0 + tile; k++) {
+            bool r = q < T && k < T && ref::keep(rm, q, k);
+            mismatches += r != attn::keep(b, q, k);
+            any |= r;
+            all &= r;
+            if (r && (k < kq_lo || k > kq_hi || q < qk_lo || q > qk_hi)) out_of_range++;
+          }
+        bad_skip += kind == attn::kSkip && any;
+        bad_full += kind == attn::kFull && !all;
+      }
+    CHECK(mismatches == 0, "trial %d: %d pairs where mask.h and the reference disagree", trial, mismatches);
+    CHECK(bad_skip == 0 && bad_full == 0, "trial %d: %d skipped tiles keep pairs, %d full tiles miss pairs", trial, bad_skip, bad_full);
+    CHECK(out_of_range == 0, "trial %d: %d kept pairs outside key_range/query_range", trial, out_of_range);
+    // with causal on, uni and bi normalise to the same bounds
+    if (km.causal && km.window) {
+      attn::MaskDesc other = km;
+      other.window_bidir = !km.window_bidir;
+      attn::MaskBounds o = attn::make_bounds(other, T);
+      CHECK(o.dlo == b.dlo && o.dhi == b.dhi && o.blo == b.blo && o.bhi == b.bhi, "trial %d: uni/bi bounds differ under causal", trial);
+    }
+    configs++;
+  }
+  // the classifier must actually skip and spare work in the common cases (not all partial)
+  {
+    attn::MaskDesc km;
+    km.window = 1024;
+    attn::MaskBounds b = attn::make_bounds(km, 65536);
+    CHECK(attn::classify_tile(b, 4096, 4160, 0, 64) == attn::kSkip, "far tile not skipped");
+    CHECK(attn::classify_tile(b, 4096, 4160, 3200, 3264) == attn::kFull, "inner tile not full");
+    CHECK(attn::classify_tile(b, 4096, 4160, 4096, 4160) == attn::kPartial, "diagonal tile not partial");
+    int lo, hi;
+    attn::key_range(b, 4096, 4160, lo, hi);
+    CHECK(lo == 4096 - 1023 && hi == 4159, "key range [%d, %d]", lo, hi);
+  }
+
+  // 4. the reference backward against finite differences
+  for (int trial = 0; trial < 6; trial++) {
+    const int T = 9, H = 2, D = 4;
+    const size_t n = (size_t)T * H * D;
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<float> q(n), k(n), v(n), g(n);
+    for (auto* x : {&q, &k, &v, &g})
+      for (auto& e : *x) e = nd(rng);
+    std::vector<int32_t> doc = {1, 1, 1, 2, 2, 2, 2, 3, 3};
+    ref::Mask m;
+    m.causal = trial % 2 == 0;
+    m.window = trial >= 2 ? 3 : 0;
+    m.bidir = trial >= 4;
+    m.doc = trial == 3 || trial == 5 ? doc.data() : nullptr;
+    std::vector<double> dq, dk, dv;
+    ref::backward(q.data(), k.data(), v.data(), g.data(), T, H, D, m, dq, dk, dv);
+    auto loss = [&]() {
+      std::vector<double> o, lse;
+      ref::forward(q.data(), k.data(), v.data(), T, H, D, m, o, lse);
+      double s = 0;
+      for (size_t i = 0; i < n; i++) s += o[i] * g[i];
+      return s;
+    };
+    double worst = 0, scale = 0;
+    for (auto [x, grad] : {std::pair<std::vector<float>*, std::vector<double>*>{&q, &dq}, {&k, &dk}, {&v, &dv}})
+      for (size_t i = 0; i < n; i++) {
+        const float keep = (*x)[i], eps = 1e-3f;
+        (*x)[i] = keep + eps;
+        double up = loss();
+        (*x)[i] = keep - eps;
+        double down = loss();
+        (*x)[i] = keep;
+        double num = (up - down) / ((double)(keep + eps) - (double)(keep - eps));
+        worst = std::max(worst, std::fabs(num - (*grad)[i]));
+        scale = std::max(scale, std::fabs((*grad)[i]));
+      }
+    CHECK(worst <= 1e-6 * std::max(scale, 1.0), "finite differences, trial %d: max err %.3e (grad scale %.3e)", trial, worst, scale);
+  }
+
+  // T = 1: the output is v
+  {
+    std::vector<float> q = {0.5f, -1.f}, k = {2.f, 1.f}, v = {3.f, -4.f};
+    std::vector<double> o, lse;
+    ref::forward(q.data(), k.data(), v.data(), 1, 1, 2, ref::Mask{}, o, lse);
+    CHECK(o[0] == 3.0 && o[1] == -4.0 && std::fabs(lse[0] - 0.0 / std::sqrt(2.0)) < 1e-12, "T=1 output %f %f lse %f", o[0], o[1], lse[0]);
+  }
+  std::printf("mask/tile checks over %d random configurations\n", configs);
+  return test_summary("attention-cpu");
+}

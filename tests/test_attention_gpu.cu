@@ -1,0 +1,302 @@
+// The attention kernels against the fp64 CPU reference (attention/reference.h) on fresh random
+// inputs, with every output poisoned (NaN) before each run.
+//
+// Tolerance: the kernel's relative Frobenius error against fp64 must be at most twice that of
+// a plain bf16 reference (probabilities, dS and outputs rounded to bf16; reference.h), plus 1e-4
+// so that cases where bf16 happens to be exact do not demand exactness; lse (fp32) within
+// 1e-3 absolute. Also: uni and bi windows bit-identical under causal; bit-identical gradients
+// over 20 repeated runs; sampled rows of one T = 65536 case.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attention/attention.h"
+#include "attention/reference.h"
+#include "tests/check.h"
+
+#define CUDA_OK(x)                                                                              \
+  do {                                                                                          \
+    cudaError_t e_ = (x);                                                                       \
+    if (e_ != cudaSuccess) {                                                                    \
+      std::printf("CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); \
+      std::exit(1);                                                                             \
+    }                                                                                           \
+  } while (0)
+
+typedef __nv_bfloat16 bf16;
+static std::mt19937_64 rng(20261122);
+
+struct Case {
+  int T, H, D;
+  bool causal;
+  int window;
+  bool bidir, blocks;
+  int docs;  // 0: none, 1: one document, 2: many short, 3: boundaries on tile edges (multiples of 64)
+  std::string name() const {
+    char b[160];
+    std::snprintf(b, sizeof(b), "T=%d D=%d causal=%d window=%d%s%s docs=%d", T, D, causal, window,
+                  window ? (bidir ? " bi" : " uni") : "", window ? (blocks ? " blocks" : " tokens") : "", docs);
+    return b;
+  }
+};
+
+struct Buffers {
+  int T, H, D;
+  size_t n;
+  std::vector<float> q, k, v, dout;  // bf16-representable values
+  std::vector<int32_t> doc;
+  bf16 *dq_, *dk_, *dv_, *dq, *dk, *dv, *o, *ddo, *dgq, *dgk, *dgv;
+  float* lse;
+  int32_t* ddoc = nullptr;
+  void* ws;
+};
+
+static std::vector<int32_t> make_docs(int T, int layout) {
+  std::vector<int32_t> doc(T);
+  int id = 1, left = 0;
+  std::uniform_int_distribution<int> len(1, 300);
+  for (int i = 0; i < T; i++) {
+    if (layout == 1) { doc[i] = 1; continue; }
+    if (layout == 3) { doc[i] = 1 + i / 192; continue; }  // length 192: boundaries on 64-tile edges
+    if (left == 0) { id++; left = len(rng); }
+    doc[i] = id;
+    left--;
+  }
+  return doc;
+}
+
+static void upload(bf16* d, const std::vector<float>& x) {
+  std::vector<bf16> h(x.size());
+  for (size_t i = 0; i < x.size(); i++) h[i] = __float2bfloat16(x[i]);
+  CUDA_OK(cudaMemcpy(d, h.data(), h.size() * sizeof(bf16), cudaMemcpyHostToDevice));
+}
+static std::vector<float> download(const bf16* d, size_t n) {
+  std::vector<bf16> h(n);
+  CUDA_OK(cudaMemcpy(h.data(), d, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; i++) x[i] = __bfloat162float(h[i]);
+  return x;
+}
+
+static void fill_random(std::vector<float>& x, size_t n) {
+  std::normal_distribution<float> nd(0.f, 1.f);
+  x.resize(n);
+  for (auto& e : x) e = ref::round_bf16(nd(rng));
+}
+
+static Buffers alloc(int T, int H, int D) {
+  Buffers b;
+  b.T = T; b.H = H; b.D = D; b.n = (size_t)T * H * D;
+  for (bf16** p : {&b.dq_, &b.dk_, &b.dv_, &b.ddo, &b.o, &b.dgq, &b.dgk, &b.dgv}) CUDA_OK(cudaMalloc(p, b.n * sizeof(bf16)));
+  b.dq = b.dq_; b.dk = b.dk_; b.dv = b.dv_;
+  CUDA_OK(cudaMalloc(&b.lse, (size_t)H * T * sizeof(float)));
+  CUDA_OK(cudaMalloc(&b.ws, attn::backward_workspace_bytes(T, H)));
+  CUDA_OK(cudaMalloc(&b.ddoc, (size_t)T * sizeof(int32_t)));
+  return b;
+}
+static void release(Buffers& b) {
+  for (void* p : {(void*)b.dq_, (void*)b.dk_, (void*)b.dv_, (void*)b.ddo, (void*)b.o, (void*)b.dgq, (void*)b.dgk,
+                  (void*)b.dgv, (void*)b.lse, b.ws, (void*)b.ddoc})
+    CUDA_OK(cudaFree(p));
+}
+
+static void new_inputs(Buffers& b, int docs) {
+  fill_random(b.q, b.n); fill_random(b.k, b.n); fill_random(b.v, b.n); fill_random(b.dout, b.n);
+  upload(b.dq, b.q); upload(b.dk, b.k); upload(b.dv, b.v); upload(b.ddo, b.dout);
+  if (docs) {
+    b.doc = make_docs(b.T, docs);
+    CUDA_OK(cudaMemcpy(b.ddoc, b.doc.data(), b.T * sizeof(int32_t), cudaMemcpyHostToDevice));
+  } else {
+    b.doc.clear();
+  }
+}
+
+static attn::MaskDesc kernel_mask(const Case& c, const Buffers& b) {
+  attn::MaskDesc m;
+  m.causal = c.causal; m.window = c.window; m.window_bidir = c.bidir; m.window_blocks = c.blocks;
+  m.doc_ids = c.docs ? b.ddoc : nullptr;
+  return m;
+}
+static ref::Mask ref_mask(const Case& c, const Buffers& b) {
+  ref::Mask m;
+  m.causal = c.causal; m.window = c.window; m.bidir = c.bidir; m.blocks = c.blocks;
+  m.doc = c.docs ? b.doc.data() : nullptr;
+  return m;
+}
+
+struct Outputs {
+  std::vector<float> o, lse, dq, dk, dv;
+};
+
+static Outputs run_kernels(Buffers& b, const attn::MaskDesc& m) {
+  // poison every output
+  for (bf16* p : {b.o, b.dgq, b.dgk, b.dgv}) CUDA_OK(cudaMemset(p, 0xFF, b.n * sizeof(bf16)));
+  CUDA_OK(cudaMemset(b.lse, 0xFF, (size_t)b.H * b.T * sizeof(float)));
+  CUDA_OK(attn::attention_forward(b.dq, b.dk, b.dv, b.o, b.lse, b.T, b.H, b.D, m));
+  CUDA_OK(attn::attention_backward(b.dq, b.dk, b.dv, b.o, b.ddo, b.lse, b.dgq, b.dgk, b.dgv, b.ws, b.T, b.H, b.D, m));
+  CUDA_OK(cudaDeviceSynchronize());
+  Outputs out;
+  out.o = download(b.o, b.n);
+  out.dq = download(b.dgq, b.n);
+  out.dk = download(b.dgk, b.n);
+  out.dv = download(b.dgv, b.n);
+  out.lse.resize((size_t)b.H * b.T);
+  CUDA_OK(cudaMemcpy(out.lse.data(), b.lse, out.lse.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return out;
+}
+
+static double rel_err(const std::vector<float>& x, const std::vector<double>& r) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < r.size(); i++) {
+    double d = (double)x[i] - r[i];
+    num += d * d;
+    den += r[i] * r[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+static double rel_err(const std::vector<double>& x, const std::vector<double>& r) {
+  std::vector<float> f(x.begin(), x.end());
+  return rel_err(f, r);
+}
+static bool all_finite(const std::vector<float>& x) {
+  for (float e : x)
+    if (!std::isfinite(e)) return false;
+  return true;
+}
+static bool same_bits(const Outputs& a, const Outputs& b) {
+  auto eq = [](const std::vector<float>& x, const std::vector<float>& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+  };
+  return eq(a.o, b.o) && eq(a.lse, b.lse) && eq(a.dq, b.dq) && eq(a.dk, b.dk) && eq(a.dv, b.dv);
+}
+
+static FILE* table = nullptr;
+
+static void check_case(const Case& c) {
+  Buffers b = alloc(c.T, c.H, c.D);
+  new_inputs(b, c.docs);
+  Outputs out = run_kernels(b, kernel_mask(c, b));
+  ref::Mask rm = ref_mask(c, b);
+  std::vector<double> o, lse, o16, lse16, dq, dk, dv, dq16, dk16, dv16;
+  ref::forward(b.q.data(), b.k.data(), b.v.data(), c.T, c.H, c.D, rm, o, lse);
+  ref::forward(b.q.data(), b.k.data(), b.v.data(), c.T, c.H, c.D, rm, o16, lse16, true);
+  ref::backward(b.q.data(), b.k.data(), b.v.data(), b.dout.data(), c.T, c.H, c.D, rm, dq, dk, dv);
+  ref::backward(b.q.data(), b.k.data(), b.v.data(), b.dout.data(), c.T, c.H, c.D, rm, dq16, dk16, dv16, true);
+  const std::string n = c.name();
+  CHECK(all_finite(out.o) && all_finite(out.dq) && all_finite(out.dk) && all_finite(out.dv), "%s: non-finite or unwritten output", n.c_str());
+  struct { const char* what; const std::vector<float>* got; const std::vector<double>* ref; const std::vector<double>* r16; } items[] = {
+      {"O", &out.o, &o, &o16}, {"dQ", &out.dq, &dq, &dq16}, {"dK", &out.dk, &dk, &dk16}, {"dV", &out.dv, &dv, &dv16}};
+  for (auto& it : items) {
+    double e = rel_err(*it.got, *it.ref), e16 = rel_err(*it.r16, *it.ref);
+    CHECK(e <= 2 * e16 + 1e-4, "%s: %s rel err %.3e > 2 x bf16 reference %.3e + 1e-4", n.c_str(), it.what, e, e16);
+    if (table) std::fprintf(table, "%-70s %-3s kernel %.3e  bf16-ref %.3e\n", n.c_str(), it.what, e, e16);
+  }
+  double lse_err = 0;
+  for (size_t i = 0; i < lse.size(); i++) {
+    if (std::isinf(lse[i])) {
+      lse_err = std::max(lse_err, out.lse[i] == lse[i] ? 0.0 : 1e30);
+      continue;
+    }
+    lse_err = std::max(lse_err, std::fabs(out.lse[i] - lse[i]));
+  }
+  CHECK(lse_err <= 1e-3, "%s: lse max abs err %.3e", n.c_str(), lse_err);
+
+  // with causal on, the bidirectional window is the same mask: outputs must be the same bits
+  if (c.causal && c.window && !c.bidir) {
+    Case cb = c;
+    cb.bidir = true;
+    Outputs ob = run_kernels(b, kernel_mask(cb, b));
+    CHECK(same_bits(out, ob), "%s: uni and bi windows differ under causal", n.c_str());
+  }
+  release(b);
+}
+
+int main() {
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    std::printf("test_attention_gpu: no GPU\n");
+    return 1;
+  }
+  cudaDeviceProp prop;
+  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s\n", prop.name);
+  table = std::fopen("attention_errors.txt", "w");
+
+  std::vector<Case> cases;
+  const int Ts[] = {1, 2, 127, 128, 129, 1000};
+  for (int T : Ts)
+    for (int D : {128, 64}) {
+      const int H = 2;
+      cases.push_back({T, H, D, true, 0, false, false, 0});
+      cases.push_back({T, H, D, false, 0, false, false, 0});
+      for (int W : {1, 2, 127, 128, 129, 1024, T + 5}) cases.push_back({T, H, D, true, W, false, false, 0});
+      cases.push_back({T, H, D, false, 129, false, false, 0});
+      cases.push_back({T, H, D, false, 129, true, false, 0});
+      cases.push_back({T, H, D, false, 1, true, false, 0});
+      for (int N : {1, 2, 8}) cases.push_back({T, H, D, true, N, false, true, 0});
+      cases.push_back({T, H, D, false, 1, true, true, 0});
+      cases.push_back({T, H, D, false, 2, false, true, 0});
+      for (int docs : {1, 2, 3}) cases.push_back({T, H, D, true, 0, false, false, docs});
+      cases.push_back({T, H, D, true, 128, false, false, 2});
+      cases.push_back({T, H, D, true, 2, false, true, 3});
+      cases.push_back({T, H, D, false, 0, false, false, 2});
+      cases.push_back({T, H, D, false, 100, true, false, 2});
+      if (D == 64 && T > 2) break;  // D = 64: the small sizes get the full list, the rest the D = 128 list
+    }
+  for (Case c : {Case{4097, 2, 128, true, 0, false, false, 0}, Case{4097, 2, 128, true, 1024, false, false, 0},
+                 Case{4097, 2, 128, true, 8, false, true, 2}, Case{4097, 2, 64, false, 129, true, false, 3},
+                 Case{4097, 1, 128, false, 0, false, false, 2}, Case{4097, 3, 64, true, 1024, false, false, 2}})
+    cases.push_back(c);
+  for (auto& c : cases) check_case(c);
+  std::printf("checked %zu mask/shape cases against the fp64 reference\n", cases.size());
+
+  // determinism: 20 runs, identical bits
+  {
+    Case c{4097, 2, 128, true, 1024, false, false, 2};
+    Buffers b = alloc(c.T, c.H, c.D);
+    new_inputs(b, c.docs);
+    Outputs first = run_kernels(b, kernel_mask(c, b));
+    int same = 0;
+    for (int i = 0; i < 20; i++) same += same_bits(first, run_kernels(b, kernel_mask(c, b)));
+    CHECK(same == 20, "deterministic: only %d of 20 repeated runs gave the same bits", same);
+    release(b);
+  }
+
+  // T = 65536, H = 6, D = 128, causal + window 1024 + documents: sampled rows of O, lse and dQ
+  {
+    Case c{65536, 6, 128, true, 1024, false, false, 2};
+    Buffers b = alloc(c.T, c.H, c.D);
+    new_inputs(b, c.docs);
+    Outputs out = run_kernels(b, kernel_mask(c, b));
+    ref::Mask rm = ref_mask(c, b);
+    CHECK(all_finite(out.o) && all_finite(out.dq) && all_finite(out.dk) && all_finite(out.dv), "T=65536: non-finite output");
+    std::vector<double> o_ref, o_got, dq_ref, dq_got;
+    double lse_err = 0;
+    std::uniform_int_distribution<int> pick(0, c.T - 1);
+    std::vector<int> rows = {0, 1, 63, 64, 127, 128, 65535};
+    while (rows.size() < 64) rows.push_back(pick(rng));
+    for (int row : rows)
+      for (int h = 0; h < c.H; h++) {
+        std::vector<double> orow(c.D), dqrow(c.D);
+        double lse;
+        ref::forward_row(b.q.data(), b.k.data(), b.v.data(), c.T, c.H, c.D, rm, h, row, orow.data(), &lse);
+        ref::backward_dq_row(b.q.data(), b.k.data(), b.v.data(), b.dout.data(), c.T, c.H, c.D, rm, h, row, dqrow.data());
+        for (int d = 0; d < c.D; d++) {
+          size_t i = ((size_t)row * c.H + h) * c.D + d;
+          o_ref.push_back(orow[d]); o_got.push_back(out.o[i]);
+          dq_ref.push_back(dqrow[d]); dq_got.push_back(out.dq[i]);
+        }
+        lse_err = std::max(lse_err, std::fabs(out.lse[(size_t)h * c.T + row] - lse));
+      }
+    // no bf16 reference here: bound by the error bf16 rounding of the outputs alone would give, x4
+    double eo = rel_err(o_got, o_ref), edq = rel_err(dq_got, dq_ref);
+    CHECK(eo < 1e-2 && edq < 2e-2 && lse_err < 1e-3, "T=65536 sampled rows: O %.3e dQ %.3e lse %.3e", eo, edq, lse_err);
+    std::printf("T=65536 sampled rows (64 rows x 6 heads): O rel err %.3e, dQ rel err %.3e, lse max abs err %.3e\n", eo, edq, lse_err);
+    release(b);
+  }
+  if (table) std::fclose(table);
+  return test_summary("attention-gpu");
+}

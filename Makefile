@@ -11,7 +11,7 @@
 CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(shell command -v nvcc 2>/dev/null || echo $(CUDA_HOME)/bin/nvcc)
 CXX ?= g++
-PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
+PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import numpy' 2>/dev/null && echo $$p && break; done)
 GPU_ARCH ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80
 VOCAB_DIR ?= data/gpt2
 GCIDE_DIR ?= /usr/share/dictd

@@ -18,6 +18,8 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 T, H, D = 65536, 6, 128
 dev = "cuda"
 ours = [json.loads(line) for line in open(sys.argv[1])]
+torch._dynamo.config.recompile_limit = 64  # one compile per mask_mod closure
+torch._dynamo.config.cache_size_limit = 64
 flex = torch.compile(flex_attention, dynamic=False)
 
 

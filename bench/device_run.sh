@@ -26,6 +26,15 @@ step tiktoken
 [ -d .devdata ] && timeout 60 python3 scripts/make_tiktoken_fixture.py ids .devdata/gpt2 .devdata/tok_inputs.json > "$OUT/tiktoken_gpt2.json" 2> "$OUT/tiktoken.err"
 step flex
 timeout "${FLEX_TIMEOUT:-300}" python3 bench/compare_flex.py "$OUT/bench_attention.json" "$OUT/compare.md" > "$OUT/compare.log" 2>&1
+if [ -n "${PROFILE:-}" ] && command -v ncu >/dev/null; then
+  step profile
+  for k in attention_fwd_kernel attention_bwd_dq_kernel attention_bwd_dkdv_kernel; do
+    timeout 120 ncu --clock-control none -k "regex:$k" --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section WarpStateStats --section Occupancy --section ComputeWorkloadAnalysis \
+      --section MemoryWorkloadAnalysis --section LaunchStats build/bench/bench_attention /tmp/ncu_bench.json > "$OUT/ncu_$k.txt" 2>&1
+  done
+fi
+tar -C "$OUT" -czf "$OUT/logs.tgz" --exclude logs.tgz --exclude '*.json' --exclude compare.md . 2>/dev/null
 echo "== summary"
 grep -E "FAIL|passed|sampled|exit" "$OUT/test_gpu.log" | tail -25
 tail -3 "$OUT/attn_run.log"

@@ -4,7 +4,9 @@
 // Tolerance: the kernel's relative Frobenius error against fp64 must be at most twice that of
 // a plain bf16 reference (probabilities, dS and outputs rounded to bf16; reference.h), plus 1e-4
 // so that cases where bf16 happens to be exact do not demand exactness; lse (fp32) within
-// 1e-3 absolute. Also: uni and bi windows bit-identical under causal; bit-identical gradients
+// 1e-3 absolute. Errors are relative to max(||ref||, 1e-3 sqrt(n)): inputs are N(0, 1), and
+// some gradients are exactly zero in exact arithmetic (a row that keeps only itself has dS = 0),
+// where a purely relative error would divide rounding noise by zero. Also: uni and bi windows bit-identical under causal; bit-identical gradients
 // over 20 repeated runs; sampled rows of one T = 65536 case.
 #include <cmath>
 #include <cstdio>
@@ -155,7 +157,7 @@ static double rel_err(const std::vector<float>& x, const std::vector<double>& r)
     num += d * d;
     den += r[i] * r[i];
   }
-  return std::sqrt(num / std::max(den, 1e-300));
+  return std::sqrt(num / std::max(den, 1e-6 * (double)r.size()));
 }
 static double rel_err(const std::vector<double>& x, const std::vector<double>& r) {
   std::vector<float> f(x.begin(), x.end());

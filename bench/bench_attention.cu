@@ -5,6 +5,7 @@
 // bench_attention.json (or argv[1]) for bench/compare_flex.py.
 // Documents (mean length 1000): lengths 500 + (i * 7919) % 1001, the same rule as compare_flex.py.
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -93,7 +94,9 @@ int main(int argc, char** argv) {
   CUDA_OK(cudaEventCreate(&e1));
   std::printf("device: %s, T=%d H=%d D=%d bf16\n", prop.name, T, H, D);
   std::printf("%-30s %10s %9s %12s %9s\n", "mask", "fwd ms", "fwd TF/s", "fwd+bwd ms", "f+b TF/s");
+  const char* only = std::getenv("BENCH_ONLY");  // run just the case of this name (for profiling)
   for (const auto& c : cases) {
+    if (only && std::string(only) != c.name) continue;
     attn::MaskDesc m;
     m.causal = true;
     m.window = c.window;

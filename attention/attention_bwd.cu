@@ -111,12 +111,12 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_dq_kernel(
     mma_a_reg_bt<D, kBwdBlock / 8, D / 16>(dp, dof, v_tile, lane);
     const int k0 = kt * kBwdBlock;
     const bool partial = classify_tile(mb, q0, q0 + kBwdBlock, k0, k0 + kBwdBlock) != kFull;
-    scale_and_mask(s, scale_log2, partial, mb, row0, k0 + 2 * (lane & 3));
+    if (partial) apply_mask(s, mb, row0, k0 + 2 * (lane & 3));
 #pragma unroll
     for (int nb = 0; nb < kBwdBlock / 8; nb++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        const float p = exp2f(s[nb][e] - lse2[e >> 1]);
+        const float p = exp2f(fmaf(s[nb][e], scale_log2, -lse2[e >> 1]));
         s[nb][e] = p * (dp[nb][e] - dr[e >> 1]);  // dS
       }
     mma_c_reg_b<D, kBwdBlock / 16>(acc, s, k_tile, lane);
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_dkdv_kernel(
       for (int e = 0; e < 4; e++) {
         const int j = nb * 8 + 2 * (lane & 3) + (e & 1);  // query within the tile
         const int key = key0 + 8 * (e >> 1);
-        float p = exp2f(st[nb][e] * scale_log2 - lse_log2(lse_t[j]));
+        float p = exp2f(fmaf(st[nb][e], scale_log2, -lse_log2(lse_t[j])));
         if (partial && !keep(mb, q0 + j, key)) p = 0.f;
         st[nb][e] = p;
         dpt[nb][e] = p * (dpt[nb][e] - dr_t[j]);  // dS^T

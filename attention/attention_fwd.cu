@@ -3,12 +3,15 @@
 //   S = scale * Q K^T (+ mask: -inf where not kept),  O = softmax(S) V,  lse = logsumexp(S)
 //   Q, K, V, O: bf16 [T, H, D];  lse: fp32 [H, T];  D in {64, 128}.
 //
-// One block of 4 warps takes 64 queries of one head (16 rows a warp, Q fragments held in
-// registers) and walks the key tiles of 64 that the mask lets them see (mask.h: key_range
-// bounds the walk, classify_tile skips empty tiles and spares full ones the per-element test).
-// K and V tiles are double-buffered with cp.async. Softmax is online in the log2 domain.
-// Query tiles run longest first (the last tiles see the most keys under a causal mask).
+// One block of 4 warps takes 128 queries of one head, 32 rows a warp as two 16-row MMA blocks,
+// so that every K and V fragment read from shared memory feeds two MMAs (the Q fragments are
+// re-read from shared memory each tile instead of held in registers). The block walks the key
+// tiles of 64 that the mask lets its queries see (mask.h: key_range bounds the walk,
+// classify_tile skips empty tiles and spares full ones the per-element test). K and V tiles are
+// double-buffered with cp.async. Softmax is online in the log2 domain. Query tiles run longest
+// first (the last tiles see the most keys under a causal mask).
 #include <cmath>
+#include <cstdlib>
 
 #include "attention/attention.h"
 #include "attention/mma.cuh"
@@ -17,13 +20,16 @@
 namespace attn {
 using namespace sm80;
 
-constexpr int kFwdBlockM = 64, kFwdBlockN = 64, kFwdThreads = 128;
+constexpr int kFwdRowBlocks = 2;  // 16-row MMA blocks per warp
+constexpr int kFwdWarps = 4, kFwdThreads = 32 * kFwdWarps;
+constexpr int kFwdBlockM = 16 * kFwdRowBlocks * kFwdWarps;
 
-template <int D>
-__global__ void __launch_bounds__(kFwdThreads) attention_fwd_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
-                                                                    const bf16* __restrict__ V, bf16* __restrict__ O,
-                                                                    float* __restrict__ LSE, int T, int H, MaskBounds mb,
-                                                                    float scale_log2) {
+template <int D, int kFwdBlockN>
+__global__ void __launch_bounds__(kFwdThreads, 2) attention_fwd_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
+                                                                       const bf16* __restrict__ V, bf16* __restrict__ O,
+                                                                       float* __restrict__ LSE, int T, int H, MaskBounds mb,
+                                                                       float scale_log2) {
+  constexpr int RB = kFwdRowBlocks, NB = kFwdBlockN / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* sQ = reinterpret_cast<bf16*>(smem);
   bf16* sK = sQ + kFwdBlockM * D;      // 2 buffers
@@ -42,21 +48,16 @@ __global__ void __launch_bounds__(kFwdThreads) attention_fwd_kernel(const bf16* 
   int kt = next_tile(k_lo / kFwdBlockN);
 
   load_tile<D, kFwdBlockM, kFwdThreads>(sQ, Q, q0, T, H, h);
-  cp_async_commit();
   if (kt < kt_end) {
     load_tile<D, kFwdBlockN, kFwdThreads>(sK, K, kt * kFwdBlockN, T, H, h);
     load_tile<D, kFwdBlockN, kFwdThreads>(sV, V, kt * kFwdBlockN, T, H, h);
   }
   cp_async_commit();
-  cp_async_wait<1>();
-  __syncthreads();
-  uint32_t qf[D / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < D / 16; kk++) ldsm_x4(qf[kk], addr_a<D>(sQ, warp * 16, kk, lane));
 
-  float acc[D / 8][4] = {};
-  OnlineSoftmax sm;
-  const int row0 = q0 + warp * 16 + (lane >> 2);  // this thread's rows: row0 and row0 + 8
+  float acc[RB][D / 8][4] = {};
+  OnlineSoftmax sm[RB];
+  const int wrow = warp * 16 * RB;                      // first row of this warp in the tile
+  const int row0 = q0 + wrow + (lane >> 2);             // rows row0 + 16 rb (+ 8)
   int buf = 0;
   while (kt < kt_end) {
     const int kt_next = next_tile(kt + 1);
@@ -67,14 +68,48 @@ __global__ void __launch_bounds__(kFwdThreads) attention_fwd_kernel(const bf16* 
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
+    const bf16* k_tile = sK + buf * kFwdBlockN * D;
+    const bf16* v_tile = sV + buf * kFwdBlockN * D;
 
-    float s[kFwdBlockN / 8][4] = {};
-    mma_a_reg_bt<D, kFwdBlockN / 8, D / 16>(s, qf, sK + buf * kFwdBlockN * D, lane);
+    float s[RB][NB][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+      uint32_t qa[RB][4];
+#pragma unroll
+      for (int rb = 0; rb < RB; rb++) ldsm_x4(qa[rb], addr_a<D>(sQ, wrow + 16 * rb, kk, lane));
+#pragma unroll
+      for (int p = 0; p < NB / 2; p++) {
+        uint32_t r[4];
+        ldsm_x4(r, addr_b<D>(k_tile, p * 16, kk, lane));
+#pragma unroll
+        for (int rb = 0; rb < RB; rb++) {
+          mma(s[rb][2 * p], qa[rb], r[0], r[1]);
+          mma(s[rb][2 * p + 1], qa[rb], r[2], r[3]);
+        }
+      }
+    }
     const int k0 = kt * kFwdBlockN;
-    const bool partial = classify_tile(mb, q0, q0 + kFwdBlockM, k0, k0 + kFwdBlockN) != kFull;
-    scale_and_mask(s, scale_log2, partial, mb, row0, k0 + 2 * (lane & 3));
-    sm.update(s, acc);
-    mma_c_reg_b<D, kFwdBlockN / 16>(acc, s, sV + buf * kFwdBlockN * D, lane);
+    if (classify_tile(mb, q0, q0 + kFwdBlockM, k0, k0 + kFwdBlockN) != kFull)
+#pragma unroll
+      for (int rb = 0; rb < RB; rb++) apply_mask(s[rb], mb, row0 + 16 * rb, k0 + 2 * (lane & 3));
+#pragma unroll
+    for (int rb = 0; rb < RB; rb++) sm[rb].update(s[rb], acc[rb], scale_log2);
+#pragma unroll
+    for (int j = 0; j < NB / 2; j++) {
+      uint32_t pa[RB][4];
+#pragma unroll
+      for (int rb = 0; rb < RB; rb++) c_to_a(pa[rb], s[rb][2 * j], s[rb][2 * j + 1]);
+#pragma unroll
+      for (int p = 0; p < D / 16; p++) {
+        uint32_t r[4];
+        ldsm_x4_trans(r, addr_a<D>(v_tile, j * 16, p, lane));
+#pragma unroll
+        for (int rb = 0; rb < RB; rb++) {
+          mma(acc[rb][2 * p], pa[rb], r[0], r[1]);
+          mma(acc[rb][2 * p + 1], pa[rb], r[2], r[3]);
+        }
+      }
+    }
     __syncthreads();  // the next iteration's loads overwrite the buffer just read
     buf ^= 1;
     kt = kt_next;
@@ -82,31 +117,48 @@ __global__ void __launch_bounds__(kFwdThreads) attention_fwd_kernel(const bf16* 
   cp_async_wait<0>();
 
   // epilogue: O = acc / l, lse = (m + log2 l) * ln 2
-  float inv[2], lse[2];
-  sm.finish(inv, lse);
   const size_t ld = (size_t)H * D;
 #pragma unroll
-  for (int r = 0; r < 2; r++) {
-    const int row = row0 + 8 * r;
-    if (row >= T) continue;
-    bf16* orow = O + (size_t)row * ld + (size_t)h * D + 2 * (lane & 3);
+  for (int rb = 0; rb < RB; rb++) {
+    float inv[2], lse[2];
+    sm[rb].finish(inv, lse);
 #pragma unroll
-    for (int nb = 0; nb < D / 8; nb++)
-      *reinterpret_cast<__nv_bfloat162*>(orow + nb * 8) = __floats2bfloat162_rn(acc[nb][2 * r] * inv[r], acc[nb][2 * r + 1] * inv[r]);
-    if ((lane & 3) == 0) LSE[(size_t)h * T + row] = lse[r];
+    for (int r = 0; r < 2; r++) {
+      const int row = row0 + 16 * rb + 8 * r;
+      if (row >= T) continue;
+      bf16* orow = O + (size_t)row * ld + (size_t)h * D + 2 * (lane & 3);
+#pragma unroll
+      for (int nb = 0; nb < D / 8; nb++)
+        *reinterpret_cast<__nv_bfloat162*>(orow + nb * 8) =
+            __floats2bfloat162_rn(acc[rb][nb][2 * r] * inv[r], acc[rb][nb][2 * r + 1] * inv[r]);
+      if ((lane & 3) == 0) LSE[(size_t)h * T + row] = lse[r];
+    }
   }
 }
 
-template <int D>
-static cudaError_t launch_fwd(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, int T, int H,
+template <int D, int kFwdBlockN>
+static cudaError_t launch_fwd_n(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, int T, int H,
                               const MaskDesc& mask, cudaStream_t stream) {
   const size_t smem = (size_t)(kFwdBlockM + 4 * kFwdBlockN) * D * sizeof(bf16);
-  cudaError_t err = cudaFuncSetAttribute(attention_fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  cudaError_t err = cudaFuncSetAttribute(attention_fwd_kernel<D, kFwdBlockN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (err != cudaSuccess) return err;
   dim3 grid((T + kFwdBlockM - 1) / kFwdBlockM, H);
   const float scale_log2 = (float)(M_LOG2E / std::sqrt((double)D));
-  attention_fwd_kernel<D><<<grid, kFwdThreads, smem, stream>>>(q, k, v, o, lse, T, H, make_bounds(mask, T), scale_log2);
+  attention_fwd_kernel<D, kFwdBlockN><<<grid, kFwdThreads, smem, stream>>>(q, k, v, o, lse, T, H, make_bounds(mask, T), scale_log2);
   return cudaGetLastError();
+}
+
+// Key tile width: 64 by default; ATTN_FWD_BLOCK_N=32 selects the narrower tile (fewer score
+// registers) for benchmarking the two against each other.
+template <int D>
+static cudaError_t launch_fwd(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, int T, int H,
+                              const MaskDesc& mask, cudaStream_t stream) {
+  static const int block_n = [] {
+    const char* e = std::getenv("ATTN_FWD_BLOCK_N");
+    return e && std::atoi(e) == 32 ? 32 : 64;
+  }();
+  if (block_n == 32) return launch_fwd_n<D, 32>(q, k, v, o, lse, T, H, mask, stream);
+  return launch_fwd_n<D, 64>(q, k, v, o, lse, T, H, mask, stream);
 }
 
 cudaError_t attention_forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, int T, int H, int D,

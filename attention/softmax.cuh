@@ -1,8 +1,9 @@
 // Score handling shared by the forward and dQ kernels, on one warp's 16 x 64 C-layout tile
 // (this thread: rows g and g+8, columns 2t, 2t+1 of each n8 block).
-//   scale_and_mask: s *= scale * log2(e); masked elements -> -inf (only on partial tiles).
-//   OnlineSoftmax: running max m and sum l per row; rescales the output accumulator when the
-//   max grows and turns s into p = 2^(s - m) in place. A row that has kept nothing so far has
+//   apply_mask: masked elements -> -inf (only called on partial tiles).
+//   OnlineSoftmax: running max m (of scale * log2(e) * s) and sum l per row; rescales the output
+//   accumulator when the max grows and turns s into p = 2^(scale_log2 * s - m) in place (the
+//   scale rides in the exponent's FMA). A row that has kept nothing so far has
 //   m = -inf; it is computed against 0 so that no inf - inf appears, and ends with l = 0,
 //   output 0 and lse = -inf.
 #pragma once
@@ -13,15 +14,12 @@
 namespace attn {
 
 template <int NB>
-__device__ __forceinline__ void scale_and_mask(float (&s)[NB][4], float scale_log2, bool partial, const MaskBounds& mb,
-                                               int row0, int col0) {
+__device__ __forceinline__ void apply_mask(float (&s)[NB][4], const MaskBounds& mb, int row0, int col0) {
 #pragma unroll
   for (int nb = 0; nb < NB; nb++)
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-      s[nb][e] *= scale_log2;
-      if (partial && !keep(mb, row0 + 8 * (e >> 1), col0 + nb * 8 + (e & 1))) s[nb][e] = -INFINITY;
-    }
+    for (int e = 0; e < 4; e++)
+      if (!keep(mb, row0 + 8 * (e >> 1), col0 + nb * 8 + (e & 1))) s[nb][e] = -INFINITY;
 }
 
 struct OnlineSoftmax {
@@ -29,14 +27,15 @@ struct OnlineSoftmax {
   float l[2] = {0.f, 0.f};
 
   template <int NB, int NO>
-  __device__ __forceinline__ void update(float (&s)[NB][4], float (&acc)[NO][4]) {
+  __device__ __forceinline__ void update(float (&s)[NB][4], float (&acc)[NO][4], float scale_log2) {
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-      float mx = m[r];
+      float mx = -INFINITY;
 #pragma unroll
       for (int nb = 0; nb < NB; nb++) mx = fmaxf(mx, fmaxf(s[nb][2 * r], s[nb][2 * r + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+      mx = fmaxf(m[r], mx * scale_log2);  // -inf * scale stays -inf
       const float base = mx == -INFINITY ? 0.f : mx;
       const float alpha = exp2f(m[r] - base);
       m[r] = mx;
@@ -48,8 +47,8 @@ struct OnlineSoftmax {
       }
 #pragma unroll
       for (int nb = 0; nb < NB; nb++) {
-        s[nb][2 * r] = exp2f(s[nb][2 * r] - base);
-        s[nb][2 * r + 1] = exp2f(s[nb][2 * r + 1] - base);
+        s[nb][2 * r] = exp2f(fmaf(s[nb][2 * r], scale_log2, -base));
+        s[nb][2 * r + 1] = exp2f(fmaf(s[nb][2 * r + 1], scale_log2, -base));
         l[r] += s[nb][2 * r] + s[nb][2 * r + 1];
       }
     }

@@ -23,10 +23,12 @@ step attn-run
 timeout 120 python3 tests/test_attn_run.py attention/attn_run > "$LOG/attn_run.log" 2>&1
 step bench
 timeout 180 build/bench/bench_attention "$LOG/bench_attention.json" > "$LOG/bench.log" 2>&1
+step bench-blockn32
+ATTN_FWD_BLOCK_N=32 timeout 120 build/bench/bench_attention /tmp/bn32.json > "$LOG/bench_bn32.log" 2>&1
 step tiktoken
 [ -d .devdata ] && timeout 60 python3 scripts/make_tiktoken_fixture.py ids .devdata/gpt2 .devdata/tok_inputs.json > "$LOG/tiktoken_gpt2.json" 2> "$LOG/tiktoken.err"
 step flex
-timeout "${FLEX_TIMEOUT:-300}" python3 bench/compare_flex.py "$LOG/bench_attention.json" "$LOG/compare.md" > "$LOG/compare.log" 2>&1
+[ -z "${SKIP_FLEX:-}" ] && timeout "${FLEX_TIMEOUT:-300}" python3 bench/compare_flex.py "$LOG/bench_attention.json" "$LOG/compare.md" > "$LOG/compare.log" 2>&1
 if [ -n "${PROFILE:-}" ] && command -v ncu >/dev/null; then
   step profile
   for k in attention_fwd_kernel attention_bwd_dq_kernel attention_bwd_dkdv_kernel; do
@@ -41,4 +43,5 @@ echo "== summary"
 grep -E "FAIL|passed|sampled|exit" "$LOG/test_gpu.log" | tail -25
 tail -3 "$LOG/attn_run.log"
 cat "$LOG/bench.log"
+echo "-- forward with 32-wide key tiles (ATTN_FWD_BLOCK_N=32):"; cat "$LOG/bench_bn32.log"
 tail -16 "$LOG/compare.log"

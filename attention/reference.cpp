@@ -82,14 +82,14 @@ void backward(const float* q, const float* k, const float* v, const float* dout,
   const double scale = 1.0 / std::sqrt((double)D);
   const size_t ld = (size_t)H * D;
   std::vector<double> o, lse;
-  forward(q, k, v, T, H, D, m, o, lse, false);
-  // Drow[h, i] = sum_d dout * o  (= sum_j p_ij dp_ij). A bf16 implementation stores O in bf16
-  // and forms Drow from that, which is what bf16_steps imitates.
+  forward(q, k, v, T, H, D, m, o, lse, bf16_steps);  // lse is exact either way
+  // Drow[h, i] = sum_d dout * o  (= sum_j p_ij dp_ij). A bf16 implementation forms Drow from
+  // its own bf16 forward output, which is what bf16_steps imitates.
   std::vector<double> drow((size_t)H * T);
   for (int h = 0; h < H; h++)
     for (int i = 0; i < T; i++) {
       double s = 0;
-      for (int d = 0; d < D; d++) s += (double)dout[i * ld + h * D + d] * maybe_round(o[(i * H + h) * (size_t)D + d], bf16_steps);
+      for (int d = 0; d < D; d++) s += (double)dout[i * ld + h * D + d] * o[(i * H + h) * (size_t)D + d];
       drow[(size_t)h * T + i] = s;
     }
   dq.assign((size_t)T * H * D, 0.0);

@@ -4,9 +4,9 @@
 //   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - Drow),  dQ = scale dS K,  dK = scale dS^T Q
 //   Q, K, V, O, dO, dQ, dK, dV: bf16 [T, H, D];  lse, Drow: fp32 [H, T];  D in {64, 128}.
 //
-// Three kernels: the Drow pre-pass; dK/dV, one block per 128 keys walking the query tiles of 64
-// that see them (query_range, classify_tile), accumulating in registers; dQ, one block per 128
-// queries walking key tiles of 64 like the forward. Computing dQ in its own pass costs two extra
+// Three kernels: the Drow pre-pass; dK/dV, one block per 64 keys walking the query tiles that
+// see them (query_range, classify_tile), accumulating in registers; dQ, one block per 64
+// queries walking key tiles like the forward. Computing dQ in its own pass costs two extra
 // small matmuls per tile (S and dP again) but leaves every output written by one block, in
 // a fixed order: the same inputs give the same bits on every run.
 #include <cmath>
@@ -18,10 +18,7 @@
 namespace attn {
 using namespace sm80;
 
-// A block owns kBwdOwn rows (16 a warp: keys in the dK/dV kernel, queries in the dQ kernel) and
-// walks the other side in tiles of kBwdBlock. Owning 128 rather than 64 halves how often each
-// walked tile is streamed from L2 into shared memory.
-constexpr int kBwdWarps = 8, kBwdThreads = 32 * kBwdWarps, kBwdOwn = 16 * kBwdWarps, kBwdBlock = 64;
+constexpr int kBwdBlock = 64, kBwdThreads = 128;
 
 size_t backward_workspace_bytes(int T, int H) { return (size_t)T * H * sizeof(float); }
 
@@ -54,24 +51,24 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_dq_kernel(
     float scale_log2, float scale) {
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* sQ = reinterpret_cast<bf16*>(smem);
-  bf16* sdO = sQ + kBwdOwn * D;
-  bf16* sK = sdO + kBwdOwn * D;       // 2 buffers
+  bf16* sdO = sQ + kBwdBlock * D;
+  bf16* sK = sdO + kBwdBlock * D;     // 2 buffers
   bf16* sV = sK + 2 * kBwdBlock * D;  // 2 buffers
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int n_qt = (T + kBwdOwn - 1) / kBwdOwn;
-  const int q0 = (n_qt - 1 - blockIdx.x) * kBwdOwn, h = blockIdx.y;
+  const int n_qt = (T + kBwdBlock - 1) / kBwdBlock;
+  const int q0 = (n_qt - 1 - blockIdx.x) * kBwdBlock, h = blockIdx.y;
 
   int k_lo, k_hi;
-  key_range(mb, q0, q0 + kBwdOwn, k_lo, k_hi);
+  key_range(mb, q0, q0 + kBwdBlock, k_lo, k_hi);
   const int kt_end = k_hi >= k_lo ? k_hi / kBwdBlock + 1 : 0;
   auto next_tile = [&](int kt) {
-    while (kt < kt_end && classify_tile(mb, q0, q0 + kBwdOwn, kt * kBwdBlock, (kt + 1) * kBwdBlock) == kSkip) kt++;
+    while (kt < kt_end && classify_tile(mb, q0, q0 + kBwdBlock, kt * kBwdBlock, (kt + 1) * kBwdBlock) == kSkip) kt++;
     return kt;
   };
   int kt = next_tile(k_lo / kBwdBlock);
 
-  load_tile<D, kBwdOwn, kBwdThreads>(sQ, Q, q0, T, H, h);
-  load_tile<D, kBwdOwn, kBwdThreads>(sdO, dO, q0, T, H, h);
+  load_tile<D, kBwdBlock, kBwdThreads>(sQ, Q, q0, T, H, h);
+  load_tile<D, kBwdBlock, kBwdThreads>(sdO, dO, q0, T, H, h);
   cp_async_commit();
   if (kt < kt_end) {
     load_tile<D, kBwdBlock, kBwdThreads>(sK, K, kt * kBwdBlock, T, H, h);
@@ -113,7 +110,7 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_dq_kernel(
     mma_a_reg_bt<D, kBwdBlock / 8, D / 16>(s, qf, k_tile, lane);
     mma_a_reg_bt<D, kBwdBlock / 8, D / 16>(dp, dof, v_tile, lane);
     const int k0 = kt * kBwdBlock;
-    const bool partial = classify_tile(mb, q0, q0 + kBwdOwn, k0, k0 + kBwdBlock) != kFull;
+    const bool partial = classify_tile(mb, q0, q0 + kBwdBlock, k0, k0 + kBwdBlock) != kFull;
     if (partial) apply_mask(s, mb, row0, k0 + 2 * (lane & 3));
 #pragma unroll
     for (int nb = 0; nb < kBwdBlock / 8; nb++)
@@ -150,26 +147,26 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_dkdv_kernel(
     int H, MaskBounds mb, float scale_log2, float scale) {
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* sK = reinterpret_cast<bf16*>(smem);
-  bf16* sV = sK + kBwdOwn * D;
-  bf16* sQ = sV + kBwdOwn * D;         // 2 buffers
+  bf16* sV = sK + kBwdBlock * D;
+  bf16* sQ = sV + kBwdBlock * D;       // 2 buffers
   bf16* sdO = sQ + 2 * kBwdBlock * D;  // 2 buffers
   float* sLse = reinterpret_cast<float*>(sdO + 2 * kBwdBlock * D);  // 2 x kBwdBlock
   float* sDr = sLse + 2 * kBwdBlock;                                // 2 x kBwdBlock
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int k0 = blockIdx.x * kBwdOwn, h = blockIdx.y;
+  const int k0 = blockIdx.x * kBwdBlock, h = blockIdx.y;
 
   int q_lo, q_hi;
-  query_range(mb, k0, k0 + kBwdOwn, q_lo, q_hi);
+  query_range(mb, k0, k0 + kBwdBlock, q_lo, q_hi);
   const int qt_end = q_hi >= q_lo ? q_hi / kBwdBlock + 1 : 0;
   auto next_tile = [&](int qt) {
-    while (qt < qt_end && classify_tile(mb, qt * kBwdBlock, (qt + 1) * kBwdBlock, k0, k0 + kBwdOwn) == kSkip) qt++;
+    while (qt < qt_end && classify_tile(mb, qt * kBwdBlock, (qt + 1) * kBwdBlock, k0, k0 + kBwdBlock) == kSkip) qt++;
     return qt;
   };
   auto load_q_side = [&](int qt, int b) {
     const int qs = qt * kBwdBlock;
     load_tile<D, kBwdBlock, kBwdThreads>(sQ + b * kBwdBlock * D, Q, qs, T, H, h);
     load_tile<D, kBwdBlock, kBwdThreads>(sdO + b * kBwdBlock * D, dO, qs, T, H, h);
-    for (int i = threadIdx.x; i < 2 * kBwdBlock; i += kBwdThreads) {  // lse and Drow of the tile
+    for (int i = threadIdx.x; i < 2 * kBwdBlock; i += kBwdThreads) {
       const int j = i % kBwdBlock, row = qs + j;
       const float* src = (i < kBwdBlock ? LSE : drow) + (size_t)h * T + (row < T ? row : 0);
       cp_async4(smem_addr((i < kBwdBlock ? sLse : sDr) + b * kBwdBlock + j), src, row < T);
@@ -177,8 +174,8 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_dkdv_kernel(
   };
   int qt = next_tile(q_lo / kBwdBlock);
 
-  load_tile<D, kBwdOwn, kBwdThreads>(sK, K, k0, T, H, h);
-  load_tile<D, kBwdOwn, kBwdThreads>(sV, V, k0, T, H, h);
+  load_tile<D, kBwdBlock, kBwdThreads>(sK, K, k0, T, H, h);
+  load_tile<D, kBwdBlock, kBwdThreads>(sV, V, k0, T, H, h);
   cp_async_commit();
   if (qt < qt_end) load_q_side(qt, 0);
   cp_async_commit();
@@ -215,7 +212,7 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_dkdv_kernel(
       }
     }
     const int q0 = qt * kBwdBlock;
-    const bool partial = classify_tile(mb, q0, q0 + kBwdBlock, k0, k0 + kBwdOwn) != kFull;
+    const bool partial = classify_tile(mb, q0, q0 + kBwdBlock, k0, k0 + kBwdBlock) != kFull;
 #pragma unroll
     for (int nb = 0; nb < kBwdBlock / 8; nb++)
 #pragma unroll
@@ -259,15 +256,15 @@ static cudaError_t launch_bwd(const bf16* q, const bf16* k, const bf16* v, const
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
 
-  const size_t smem_dkdv = (size_t)(2 * kBwdOwn + 4 * kBwdBlock) * D * sizeof(bf16) + 4 * kBwdBlock * sizeof(float);
+  const size_t smem_dkdv = (size_t)6 * kBwdBlock * D * sizeof(bf16) + 4 * kBwdBlock * sizeof(float);
   err = cudaFuncSetAttribute(attention_bwd_dkdv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dkdv);
   if (err != cudaSuccess) return err;
-  dim3 grid((T + kBwdOwn - 1) / kBwdOwn, H);
+  dim3 grid((T + kBwdBlock - 1) / kBwdBlock, H);
   attention_bwd_dkdv_kernel<D><<<grid, kBwdThreads, smem_dkdv, stream>>>(q, k, v, dout, lse, drow, dk, dv, T, H, mb, scale_log2, scale);
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
 
-  const size_t smem_dq = (size_t)(2 * kBwdOwn + 4 * kBwdBlock) * D * sizeof(bf16);
+  const size_t smem_dq = (size_t)6 * kBwdBlock * D * sizeof(bf16);
   err = cudaFuncSetAttribute(attention_bwd_dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dq);
   if (err != cudaSuccess) return err;
   attention_bwd_dq_kernel<D><<<grid, kBwdThreads, smem_dq, stream>>>(q, k, v, dout, lse, drow, dq, T, H, mb, scale_log2, scale);

@@ -48,7 +48,8 @@ void forward_row(const float* q, const float* k, const float* v, int T, int H, i
   std::vector<double> s(T);
   double mx = -std::numeric_limits<double>::infinity();
   for (int j = 0; j < T; j++) {
-    s[j] = keep(m, row, j) ? scale * dot(qr, k + j * ld + h * D, D) : -std::numeric_limits<double>::infinity();
+    s[j] = keep(m, row, j) ? maybe_round(scale * dot(qr, k + j * ld + h * D, D), bf16_steps)
+                           : -std::numeric_limits<double>::infinity();
     mx = std::max(mx, s[j]);
   }
   for (int d = 0; d < D; d++) o_row[d] = 0;
@@ -82,7 +83,7 @@ void backward(const float* q, const float* k, const float* v, const float* dout,
   const double scale = 1.0 / std::sqrt((double)D);
   const size_t ld = (size_t)H * D;
   std::vector<double> o, lse;
-  forward(q, k, v, T, H, D, m, o, lse, bf16_steps);  // lse is exact either way
+  forward(q, k, v, T, H, D, m, o, lse, bf16_steps);
   // Drow[h, i] = sum_d dout * o  (= sum_j p_ij dp_ij). A bf16 implementation forms Drow from
   // its own bf16 forward output, which is what bf16_steps imitates.
   std::vector<double> drow((size_t)H * T);
@@ -97,9 +98,9 @@ void backward(const float* q, const float* k, const float* v, const float* dout,
   dv.assign((size_t)T * H * D, 0.0);
   // p, dp and ds of one pair (i query, j key), shared by both passes
   auto pair = [&](int h, int i, int j, double& p, double& ds) {
-    double s = scale * dot(q + i * ld + h * D, k + j * ld + h * D, D);
+    double s = maybe_round(scale * dot(q + i * ld + h * D, k + j * ld + h * D, D), bf16_steps);
     p = std::exp(s - lse[(size_t)h * T + i]);
-    double dp = dot(dout + i * ld + h * D, v + j * ld + h * D, D);
+    double dp = maybe_round(dot(dout + i * ld + h * D, v + j * ld + h * D, D), bf16_steps);
     ds = p * (dp - drow[(size_t)h * T + i]);
     p = maybe_round(p, bf16_steps);
     ds = maybe_round(ds, bf16_steps);

@@ -4,8 +4,10 @@
 //
 // Layout as the kernels: q, k, v, o, dout, dq, dk, dv are [T, H, D] (row stride H*D);
 // lse is [H, T]. Inputs are float arrays (holding bf16-representable values in the tests).
-// bf16_steps = true rounds what a plain bf16 attention stores in bf16 (the probabilities, dS, the
-// output O that rowsum(dO * O) is formed from, and every result) before it is used: the tests use it to measure how much error
+// bf16_steps = true is a plain bf16 attention, as PyTorch's math path computes it on bf16
+// tensors: every matmul result and stored tensor (scores, probabilities, O, dP, dS and the
+// gradients) is rounded to bf16 before its next use, rowsum(dO * O) is formed from that bf16 O,
+// and sums run in high precision: the tests use it to measure how much error
 // bf16 alone brings, and allow the kernel twice that.
 #pragma once
 #include <cstdint>

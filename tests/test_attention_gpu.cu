@@ -2,7 +2,8 @@
 // inputs, with every output poisoned (NaN) before each run.
 //
 // Tolerance: the kernel's relative Frobenius error against fp64 must be at most twice that of
-// a plain bf16 reference (probabilities, dS, O and outputs rounded to bf16; reference.h), plus
+// a plain bf16 attention (reference.h: scores, probabilities, O, dP, dS and results rounded to
+// bf16, as PyTorch's math path on bf16 tensors stores them), plus
 // 1e-3 for fp32 accumulation noise where bf16 happens to be exact (a gradient that is exactly
 // zero comes out as 1e-7-sized noise from two fp32 sums taken in different orders); lse within
 // 1e-3 absolute. Errors are relative to max(||ref||, 1e-3 sqrt(n)): inputs are N(0, 1), and

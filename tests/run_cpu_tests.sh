@@ -33,5 +33,6 @@ run attention-cpu "$BUILD/tests/test_attention_cpu"
 run tokenizer "$PYTHON" tests/test_tokenizer.py "$BUILD" "$VOCAB_DIR" "$GCIDE_DIR"
 run cli "$PYTHON" tests/test_cli.py "$BUILD" "$VOCAB_DIR"
 run fetch "$PYTHON" tests/test_fetch_fineweb.py
+run ablation-tools "$PYTHON" tests/test_ablation_tools.py "${SHARED_LOGS:-../shared/data/modded-nanogpt-logs}"
 echo "tests: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Comparison report for an ablation: per variant and GPU count, the mean, standard deviation and
+95% confidence interval of final validation loss, training time and step average; Welch's t-test
+of each variant against the first; whether paired runs (same run index, hence same seed) give
+identical loss sequences; a markdown table and two PNG plots (validation loss with a +-1 std
+band; step-time distributions). Works for any flag: a variant is just a name.
+
+    python3 scripts/ab_report.py --logs-dir logs/mask --out docs/mask_ablation
+        (logs named VARIANT_gN_rI.txt, as scripts/ab_run.py writes them)
+    python3 scripts/ab_report.py --group 'uni@8=logs/a/*.txt' --group 'bi@8=logs/b/*.txt' --out DIR
+"""
+import argparse
+import glob
+import math
+import os
+import re
+import sys
+from collections import OrderedDict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ab_stats as st  # noqa: E402
+import speedrun_logs  # noqa: E402
+
+NAME_RE = re.compile(r"^(?P<variant>.+)_g(?P<gpus>\d+)_r(?P<run>\d+)\.txt$")
+
+
+def discover(logs_dir):
+    """Groups VARIANT_gN_rI.txt logs; variants in the order of the runner's campaign.json (the
+    first is the baseline), else alphabetical."""
+    found = {}
+    for path in sorted(glob.glob(os.path.join(logs_dir, "*.txt"))):
+        m = NAME_RE.match(os.path.basename(path))
+        if m:
+            found.setdefault((m["variant"], int(m["gpus"])), []).append((int(m["run"]), path))
+    order = sorted({v for v, _ in found})
+    manifest = os.path.join(logs_dir, "campaign.json")
+    if os.path.exists(manifest):
+        import json
+        listed = [v[0] for v in json.load(open(manifest))["variants"]]
+        order = [v for v in listed if v in order] + [v for v in order if v not in listed]
+    groups = OrderedDict()
+    for gpus in sorted({g for _, g in found}):
+        for v in order:
+            if (v, gpus) in found:
+                groups[(v, gpus)] = sorted(found[(v, gpus)])
+    return groups
+
+
+def from_patterns(specs):
+    groups = OrderedDict()
+    for spec in specs:
+        if "=" not in spec or "@" not in spec.split("=", 1)[0]:
+            raise SystemExit(f"ab_report: error: --group wants NAME@GPUS=PATTERN, got {spec!r}")
+        name, pattern = spec.split("=", 1)
+        variant, gpus = name.rsplit("@", 1)
+        files = sorted(glob.glob(pattern))
+        if not files:
+            raise SystemExit(f"ab_report: error: --group {spec!r}: pattern matches no file")
+        groups[(variant, int(gpus))] = list(enumerate(files))
+    return groups
+
+
+def fmt(x, digits=4):
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def loss_sequence(run):
+    """The losses to compare bit for bit: full precision from the JSON lines when the trainer
+    wrote them, else the printed values."""
+    side = os.path.splitext(run.path)[0] + ".jsonl"
+    if os.path.exists(side):
+        import json
+        seq = []
+        with open(side) as f:
+            for line in f:
+                ev = json.loads(line)
+                for key in ("train_loss", "val_loss"):
+                    if key in ev:
+                        seq.append((ev.get("step"), key, ev[key]))
+        if seq:
+            return seq
+    return [(s, "val", v) for s, v, _ in run.val] + [(s, "train", l) for s, _, _, l in run.train if not math.isnan(l)]
+
+
+def build(groups, out_dir, title):
+    os.makedirs(out_dir, exist_ok=True)
+    runs = OrderedDict((key, [(i, speedrun_logs.parse(p)) for i, p in items]) for key, items in groups.items())
+    metrics = [("final val loss", lambda r: r.final_val_loss, 4), ("train time (s)", lambda r: r.train_time_ms / 1e3, 2),
+               ("step avg (ms)", lambda r: r.step_avg_ms, 2)]
+    lines = [f"# {title}", "", "Per variant and GPU count, over complete runs (mean, standard deviation, half-width of the 95% "
+             "confidence interval of the mean).", "",
+             "| variant | GPUs | runs (complete) | " + " | ".join(f"{m} mean | std | 95% CI" for m, _, _ in metrics) + " |",
+             "|" + " --- |" * (3 + 3 * len(metrics))]
+    values = {}
+    for (variant, gpus), rs in runs.items():
+        done = [r for _, r in rs if r.complete]
+        row = [variant, str(gpus), f"{len(rs)} ({len(done)})"]
+        for name, get, d in metrics:
+            xs = [get(r) for r in done]
+            values[(variant, gpus, name)] = xs
+            row += [fmt(st.mean(xs), d) if xs else "-", fmt(st.std(xs), d) if xs else "-", fmt(st.ci95(xs), d) if xs else "-"]
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "Welch's t-test of each variant against the first variant at the same GPU count (two-sided p).", "",
+              "| GPUs | variant | vs | metric | difference of means | t | p |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    by_gpus = OrderedDict()
+    for variant, gpus in runs:
+        by_gpus.setdefault(gpus, []).append(variant)
+    identical_rows = []
+    for gpus, variants in by_gpus.items():
+        base = variants[0]
+        for other in variants[1:]:
+            for name, _, d in metrics:
+                x, y = values[(other, gpus, name)], values[(base, gpus, name)]
+                t, df, p = st.welch(x, y)
+                diff = st.mean(x) - st.mean(y) if x and y else math.nan
+                lines.append(f"| {gpus} | {other} | {base} | {name} | {fmt(diff, d)} | {fmt(t, 2)} | {fmt(p, 4)} |")
+            a = dict(runs[(base, gpus)])
+            b = dict(runs[(other, gpus)])
+            for i in sorted(set(a) & set(b)):
+                same = loss_sequence(a[i]) == loss_sequence(b[i]) and bool(loss_sequence(a[i]))
+                identical_rows.append(f"| {gpus} | {base} vs {other} | {i} | {'yes' if same else 'no'} |")
+    lines += ["", "Loss sequences, paired by run index (same seed): identical to the bit?", "",
+              "| GPUs | variants | run | identical |", "| --- | --- | --- | --- |"] + identical_rows
+    plots = make_plots(runs, out_dir)
+    if plots:
+        lines += [""] + [f"![{name}]({name})" for name in plots]
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(out_dir, "report.md"), "w") as f:
+        f.write(text)
+    return text
+
+
+def make_plots(runs, out_dir):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import numpy as np
+    except ImportError:
+        print("ab_report: matplotlib/numpy missing: no plots (scripts/setup.sh installs them)", file=sys.stderr)
+        return []
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for (variant, gpus), rs in runs.items():
+        curves = [dict((s, v) for s, v, _ in r.val) for _, r in rs if r.val]
+        if not curves:
+            continue
+        steps = sorted(set.intersection(*(set(c) for c in curves)))
+        ys = np.array([[c[s] for s in steps] for c in curves])
+        m, sd = ys.mean(0), ys.std(0, ddof=1) if len(curves) > 1 else np.zeros(len(steps))
+        line, = ax.plot(steps, m, label=f"{variant}, {gpus} GPU ({len(curves)} runs)")
+        ax.fill_between(steps, m - sd, m + sd, color=line.get_color(), alpha=0.2)
+    ax.set_xlabel("step")
+    ax.set_ylabel("validation loss")
+    ax.set_yscale("log")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "val_loss.png"), dpi=110)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    data, labels = [], []
+    for (variant, gpus), rs in runs.items():
+        times = [t for _, r in rs for t in r.step_times_ms()]
+        if times:
+            data.append(times)
+            labels.append(f"{variant}\n{gpus} GPU")
+    if data:
+        ax.boxplot(data, showfliers=False)
+        ax.set_xticks(range(1, len(labels) + 1), labels)
+        ax.set_ylabel("step time (ms), steps after the 10th")
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, "step_times.png"), dpi=110)
+    plt.close(fig)
+    return ["val_loss.png", "step_times.png"] if data else ["val_loss.png"]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--logs-dir", help="directory of VARIANT_gN_rI.txt logs")
+    ap.add_argument("--group", action="append", default=[], help="NAME@GPUS=GLOB (repeatable)")
+    ap.add_argument("--out", required=True, help="output directory for report.md and the plots")
+    ap.add_argument("--title", default="Ablation report")
+    a = ap.parse_args(argv)
+    if bool(a.logs_dir) == bool(a.group):
+        ap.error("give exactly one of --logs-dir or --group")
+    groups = discover(a.logs_dir) if a.logs_dir else from_patterns(a.group)
+    if not groups:
+        ap.error(f"no logs named VARIANT_gN_rI.txt in {a.logs_dir}")
+    print(build(groups, a.out, a.title))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Parses speedrun logs: this trainer's and modded-nanogpt's (formats of 2024-11-24 and
+2024-12-10), one line per step in the record's form
+
+    step:N/M val_loss:X train_time:Tms step_avg:Sms
+    step:N/M train_time:Tms step_avg:Sms                  (2024-12-10)
+    step:N/M train_loss:X train_time:Tms step_avg:Sms     (2024-11-24)
+
+Other lines (environment, nvidia-smi, code dumps) are skipped. When a JSON-lines file sits beside
+the log (LOG.jsonl, or the log's name with .txt replaced by .jsonl) its first object is taken as
+the run's configuration (this trainer writes one: flags, seed, world size, git commit).
+
+    python3 scripts/speedrun_logs.py LOG... > steps.csv      # every step of every log, as CSV
+"""
+import csv
+import json
+import math
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+
+STEP_RE = re.compile(r"^step:(\d+)/(\d+)\s+(.*)$")
+FIELD_RE = re.compile(r"(\w+):(\S+)")
+
+
+def _num(text):
+    text = text.rstrip("ms") if text.endswith("ms") else text
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+@dataclass
+class Run:
+    path: str
+    total_steps: int = 0
+    train: list = field(default_factory=list)  # (step, train_time_ms, step_avg_ms, train_loss or nan)
+    val: list = field(default_factory=list)    # (step, val_loss, train_time_ms)
+    config: dict = field(default_factory=dict)
+    peak_memory_mib: float = math.nan
+
+    @property
+    def complete(self):
+        """The run reached its last step and validated there."""
+        return bool(self.val) and self.total_steps > 0 and self.val[-1][0] == self.total_steps
+
+    @property
+    def final_val_loss(self):
+        return self.val[-1][1] if self.val else math.nan
+
+    @property
+    def train_time_ms(self):
+        """Training time at the last step (validation excluded, as the record counts it)."""
+        return self.train[-1][1] if self.train else math.nan
+
+    @property
+    def step_avg_ms(self):
+        return self.train[-1][2] if self.train else math.nan
+
+    def step_times_ms(self, skip=10):
+        """Durations of single steps from consecutive train_time values, after the first `skip`."""
+        t = [(s, tt) for s, tt, _, _ in self.train if s > skip]
+        return [b[1] - a[1] for a, b in zip(t, t[1:]) if b[0] == a[0] + 1]
+
+
+def parse(path):
+    run = Run(path=path)
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("peak memory"):
+                m = re.search(r"(\d+(?:\.\d+)?)\s*MiB", line)
+                if m:
+                    run.peak_memory_mib = float(m.group(1))
+                continue
+            m = STEP_RE.match(line)
+            if not m:
+                continue
+            step, total = int(m.group(1)), int(m.group(2))
+            fields = dict(FIELD_RE.findall(m.group(3)))
+            if "train_time" not in fields:
+                continue
+            run.total_steps = total
+            tt = _num(fields["train_time"])
+            if "val_loss" in fields:
+                run.val.append((step, _num(fields["val_loss"]), tt))
+            else:
+                run.train.append((step, tt, _num(fields.get("step_avg", "nan")), _num(fields.get("train_loss", "nan"))))
+    for side in (path + "l" if path.endswith(".json") else None, os.path.splitext(path)[0] + ".jsonl", path + ".jsonl"):
+        if side and os.path.exists(side):
+            with open(side, encoding="utf-8") as f:
+                first = f.readline()
+            try:
+                run.config = json.loads(first) if first.strip() else {}
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{side}: first line is not JSON ({e})")
+            break
+    return run
+
+
+def write_csv(runs, out):
+    w = csv.writer(out)
+    w.writerow(["file", "step", "total_steps", "kind", "val_loss", "train_loss", "train_time_ms", "step_avg_ms"])
+    for r in runs:
+        for s, tt, avg, tl in r.train:
+            w.writerow([r.path, s, r.total_steps, "train", "", "" if math.isnan(tl) else tl, tt, "" if math.isnan(avg) else avg])
+        for s, vl, tt in r.val:
+            w.writerow([r.path, s, r.total_steps, "val", vl, "", tt, ""])
+
+
+def main(argv):
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    runs = []
+    for p in argv:
+        if not os.path.exists(p):
+            print(f"speedrun_logs: error: {p}: no such file", file=sys.stderr)
+            return 1
+        r = parse(p)
+        if not r.train and not r.val:
+            print(f"speedrun_logs: warning: {p}: no step lines (empty or not a speedrun log)", file=sys.stderr)
+        runs.append(r)
+    write_csv(runs, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,124 @@
+"""The ablation tools (scripts/): the log parser on the real modded-nanogpt logs in
+../shared/data/modded-nanogpt-logs, the statistics against values worked out by hand and
+against printed t tables, report generation on small synthetic logs, and the runner's resume
+logic with a fake trainer.
+
+    python3 tests/test_ablation_tools.py [SHARED_LOG_DIR]
+"""
+import glob
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, HERE)
+import ab_stats as st  # noqa: E402
+import speedrun_logs  # noqa: E402
+from harness import check, finish  # noqa: E402
+
+logs_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "..", "shared", "data", "modded-nanogpt-logs")
+
+# ------------------------------------------------------------------ parser on the real logs
+real = sorted(glob.glob(os.path.join(logs_dir, "2024-12-10_*.txt")))
+check("four 2024-12-10 logs present", len(real) == 4, logs_dir)
+for p in real:
+    r = speedrun_logs.parse(p)
+    name = os.path.basename(p)[:30]
+    check(f"{name}: 1480 steps", r.total_steps == 1480 and len(r.train) == 1480 and r.train[-1][0] == 1480,
+          f"{r.total_steps} {len(r.train)}")
+    check(f"{name}: 13 validations (every 125 steps and the end)", len(r.val) == 13 and r.val[0][0] == 0 and r.val[-1][0] == 1480,
+          str([v[0] for v in r.val]))
+    check(f"{name}: complete", r.complete)
+    check(f"{name}: step_avg at the end parses", not math.isnan(r.step_avg_ms) and 150 < r.step_avg_ms < 170, str(r.step_avg_ms))
+    check(f"{name}: peak memory", r.peak_memory_mib == 34239 or r.peak_memory_mib > 30000, str(r.peak_memory_mib))
+# exact final values of one log, read off the file by eye
+r = speedrun_logs.parse(os.path.join(logs_dir, "2024-12-10_MFUTweaks_04df8c70-2462-4b6c-9e49-c7589b321a81.txt"))
+check("04df8c70: final val_loss 3.2756", r.final_val_loss == 3.2756, str(r.final_val_loss))
+check("04df8c70: final train_time 231368 ms, step_avg 157.39", r.train_time_ms == 231368 and r.step_avg_ms == 157.39,
+      f"{r.train_time_ms} {r.step_avg_ms}")
+check("04df8c70: val at 125 is 4.4235", r.val[1] == (125, 4.4235, 17298.0), str(r.val[1]))
+check("04df8c70: step 0 val_loss 10.8258 with step_avg nan", r.val[0][1] == 10.8258)
+check("04df8c70: per-step times skip the first 10 steps", len(r.step_times_ms()) == 1469, str(len(r.step_times_ms())))
+# the 2024-11-24 fixtures in the shared folder are empty files: they must parse to no steps
+for p in sorted(glob.glob(os.path.join(logs_dir, "2024-11-24_*.txt"))):
+    r = speedrun_logs.parse(p)
+    check(f"{os.path.basename(p)[:30]}: empty log gives no steps", not r.train and not r.val and not r.complete)
+# the 2024-11-24 line form, with train_loss
+with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+    f.write("noise line\nstep:0/3 val_loss:10.8258 train_time:0ms step_avg:nanms\n"
+            "step:1/3 train_loss:10.8 train_time:100ms step_avg:nanms\nstep:2/3 train_loss:9.5 train_time:210ms step_avg:105.00ms\n"
+            "step:3/3 train_loss:9.1 train_time:320ms step_avg:106.67ms\nstep:3/3 val_loss:8.9 train_time:330ms step_avg:110.00ms\n")
+r = speedrun_logs.parse(f.name)
+check("2024-11-24 form: train losses", [t[3] for t in r.train] == [10.8, 9.5, 9.1], str(r.train))
+check("2024-11-24 form: final values", r.final_val_loss == 8.9 and r.train_time_ms == 320 and r.complete)
+os.unlink(f.name)
+# CSV output
+out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "speedrun_logs.py"), real[0]], capture_output=True, text=True)
+rows = out.stdout.strip().split("\n")
+check("CSV: header + 1480 train + 13 val rows", out.returncode == 0 and len(rows) == 1 + 1480 + 13, str(len(rows)))
+
+# ------------------------------------------------------------------ statistics
+x = [3.28, 3.27, 3.29, 3.30]  # mean 3.285; deviations -.005 -.015 .005 .015; sum sq = .0005; var = .0005/3
+check("mean", abs(st.mean(x) - 3.285) < 1e-12)
+check("sample std", abs(st.std(x) - math.sqrt(0.0005 / 3)) < 1e-12, str(st.std(x)))
+# t table (two-sided 5%): df 1: 12.706, df 3: 3.182, df 4: 2.776, df 9: 2.262, df 10: 2.228, df 39: 2.023
+for df, t in [(1, 12.706), (3, 3.182), (4, 2.776), (9, 2.262), (10, 2.228), (39, 2.023)]:
+    check(f"t quantile df={df}", abs(st.t_quantile(0.975, df) - t) < 1e-3, str(st.t_quantile(0.975, df)))
+    check(f"two-sided p at the 5% point, df={df}", abs(st.t_sf2(t, df) - 0.05) < 2e-4, str(st.t_sf2(t, df)))
+check("p of t=0 is 1", abs(st.t_sf2(0.0, 7) - 1) < 1e-12)
+check("CI half-width", abs(st.ci95(x) - 3.182 * math.sqrt(0.0005 / 3) / 2) < 1e-4, str(st.ci95(x)))
+# Welch by hand: a = [1,2,3,4] (mean 2.5, var 5/3), b = [2,4,6,8,10] (mean 6, var 10)
+# se^2 = 5/12 + 2 = 29/12; t = -3.5 / sqrt(29/12) = -2.2515; df = (29/12)^2 / ((5/12)^2/3 + 2^2/4) = 5.4996
+t, df, p = st.welch([1, 2, 3, 4], [2, 4, 6, 8, 10])
+check("Welch t", abs(t + 3.5 / math.sqrt(29 / 12)) < 1e-12, str(t))
+check("Welch df", abs(df - (29 / 12) ** 2 / ((5 / 12) ** 2 / 3 + 1)) < 1e-12, str(df))
+check("Welch p between the df=5 and df=6 table values for t=2.2515", 0.068 < p < 0.075, str(p))
+check("identical samples: p = 1", st.welch([1.0, 1.0], [1.0, 1.0])[2] == 1.0)
+
+# ------------------------------------------------------------------ runner + report
+fake = os.path.join(HERE, "fake_trainer.py")
+with tempfile.TemporaryDirectory() as d:
+    camp = os.path.join(d, "camp")
+    base = [sys.executable, os.path.join(ROOT, "scripts", "ab_run.py"), "--campaign", camp, "--runs", "3",
+            "--trainer", f"{sys.executable} {fake}", "--variant", "uni=--window-mask uni", "--variant", "bi=--window-mask bi"]
+    r = subprocess.run(base + ["--dry-run", "--gpus", "1,2"], capture_output=True, text=True)
+    check("dry run lists 12 runs", r.returncode == 0 and "12 to run" in r.stdout, r.stdout + r.stderr)
+    check("2-GPU runs go through mpirun", "mpirun -np 2" in r.stdout and "--seed 1002" in r.stdout)
+    check("dry run writes no log", not glob.glob(os.path.join(camp, "*.txt")))
+    r = subprocess.run(base + ["--variant", "bad/name=x"], capture_output=True, text=True)
+    check("bad variant name refused", r.returncode == 2, r.stderr)
+    env = dict(os.environ, FAKE_FAIL_SEED="1001")
+    r = subprocess.run(base + ["--", "--causal", "1"], capture_output=True, text=True, env=env)
+    check("a failing run stops the campaign with its log named", r.returncode == 1 and "uni_g1_r1.txt" in r.stderr, r.stderr)
+    check("runs before the failure are complete", speedrun_logs.parse(os.path.join(camp, "uni_g1_r0.txt")).complete)
+    r = subprocess.run(base + ["--", "--causal", "1"], capture_output=True, text=True)
+    check("resume skips the complete run and runs the rest", r.returncode == 0 and "1 complete, 5 to run" in r.stdout, r.stdout)
+    r = subprocess.run(base + ["--", "--causal", "1"], capture_output=True, text=True)
+    check("a finished campaign runs nothing", r.returncode == 0 and "6 complete, 0 to run" in r.stdout, r.stdout)
+    # report: with causal on, uni and bi give identical losses; times differ (the fake adds 5 ms)
+    out = os.path.join(d, "report")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_report.py"), "--logs-dir", camp, "--out", out,
+                        "--title", "test"], capture_output=True, text=True)
+    rep = open(os.path.join(out, "report.md")).read() if os.path.exists(os.path.join(out, "report.md")) else ""
+    check("report written", r.returncode == 0 and rep.startswith("# test"), r.stderr)
+    check("report: 3 complete runs per variant", rep.count("| 3 (3) |") == 2, rep)
+    check("report: paired losses identical under causal", rep.count("| yes |") == 3, rep)
+    # final val = 5/21 + 0.001 * seed; seeds 1000..1002 -> mean 5/21 + 1.001
+    check("report: mean final loss", f"{5 / 21 + 1.001:.4f}" in rep, rep)
+    check("report: plots", os.path.exists(os.path.join(out, "val_loss.png")) and os.path.exists(os.path.join(out, "step_times.png")))
+    # causal off: bi shifts the loss, sequences differ
+    camp2 = os.path.join(d, "camp2")
+    base2 = [a if a != camp else camp2 for a in base]
+    r = subprocess.run(base2 + ["--", "--causal", "0"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_report.py"), "--logs-dir", camp2, "--out", out],
+                       capture_output=True, text=True)
+    rep = open(os.path.join(out, "report.md")).read()
+    check("report: causal off, sequences differ", rep.count("| no |") == 3 and "| yes |" not in rep, rep)
+    # Welch p for final loss: identical spreads, shift 0.01 -> t = 0.01 / sqrt(2 * var / 3) with var of seeds/1000
+    check("report: t-test row present", "| 1 | bi | uni | final val loss |" in rep, rep)
+
+finish("ablation-tools")

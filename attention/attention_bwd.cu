@@ -5,7 +5,7 @@
 //   Q, K, V, O, dO, dQ, dK, dV: bf16 [T, H, D];  lse, Drow: fp32 [H, T];  D in {64, 128}.
 //
 // Three kernels: the Drow pre-pass; dK/dV, one block per 64 keys walking the query tiles that
-// see them (query_range, classify_tile), accumulating in registers; dQ, one block per 128
+// see them (query_range, classify_tile), accumulating in registers; dQ, one block per 64
 // queries walking key tiles like the forward. Computing dQ in its own pass costs two extra
 // small matmuls per tile (S and dP again) but leaves every output written by one block, in
 // a fixed order: the same inputs give the same bits on every run.
@@ -44,121 +44,82 @@ __global__ void attention_bwd_drow_kernel(const bf16* __restrict__ O, const bf16
 __device__ __forceinline__ float lse_log2(float lse) { return lse == -INFINITY ? INFINITY : lse * (float)M_LOG2E; }
 
 // ---------------------------------------------------------------------------------- dQ
-// Like the forward: 128 queries a block, 32 rows a warp as two 16-row MMA blocks (each K and V
-// fragment feeds two MMAs; Q and dO fragments are re-read from shared memory), key tiles of 32
-// so that S, dP and the dQ accumulator fit in registers.
-constexpr int kDqRowBlocks = 2, kDqWarps = 4, kDqThreads = 32 * kDqWarps;
-constexpr int kDqBlockM = 16 * kDqRowBlocks * kDqWarps, kDqBlockN = 32;
-
 template <int D>
-__global__ void __launch_bounds__(kDqThreads, 2) attention_bwd_dq_kernel(
+__global__ void __launch_bounds__(kBwdThreads) attention_bwd_dq_kernel(
     const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V, const bf16* __restrict__ dO,
     const float* __restrict__ LSE, const float* __restrict__ drow, bf16* __restrict__ dQ, int T, int H, MaskBounds mb,
     float scale_log2, float scale) {
-  constexpr int RB = kDqRowBlocks, NB = kDqBlockN / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* sQ = reinterpret_cast<bf16*>(smem);
-  bf16* sdO = sQ + kDqBlockM * D;
-  bf16* sK = sdO + kDqBlockM * D;     // 2 buffers
-  bf16* sV = sK + 2 * kDqBlockN * D;  // 2 buffers
+  bf16* sdO = sQ + kBwdBlock * D;
+  bf16* sK = sdO + kBwdBlock * D;     // 2 buffers
+  bf16* sV = sK + 2 * kBwdBlock * D;  // 2 buffers
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int n_qt = (T + kDqBlockM - 1) / kDqBlockM;
-  const int q0 = (n_qt - 1 - blockIdx.x) * kDqBlockM, h = blockIdx.y;
+  const int n_qt = (T + kBwdBlock - 1) / kBwdBlock;
+  const int q0 = (n_qt - 1 - blockIdx.x) * kBwdBlock, h = blockIdx.y;
 
   int k_lo, k_hi;
-  key_range(mb, q0, q0 + kDqBlockM, k_lo, k_hi);
-  const int kt_end = k_hi >= k_lo ? k_hi / kDqBlockN + 1 : 0;
+  key_range(mb, q0, q0 + kBwdBlock, k_lo, k_hi);
+  const int kt_end = k_hi >= k_lo ? k_hi / kBwdBlock + 1 : 0;
   auto next_tile = [&](int kt) {
-    while (kt < kt_end && classify_tile(mb, q0, q0 + kDqBlockM, kt * kDqBlockN, (kt + 1) * kDqBlockN) == kSkip) kt++;
+    while (kt < kt_end && classify_tile(mb, q0, q0 + kBwdBlock, kt * kBwdBlock, (kt + 1) * kBwdBlock) == kSkip) kt++;
     return kt;
   };
-  int kt = next_tile(k_lo / kDqBlockN);
+  int kt = next_tile(k_lo / kBwdBlock);
 
-  load_tile<D, kDqBlockM, kDqThreads>(sQ, Q, q0, T, H, h);
-  load_tile<D, kDqBlockM, kDqThreads>(sdO, dO, q0, T, H, h);
+  load_tile<D, kBwdBlock, kBwdThreads>(sQ, Q, q0, T, H, h);
+  load_tile<D, kBwdBlock, kBwdThreads>(sdO, dO, q0, T, H, h);
+  cp_async_commit();
   if (kt < kt_end) {
-    load_tile<D, kDqBlockN, kDqThreads>(sK, K, kt * kDqBlockN, T, H, h);
-    load_tile<D, kDqBlockN, kDqThreads>(sV, V, kt * kDqBlockN, T, H, h);
+    load_tile<D, kBwdBlock, kBwdThreads>(sK, K, kt * kBwdBlock, T, H, h);
+    load_tile<D, kBwdBlock, kBwdThreads>(sV, V, kt * kBwdBlock, T, H, h);
   }
   cp_async_commit();
-  const int wrow = warp * 16 * RB;
-  const int row0 = q0 + wrow + (lane >> 2);  // rows row0 + 16 rb (+ 8)
-  float lse2[RB][2], dr[RB][2];
+  cp_async_wait<1>();
+  __syncthreads();
+  uint32_t qf[D / 16][4], dof[D / 16][4];
 #pragma unroll
-  for (int rb = 0; rb < RB; rb++)
+  for (int kk = 0; kk < D / 16; kk++) {
+    ldsm_x4(qf[kk], addr_a<D>(sQ, warp * 16, kk, lane));
+    ldsm_x4(dof[kk], addr_a<D>(sdO, warp * 16, kk, lane));
+  }
+  const int row0 = q0 + warp * 16 + (lane >> 2);
+  float lse2[2], dr[2];
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-      const int row = row0 + 16 * rb + 8 * r;
-      lse2[rb][r] = row < T ? lse_log2(LSE[(size_t)h * T + row]) : INFINITY;
-      dr[rb][r] = row < T ? drow[(size_t)h * T + row] : 0.f;
-    }
+  for (int r = 0; r < 2; r++) {
+    const int row = row0 + 8 * r;
+    lse2[r] = row < T ? lse_log2(LSE[(size_t)h * T + row]) : INFINITY;
+    dr[r] = row < T ? drow[(size_t)h * T + row] : 0.f;
+  }
 
-  float acc[RB][D / 8][4] = {};
+  float acc[D / 8][4] = {};
   int buf = 0;
   while (kt < kt_end) {
     const int kt_next = next_tile(kt + 1);
     if (kt_next < kt_end) {
-      load_tile<D, kDqBlockN, kDqThreads>(sK + (buf ^ 1) * kDqBlockN * D, K, kt_next * kDqBlockN, T, H, h);
-      load_tile<D, kDqBlockN, kDqThreads>(sV + (buf ^ 1) * kDqBlockN * D, V, kt_next * kDqBlockN, T, H, h);
+      load_tile<D, kBwdBlock, kBwdThreads>(sK + (buf ^ 1) * kBwdBlock * D, K, kt_next * kBwdBlock, T, H, h);
+      load_tile<D, kBwdBlock, kBwdThreads>(sV + (buf ^ 1) * kBwdBlock * D, V, kt_next * kBwdBlock, T, H, h);
     }
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    const bf16* k_tile = sK + buf * kDqBlockN * D;
-    const bf16* v_tile = sV + buf * kDqBlockN * D;
+    const bf16* k_tile = sK + buf * kBwdBlock * D;
+    const bf16* v_tile = sV + buf * kBwdBlock * D;
 
-    float s[RB][NB][4] = {}, dp[RB][NB][4] = {};
+    float s[kBwdBlock / 8][4] = {}, dp[kBwdBlock / 8][4] = {};
+    mma_a_reg_bt<D, kBwdBlock / 8, D / 16>(s, qf, k_tile, lane);
+    mma_a_reg_bt<D, kBwdBlock / 8, D / 16>(dp, dof, v_tile, lane);
+    const int k0 = kt * kBwdBlock;
+    const bool partial = classify_tile(mb, q0, q0 + kBwdBlock, k0, k0 + kBwdBlock) != kFull;
+    if (partial) apply_mask(s, mb, row0, k0 + 2 * (lane & 3));
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-      uint32_t qa[RB][4], da[RB][4];
+    for (int nb = 0; nb < kBwdBlock / 8; nb++)
 #pragma unroll
-      for (int rb = 0; rb < RB; rb++) {
-        ldsm_x4(qa[rb], addr_a<D>(sQ, wrow + 16 * rb, kk, lane));
-        ldsm_x4(da[rb], addr_a<D>(sdO, wrow + 16 * rb, kk, lane));
+      for (int e = 0; e < 4; e++) {
+        const float p = exp2f(fmaf(s[nb][e], scale_log2, -lse2[e >> 1]));
+        s[nb][e] = p * (dp[nb][e] - dr[e >> 1]);  // dS
       }
-#pragma unroll
-      for (int p = 0; p < NB / 2; p++) {
-        uint32_t rk[4], rv[4];
-        ldsm_x4(rk, addr_b<D>(k_tile, p * 16, kk, lane));
-        ldsm_x4(rv, addr_b<D>(v_tile, p * 16, kk, lane));
-#pragma unroll
-        for (int rb = 0; rb < RB; rb++) {
-          mma(s[rb][2 * p], qa[rb], rk[0], rk[1]);
-          mma(s[rb][2 * p + 1], qa[rb], rk[2], rk[3]);
-          mma(dp[rb][2 * p], da[rb], rv[0], rv[1]);
-          mma(dp[rb][2 * p + 1], da[rb], rv[2], rv[3]);
-        }
-      }
-    }
-    const int k0 = kt * kDqBlockN;
-    const bool partial = classify_tile(mb, q0, q0 + kDqBlockM, k0, k0 + kDqBlockN) != kFull;
-#pragma unroll
-    for (int rb = 0; rb < RB; rb++) {
-      if (partial) apply_mask(s[rb], mb, row0 + 16 * rb, k0 + 2 * (lane & 3));
-#pragma unroll
-      for (int nb = 0; nb < NB; nb++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const float p = exp2f(fmaf(s[rb][nb][e], scale_log2, -lse2[rb][e >> 1]));
-          s[rb][nb][e] = p * (dp[rb][nb][e] - dr[rb][e >> 1]);  // dS
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < NB / 2; j++) {
-      uint32_t a[RB][4];
-#pragma unroll
-      for (int rb = 0; rb < RB; rb++) c_to_a(a[rb], s[rb][2 * j], s[rb][2 * j + 1]);
-#pragma unroll
-      for (int p = 0; p < D / 16; p++) {
-        uint32_t r[4];
-        ldsm_x4_trans(r, addr_a<D>(k_tile, j * 16, p, lane));
-#pragma unroll
-        for (int rb = 0; rb < RB; rb++) {
-          mma(acc[rb][2 * p], a[rb], r[0], r[1]);
-          mma(acc[rb][2 * p + 1], a[rb], r[2], r[3]);
-        }
-      }
-    }
+    mma_c_reg_b<D, kBwdBlock / 16>(acc, s, k_tile, lane);
     __syncthreads();
     buf ^= 1;
     kt = kt_next;
@@ -166,17 +127,14 @@ __global__ void __launch_bounds__(kDqThreads, 2) attention_bwd_dq_kernel(
   cp_async_wait<0>();
   const size_t ld = (size_t)H * D;
 #pragma unroll
-  for (int rb = 0; rb < RB; rb++)
+  for (int r = 0; r < 2; r++) {
+    const int row = row0 + 8 * r;
+    if (row >= T) continue;
+    bf16* out = dQ + (size_t)row * ld + (size_t)h * D + 2 * (lane & 3);
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-      const int row = row0 + 16 * rb + 8 * r;
-      if (row >= T) continue;
-      bf16* out = dQ + (size_t)row * ld + (size_t)h * D + 2 * (lane & 3);
-#pragma unroll
-      for (int nb = 0; nb < D / 8; nb++)
-        *reinterpret_cast<__nv_bfloat162*>(out + nb * 8) =
-            __floats2bfloat162_rn(acc[rb][nb][2 * r] * scale, acc[rb][nb][2 * r + 1] * scale);
-    }
+    for (int nb = 0; nb < D / 8; nb++)
+      *reinterpret_cast<__nv_bfloat162*>(out + nb * 8) = __floats2bfloat162_rn(acc[nb][2 * r] * scale, acc[nb][2 * r + 1] * scale);
+  }
 }
 
 // ---------------------------------------------------------------------------------- dK, dV
@@ -306,11 +264,10 @@ static cudaError_t launch_bwd(const bf16* q, const bf16* k, const bf16* v, const
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
 
-  const size_t smem_dq = (size_t)(2 * kDqBlockM + 4 * kDqBlockN) * D * sizeof(bf16);
+  const size_t smem_dq = (size_t)6 * kBwdBlock * D * sizeof(bf16);
   err = cudaFuncSetAttribute(attention_bwd_dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dq);
   if (err != cudaSuccess) return err;
-  dim3 grid_dq((T + kDqBlockM - 1) / kDqBlockM, H);
-  attention_bwd_dq_kernel<D><<<grid_dq, kDqThreads, smem_dq, stream>>>(q, k, v, dout, lse, drow, dq, T, H, mb, scale_log2, scale);
+  attention_bwd_dq_kernel<D><<<grid, kBwdThreads, smem_dq, stream>>>(q, k, v, dout, lse, drow, dq, T, H, mb, scale_log2, scale);
   return cudaGetLastError();
 }
 

@@ -22,23 +22,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 def main():
     mode = sys.argv[1]
     if mode == "inputs":
+        from gcide_entries import entries
         from tokenizer_cases import CASES
-        import gzip
-        gdir = sys.argv[2]
-        digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-
-        def b64(s):
-            v = 0
-            for c in s:
-                v = v * 64 + digits.index(c)
-            return v
-        ents = set()
-        for line in open(os.path.join(gdir, "gcide.index"), encoding="utf-8"):
-            w, o, l = line.rstrip("\n").split("\t")
-            if not w.startswith("00-database"):
-                ents.add((b64(o), b64(l)))
-        data = gzip.open(os.path.join(gdir, "gcide.dict.dz")).read()
-        texts = list(CASES) + [data[o:o + l] for o, l in sorted(ents)[7::421][:300]]
+        texts = list(CASES) + entries(sys.argv[2])[7::421][:300]
         json.dump([t.hex() for t in texts], sys.stdout)
         return
     vocab_dir, inp = sys.argv[2], sys.argv[3]

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
+from gcide_entries import entries  # noqa: E402
 from gpt2_reference import Reference  # noqa: E402
 from harness import check, finish  # noqa: E402
 from tokenizer_cases import CASES  # noqa: E402
@@ -28,24 +29,8 @@ def cpp_encode(texts):
 
 
 def gcide_slice(n_entries, stride):
-    """Every stride-th entry of GCIDE (read with Python's own gzip: independent of data/gcide.h)."""
-    import gzip
-    digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-
-    def b64(s):
-        v = 0
-        for c in s:
-            v = v * 64 + digits.index(c)
-        return v
-    ents = set()
-    with open(os.path.join(gcide_dir, "gcide.index"), encoding="utf-8") as f:
-        for line in f:
-            w, o, l = line.rstrip("\n").split("\t")
-            if not w.startswith("00-database"):
-                ents.add((b64(o), b64(l)))
-    data = gzip.open(os.path.join(gcide_dir, "gcide.dict.dz")).read()
-    ents = sorted(ents)[::stride][:n_entries]
-    return [data[o:o + l] for o, l in ents]
+    """Every stride-th entry of GCIDE."""
+    return entries(gcide_dir)[::stride][:n_entries]
 
 
 ref = Reference(vocab)

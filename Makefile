@@ -33,7 +33,7 @@ comma := ,
 BUILD := build
 TOOLS := $(BUILD)/prepare $(BUILD)/tokenize
 ATTN_OBJS := $(BUILD)/attention/attention_fwd.o $(BUILD)/attention/attention_bwd.o
-CPU_TESTS := $(BUILD)/tests/test_data $(BUILD)/tests/test_attention_cpu
+CPU_TESTS := $(BUILD)/tests/test_data $(BUILD)/tests/test_attention_cpu $(BUILD)/tests/test_model_cpu
 GPU_TESTS := $(BUILD)/tests/test_attention_gpu
 
 .PHONY: all test test-gpu bench data setup clean help
@@ -75,6 +75,9 @@ $(BUILD)/tests/test_data: $(BUILD)/tests/test_data.o
 	$(CXX) -fopenmp $^ -o $@
 
 $(BUILD)/tests/test_attention_cpu: $(BUILD)/tests/test_attention_cpu.o $(BUILD)/attention/reference.o
+	$(CXX) -fopenmp $^ -o $@
+
+$(BUILD)/tests/test_model_cpu: $(BUILD)/tests/test_model_cpu.o $(BUILD)/model/reference_model.o $(BUILD)/attention/reference.o
 	$(CXX) -fopenmp $^ -o $@
 
 $(BUILD)/tests/test_attention_gpu: $(BUILD)/tests/test_attention_gpu.o $(ATTN_OBJS) $(BUILD)/attention/reference.o

@@ -1,0 +1,334 @@
+// fp64 CPU reference of the speedrun model: see reference_model.h for the math.
+#include "model/reference_model.h"
+
+#include <cmath>
+#include <random>
+#include <stdexcept>
+
+namespace model_ref {
+
+typedef std::vector<double> Vec;
+constexpr double kSoftcap = 30.0;
+
+Params::Params(const Config& c) : cfg(c) {
+  if (c.layers < 2 || c.layers % 2) throw std::invalid_argument("layers must be even and >= 2");
+  if (c.width % c.heads || c.head_dim() % 2) throw std::invalid_argument("width / heads must be an even integer");
+  size_t off = 0;
+  auto add = [&](const std::string& name, size_t r, size_t cols) {
+    tensors.push_back({name, off, r, cols});
+    off += r * cols;
+  };
+  const int V = c.vocab, C = c.width, L = c.layers, F = c.hidden;
+  add("embed", V, C);
+  for (int j = 0; j < L / 2; j++) add("value_embed." + std::to_string(j), V, C);
+  for (int i = 0; i < L; i++) {
+    const std::string p = "layer" + std::to_string(i) + ".";
+    add(p + "wq", C, C);
+    add(p + "wk", C, C);
+    add(p + "wv", C, C);
+    add(p + "wo", C, C);
+    add(p + "wfc", C, F);
+    add(p + "wproj", F, C);
+    add(p + "lambda", 1, 2);
+    add(p + "attn_lambda", 1, 2);
+  }
+  add("skip", 1, L / 2);
+  add("head", C, V);
+  data.assign(off, 0.0);
+}
+
+const Tensor& Params::t(const std::string& name) const {
+  for (auto& x : tensors)
+    if (x.name == name) return x;
+  throw std::invalid_argument("no parameter named " + name);
+}
+
+void Params::init(uint64_t seed, bool zero_init_outputs) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (auto& x : tensors) {
+    double* d = data.data() + x.offset;
+    const std::string& n = x.name;
+    auto ends = [&](const char* suf) { return n.size() >= std::string(suf).size() && n.compare(n.size() - std::string(suf).size(), std::string::npos, suf) == 0; };
+    if (n == "embed" || n.rfind("value_embed", 0) == 0) {
+      for (size_t i = 0; i < x.size(); i++) d[i] = normal(rng);
+    } else if (ends(".lambda")) {
+      d[0] = 1.0, d[1] = 0.0;
+    } else if (ends(".attn_lambda")) {
+      d[0] = 0.5, d[1] = 0.5;
+    } else if (n == "skip") {
+      for (size_t i = 0; i < x.size(); i++) d[i] = 1.0;
+    } else if (zero_init_outputs && (ends(".wo") || ends(".wproj") || n == "head")) {
+      for (size_t i = 0; i < x.size(); i++) d[i] = 0.0;
+    } else {
+      std::uniform_real_distribution<double> u(-1.0 / std::sqrt((double)x.rows), 1.0 / std::sqrt((double)x.rows));
+      for (size_t i = 0; i < x.size(); i++) d[i] = u(rng);
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------ building blocks
+// Y[T][out] = X[T][in] W[in][out]
+static void matmul(const double* X, const double* W, double* Y, int T, int in, int out) {
+  for (int t = 0; t < T; t++) {
+    double* y = Y + (size_t)t * out;
+    for (int o = 0; o < out; o++) y[o] = 0;
+    for (int i = 0; i < in; i++) {
+      const double xv = X[(size_t)t * in + i];
+      const double* w = W + (size_t)i * out;
+      for (int o = 0; o < out; o++) y[o] += xv * w[o];
+    }
+  }
+}
+// dX += dY W^T, dW += X^T dY
+static void matmul_bwd(const double* X, const double* W, const double* dY, double* dX, double* dW, int T, int in, int out) {
+  for (int t = 0; t < T; t++)
+    for (int i = 0; i < in; i++) {
+      double s = 0;
+      for (int o = 0; o < out; o++) s += dY[(size_t)t * out + o] * W[(size_t)i * out + o];
+      dX[(size_t)t * in + i] += s;
+      const double xv = X[(size_t)t * in + i];
+      for (int o = 0; o < out; o++) dW[(size_t)i * out + o] += xv * dY[(size_t)t * out + o];
+    }
+}
+// rows of length n: y = x / sqrt(mean(x^2) + eps)
+static void rmsnorm(const double* x, double* y, double* rstd, int rows, int n, double eps) {
+  for (int r = 0; r < rows; r++) {
+    double ss = 0;
+    for (int j = 0; j < n; j++) ss += x[(size_t)r * n + j] * x[(size_t)r * n + j];
+    rstd[r] = 1.0 / std::sqrt(ss / n + eps);
+    for (int j = 0; j < n; j++) y[(size_t)r * n + j] = x[(size_t)r * n + j] * rstd[r];
+  }
+}
+// dx += r dy - r^3 x (dy . x) / n
+static void rmsnorm_bwd(const double* x, const double* rstd, const double* dy, double* dx, int rows, int n) {
+  for (int r = 0; r < rows; r++) {
+    double dot = 0;
+    for (int j = 0; j < n; j++) dot += dy[(size_t)r * n + j] * x[(size_t)r * n + j];
+    const double s = rstd[r], s3 = s * s * s;
+    for (int j = 0; j < n; j++) dx[(size_t)r * n + j] += s * dy[(size_t)r * n + j] - s3 * x[(size_t)r * n + j] * dot / n;
+  }
+}
+// Rotary on [T][H][Dh]: halves x1 = dims [0, Dh/2), x2 = [Dh/2, Dh), angle t * 10000^(-j/(Dh/2)).
+// sign = +1 applies it; sign = -1 applies the transpose (the backward).
+static void rotary(const double* x, double* y, int T, int H, int Dh, double sign) {
+  const int half = Dh / 2;
+  for (int t = 0; t < T; t++)
+    for (int h = 0; h < H; h++)
+      for (int j = 0; j < half; j++) {
+        const double ang = t * std::pow(10000.0, -(double)j / half);
+        const double c = std::cos(ang), s = sign * std::sin(ang);
+        const size_t base = ((size_t)t * H + h) * Dh;
+        const double x1 = x[base + j], x2 = x[base + half + j];
+        y[base + j] = x1 * c + x2 * s;
+        y[base + half + j] = -x1 * s + x2 * c;
+      }
+}
+
+struct LayerCache {
+  Vec x_in, x_mix, h, rstd_h, q_lin, k_lin, v_lin, ve, v, qn, kn, rstd_q, rstd_k, qr, kr, P, y, x_attn, h2, rstd_h2, u, r;
+};
+
+double forward_backward(const Params& p, const std::vector<int>& tokens, const std::vector<int>& targets,
+                        std::vector<double>* grad, std::vector<double>* logits_out) {
+  const Config& cfg = p.cfg;
+  const int T = (int)tokens.size(), C = cfg.width, H = cfg.heads, Dh = cfg.head_dim(), L = cfg.layers, F = cfg.hidden,
+            V = cfg.vocab;
+  if ((int)targets.size() != T) throw std::invalid_argument("targets and tokens differ in length");
+  for (int t = 0; t < T; t++)
+    if (tokens[t] < 0 || tokens[t] >= V || targets[t] < 0 || targets[t] >= V) throw std::invalid_argument("token id out of range");
+  const double eps = cfg.eps, scale = 1.0 / std::sqrt((double)Dh);
+  const size_t TC = (size_t)T * C;
+  auto table = [&](int i) { return i < L / 2 ? i : L - 1 - i; };
+  auto lname = [](int i, const char* w) { return "layer" + std::to_string(i) + "." + w; };
+
+  // ---------------------------------------------------------------------------- forward
+  Vec e(TC), x(TC), rstd_e(T);
+  const double* E = p.ptr("embed");
+  for (int t = 0; t < T; t++)
+    for (int c = 0; c < C; c++) e[(size_t)t * C + c] = E[(size_t)tokens[t] * C + c];
+  rmsnorm(e.data(), x.data(), rstd_e.data(), T, C, eps);
+  const Vec x0 = x;
+  std::vector<Vec> pushed;
+  std::vector<LayerCache> cache(L);
+  for (int i = 0; i < L; i++) {
+    LayerCache& c = cache[i];
+    if (i >= L / 2) {
+      const double s = p.ptr("skip")[i - L / 2];
+      const Vec& add = pushed[L - 1 - i];
+      for (size_t k = 0; k < TC; k++) x[k] += s * add[k];
+    }
+    c.x_in = x;
+    const double* lam = p.ptr(lname(i, "lambda"));
+    for (size_t k = 0; k < TC; k++) x[k] = lam[0] * x[k] + lam[1] * x0[k];
+    c.x_mix = x;
+    c.h.resize(TC);
+    c.rstd_h.resize(T);
+    rmsnorm(x.data(), c.h.data(), c.rstd_h.data(), T, C, eps);
+    for (Vec* v : {&c.q_lin, &c.k_lin, &c.v_lin, &c.ve, &c.v, &c.qn, &c.kn, &c.qr, &c.kr, &c.y}) v->resize(TC);
+    matmul(c.h.data(), p.ptr(lname(i, "wq")), c.q_lin.data(), T, C, C);
+    matmul(c.h.data(), p.ptr(lname(i, "wk")), c.k_lin.data(), T, C, C);
+    matmul(c.h.data(), p.ptr(lname(i, "wv")), c.v_lin.data(), T, C, C);
+    const double* VE = p.ptr("value_embed." + std::to_string(table(i)));
+    const double* a = p.ptr(lname(i, "attn_lambda"));
+    for (int t = 0; t < T; t++)
+      for (int k = 0; k < C; k++) {
+        c.ve[(size_t)t * C + k] = VE[(size_t)tokens[t] * C + k];
+        c.v[(size_t)t * C + k] = a[0] * c.v_lin[(size_t)t * C + k] + a[1] * c.ve[(size_t)t * C + k];
+      }
+    c.rstd_q.resize((size_t)T * H);
+    c.rstd_k.resize((size_t)T * H);
+    rmsnorm(c.q_lin.data(), c.qn.data(), c.rstd_q.data(), T * H, Dh, eps);
+    rmsnorm(c.k_lin.data(), c.kn.data(), c.rstd_k.data(), T * H, Dh, eps);
+    rotary(c.qn.data(), c.qr.data(), T, H, Dh, 1.0);
+    rotary(c.kn.data(), c.kr.data(), T, H, Dh, 1.0);
+    c.P.assign((size_t)H * T * T, 0.0);
+    for (int h = 0; h < H; h++)
+      for (int q = 0; q < T; q++) {
+        double* P = &c.P[((size_t)h * T + q) * T];
+        double mx = -INFINITY;
+        for (int k = 0; k < T; k++) {
+          if (!ref::keep(cfg.mask, q, k)) continue;
+          double s = 0;
+          for (int d = 0; d < Dh; d++) s += c.qr[((size_t)q * H + h) * Dh + d] * c.kr[((size_t)k * H + h) * Dh + d];
+          P[k] = scale * s;
+          mx = std::max(mx, P[k]);
+        }
+        double sum = 0;
+        for (int k = 0; k < T; k++)
+          if (ref::keep(cfg.mask, q, k)) sum += (P[k] = std::exp(P[k] - mx));
+        for (int k = 0; k < T; k++) {
+          if (!ref::keep(cfg.mask, q, k)) continue;
+          P[k] /= sum;
+          for (int d = 0; d < Dh; d++) c.y[((size_t)q * H + h) * Dh + d] += P[k] * c.v[((size_t)k * H + h) * Dh + d];
+        }
+      }
+    Vec o(TC);
+    matmul(c.y.data(), p.ptr(lname(i, "wo")), o.data(), T, C, C);
+    for (size_t k = 0; k < TC; k++) x[k] += o[k];
+    c.x_attn = x;
+    c.h2.resize(TC);
+    c.rstd_h2.resize(T);
+    rmsnorm(x.data(), c.h2.data(), c.rstd_h2.data(), T, C, eps);
+    c.u.resize((size_t)T * F);
+    c.r.resize((size_t)T * F);
+    matmul(c.h2.data(), p.ptr(lname(i, "wfc")), c.u.data(), T, C, F);
+    for (size_t k = 0; k < c.u.size(); k++) c.r[k] = c.u[k] > 0 ? c.u[k] * c.u[k] : 0.0;
+    matmul(c.r.data(), p.ptr(lname(i, "wproj")), o.data(), T, F, C);
+    for (size_t k = 0; k < TC; k++) x[k] += o[k];
+    if (i < L / 2) pushed.push_back(x);
+  }
+  Vec hf(TC), rstd_f(T), z((size_t)T * V), dz((size_t)T * V);
+  rmsnorm(x.data(), hf.data(), rstd_f.data(), T, C, eps);
+  matmul(hf.data(), p.ptr("head"), z.data(), T, C, V);
+  double loss = 0;
+  if (logits_out) logits_out->assign((size_t)T * V, 0.0);
+  for (int t = 0; t < T; t++) {
+    double* zt = &z[(size_t)t * V];
+    double mx = -INFINITY;
+    std::vector<double> lg(V);
+    for (int v = 0; v < V; v++) mx = std::max(mx, lg[v] = kSoftcap * std::tanh(zt[v] / kSoftcap));
+    double sum = 0;
+    for (int v = 0; v < V; v++) sum += std::exp(lg[v] - mx);
+    loss += (mx + std::log(sum) - lg[targets[t]]) / T;
+    for (int v = 0; v < V; v++) {
+      const double th = std::tanh(zt[v] / kSoftcap);
+      const double dlogit = (std::exp(lg[v] - mx) / sum - (v == targets[t] ? 1.0 : 0.0)) / T;
+      dz[(size_t)t * V + v] = dlogit * (1 - th * th);
+      if (logits_out) (*logits_out)[(size_t)t * V + v] = lg[v];
+    }
+  }
+  if (!grad) return loss;
+
+  // ---------------------------------------------------------------------------- backward
+  grad->assign(p.data.size(), 0.0);
+  auto g = [&](const std::string& name) { return grad->data() + p.t(name).offset; };
+  Vec dhf(TC, 0.0), dx(TC, 0.0), dx0(TC, 0.0);
+  matmul_bwd(hf.data(), p.ptr("head"), dz.data(), dhf.data(), g("head"), T, C, V);
+  rmsnorm_bwd(x.data(), rstd_f.data(), dhf.data(), dx.data(), T, C);
+  std::vector<Vec> dpushed(L / 2, Vec(TC, 0.0));
+  for (int i = L - 1; i >= 0; i--) {
+    LayerCache& c = cache[i];
+    if (i < L / 2)
+      for (size_t k = 0; k < TC; k++) dx[k] += dpushed[i][k];
+    // MLP: x = x_attn + relu(norm(x_attn) Wfc)^2 Wproj
+    Vec dr((size_t)T * F, 0.0), du((size_t)T * F), dh2(TC, 0.0);
+    matmul_bwd(c.r.data(), p.ptr(lname(i, "wproj")), dx.data(), dr.data(), g(lname(i, "wproj")), T, F, C);
+    for (size_t k = 0; k < du.size(); k++) du[k] = c.u[k] > 0 ? 2 * c.u[k] * dr[k] : 0.0;
+    matmul_bwd(c.h2.data(), p.ptr(lname(i, "wfc")), du.data(), dh2.data(), g(lname(i, "wfc")), T, C, F);
+    rmsnorm_bwd(c.x_attn.data(), c.rstd_h2.data(), dh2.data(), dx.data(), T, C);
+    // attention: x_attn = x_mix + y Wo
+    Vec dy(TC, 0.0), dqr(TC, 0.0), dkr(TC, 0.0), dv(TC, 0.0);
+    matmul_bwd(c.y.data(), p.ptr(lname(i, "wo")), dx.data(), dy.data(), g(lname(i, "wo")), T, C, C);
+    for (int h = 0; h < H; h++)
+      for (int q = 0; q < T; q++) {
+        const double* P = &c.P[((size_t)h * T + q) * T];
+        const double* dyq = &dy[((size_t)q * H + h) * Dh];
+        std::vector<double> dp(T, 0.0);
+        double drow = 0;
+        for (int k = 0; k < T; k++) {
+          if (!ref::keep(cfg.mask, q, k)) continue;
+          for (int d = 0; d < Dh; d++) dp[k] += dyq[d] * c.v[((size_t)k * H + h) * Dh + d];
+          drow += P[k] * dp[k];
+        }
+        for (int k = 0; k < T; k++) {
+          if (!ref::keep(cfg.mask, q, k)) continue;
+          const double ds = P[k] * (dp[k] - drow);
+          for (int d = 0; d < Dh; d++) {
+            dqr[((size_t)q * H + h) * Dh + d] += scale * ds * c.kr[((size_t)k * H + h) * Dh + d];
+            dkr[((size_t)k * H + h) * Dh + d] += scale * ds * c.qr[((size_t)q * H + h) * Dh + d];
+            dv[((size_t)k * H + h) * Dh + d] += P[k] * dyq[d];
+          }
+        }
+      }
+    Vec dqn(TC), dkn(TC), dq(TC, 0.0), dk(TC, 0.0), dvl(TC), dh(TC, 0.0);
+    rotary(dqr.data(), dqn.data(), T, H, Dh, -1.0);
+    rotary(dkr.data(), dkn.data(), T, H, Dh, -1.0);
+    rmsnorm_bwd(c.q_lin.data(), c.rstd_q.data(), dqn.data(), dq.data(), T * H, Dh);
+    rmsnorm_bwd(c.k_lin.data(), c.rstd_k.data(), dkn.data(), dk.data(), T * H, Dh);
+    const double* a = p.ptr(lname(i, "attn_lambda"));
+    double* ga = g(lname(i, "attn_lambda"));
+    double* gve = g("value_embed." + std::to_string(table(i)));
+    for (int t = 0; t < T; t++)
+      for (int k = 0; k < C; k++) {
+        const size_t idx = (size_t)t * C + k;
+        ga[0] += dv[idx] * c.v_lin[idx];
+        ga[1] += dv[idx] * c.ve[idx];
+        dvl[idx] = a[0] * dv[idx];
+        gve[(size_t)tokens[t] * C + k] += a[1] * dv[idx];
+      }
+    matmul_bwd(c.h.data(), p.ptr(lname(i, "wq")), dq.data(), dh.data(), g(lname(i, "wq")), T, C, C);
+    matmul_bwd(c.h.data(), p.ptr(lname(i, "wk")), dk.data(), dh.data(), g(lname(i, "wk")), T, C, C);
+    matmul_bwd(c.h.data(), p.ptr(lname(i, "wv")), dvl.data(), dh.data(), g(lname(i, "wv")), T, C, C);
+    rmsnorm_bwd(c.x_mix.data(), c.rstd_h.data(), dh.data(), dx.data(), T, C);
+    // x_mix = l0 x_in + l1 x0
+    const double* lam = p.ptr(lname(i, "lambda"));
+    double* gl = g(lname(i, "lambda"));
+    for (size_t k = 0; k < TC; k++) {
+      gl[0] += dx[k] * c.x_in[k];
+      gl[1] += dx[k] * x0[k];
+      dx0[k] += lam[1] * dx[k];
+      dx[k] *= lam[0];
+    }
+    // x_in = x_prev + s * pushed
+    if (i >= L / 2) {
+      const int j = i - L / 2, src = L - 1 - i;
+      const double s = p.ptr("skip")[j];
+      double gs = 0;
+      for (size_t k = 0; k < TC; k++) {
+        gs += dx[k] * pushed[src][k];
+        dpushed[src][k] += s * dx[k];
+      }
+      g("skip")[j] += gs;
+    }
+  }
+  for (size_t k = 0; k < TC; k++) dx[k] += dx0[k];
+  Vec de(TC, 0.0);
+  rmsnorm_bwd(e.data(), rstd_e.data(), dx.data(), de.data(), T, C);
+  double* gE = g("embed");
+  for (int t = 0; t < T; t++)
+    for (int c2 = 0; c2 < C; c2++) gE[(size_t)tokens[t] * C + c2] += de[(size_t)t * C + c2];
+  return loss;
+}
+
+}  // namespace model_ref

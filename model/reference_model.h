@@ -1,0 +1,57 @@
+// Plain CPU reference of the speedrun model (SPEC section 3), forward and backward in fp64.
+// It is the yardstick for the CUDA model (issue 4): simple loops, one operation at a time, every
+// intermediate kept. Tiny configurations only (it stores T x T probabilities per head).
+//
+// Model, with norm(u) = u / sqrt(mean(u^2) + eps), eps = 2^-7 (PyTorch's default on bf16):
+//   x = norm(E[tok]); x0 = x
+//   layer i: (i >= L/2: x += s[i - L/2] * pushed[L - 1 - i])  x = l0 x + l1 x0
+//            h = norm(x); q, k, v = h Wq, h Wk, h Wv; v = a0 v + a1 VE[table(i)][tok]
+//            q, k: norm per head, rotary (base 10000, halves of the head, position t)
+//            x += attention(q, k, v; mask) Wo;  x += relu(norm(x) Wfc)^2 Wproj
+//            (i < L/2: push x)
+//   logits = 30 tanh(norm(x) Whead / 30);  loss = mean cross-entropy against targets
+// table(i) = i for i < L/2 and L - 1 - i after: [0,1,2,3,4,5,5,4,3,2,1,0] for L = 12.
+// Linear layers act on row vectors: y = x W with W stored [in][out].
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attention/reference.h"
+
+namespace model_ref {
+
+struct Config {
+  int vocab = 64, width = 16, heads = 2, layers = 4, hidden = 64;
+  double eps = 1.0 / 128.0;  // 2^-7
+  ref::Mask mask;            // causal, window, documents (doc ids filled per batch)
+  int head_dim() const { return width / heads; }
+};
+
+// All parameters in one flat array; tensors are named slices of it (the gradient has the same
+// layout), so tests and optimizers can walk them uniformly.
+struct Tensor {
+  std::string name;
+  size_t offset, rows, cols;
+  size_t size() const { return rows * cols; }
+};
+
+struct Params {
+  Config cfg;
+  std::vector<Tensor> tensors;
+  std::vector<double> data;
+  explicit Params(const Config& c);
+  const Tensor& t(const std::string& name) const;
+  double* ptr(const std::string& name) { return data.data() + t(name).offset; }
+  const double* ptr(const std::string& name) const { return data.data() + t(name).offset; }
+  // SPEC initialisation: embeddings N(0, 1); linear weights uniform +-1/sqrt(fan_in) except Wo,
+  // Wproj and Whead at zero; l = [1, 0], a = [0.5, 0.5], s = 1.
+  void init(uint64_t seed, bool zero_init_outputs = true);
+};
+
+// Loss of one sequence (tokens[i] predicts targets[i]); fills grad (same layout as params) when
+// grad != nullptr, and logits [T][vocab] (after the softcap) when logits != nullptr.
+double forward_backward(const Params& p, const std::vector<int>& tokens, const std::vector<int>& targets,
+                        std::vector<double>* grad, std::vector<double>* logits = nullptr);
+
+}  // namespace model_ref

@@ -13,6 +13,8 @@ NVCC ?= $(shell command -v nvcc 2>/dev/null || echo $(CUDA_HOME)/bin/nvcc)
 CXX ?= g++
 PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import numpy' 2>/dev/null && echo $$p && break; done)
 GPU_ARCH ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80
+# a python3 that has PyTorch (the GPU machine's python3 does), for test-torch
+PYTHON_TORCH ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import torch' 2>/dev/null && echo $$p && break; done)
 VOCAB_DIR ?= data/gpt2
 GCIDE_DIR ?= /usr/share/dictd
 # tests read the GPT-2 files from the shared data folder when it is there
@@ -36,7 +38,7 @@ ATTN_OBJS := $(BUILD)/attention/attention_fwd.o $(BUILD)/attention/attention_bwd
 CPU_TESTS := $(BUILD)/tests/test_data $(BUILD)/tests/test_attention_cpu $(BUILD)/tests/test_model_cpu
 GPU_TESTS := $(BUILD)/tests/test_attention_gpu
 
-.PHONY: all test test-gpu bench data setup clean help
+.PHONY: all test test-gpu test-torch bench data setup clean help
 all: train_gpt $(TOOLS) attention/attn_run
 
 help:
@@ -80,6 +82,13 @@ $(BUILD)/tests/test_attention_cpu: $(BUILD)/tests/test_attention_cpu.o $(BUILD)/
 $(BUILD)/tests/test_model_cpu: $(BUILD)/tests/test_model_cpu.o $(BUILD)/model/reference_model.o $(BUILD)/attention/reference.o
 	$(CXX) -fopenmp $^ -o $@
 
+$(BUILD)/model_dump: $(BUILD)/model/dump_reference.o $(BUILD)/model/reference_model.o $(BUILD)/attention/reference.o
+	$(CXX) -fopenmp $^ -o $@
+
+# the reference model against an independent PyTorch implementation (needs PyTorch; part of test-gpu)
+test-torch: $(BUILD)/model_dump
+	$(PYTHON_TORCH) tests/torch_model_check.py $(BUILD)
+
 $(BUILD)/tests/test_attention_gpu: $(BUILD)/tests/test_attention_gpu.o $(ATTN_OBJS) $(BUILD)/attention/reference.o
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -Xcompiler -fopenmp -lgomp
 
@@ -90,10 +99,11 @@ $(BUILD)/tests/test_attention_gpu.o: tests/test_attention_gpu.cu
 test: train_gpt $(TOOLS) $(CPU_TESTS)
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) VOCAB_DIR=$(TEST_VOCAB_DIR) GCIDE_DIR=$(GCIDE_DIR) bash tests/run_cpu_tests.sh
 
-test-gpu: $(GPU_TESTS) attention/attn_run
+test-gpu: $(GPU_TESTS) attention/attn_run $(BUILD)/model_dump
 	@nvidia-smi -L >/dev/null 2>&1 || { echo "test-gpu: no GPU on this machine (nvidia-smi finds none)"; exit 1; }
 	$(BUILD)/tests/test_attention_gpu
 	$(PYTHON) tests/test_attn_run.py attention/attn_run
+	$(PYTHON_TORCH) tests/torch_model_check.py $(BUILD)
 
 bench: $(BUILD)/bench/bench_attention
 	@nvidia-smi -L >/dev/null 2>&1 || { echo "bench: no GPU on this machine"; exit 1; }

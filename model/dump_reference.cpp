@@ -1,0 +1,77 @@
+// model_dump: writes the fp64 reference model's inputs and results on a tiny configuration, for
+// an independent implementation to compare against (tests/torch_model_check.py):
+//   DIR/manifest.json  configuration, tensor names, offsets and shapes, tokens, targets, doc ids,
+//                      loss
+//   DIR/params.f64, DIR/grad.f64, DIR/logits.f64   raw little-endian float64
+#include <cstdio>
+#include <random>
+#include <string>
+
+#include "model/reference_model.h"
+
+static void write_raw(const std::string& path, const std::vector<double>& x) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f || std::fwrite(x.data(), sizeof(double), x.size(), f) != x.size()) {
+    std::fprintf(stderr, "model_dump: cannot write %s\n", path.c_str());
+    std::exit(1);
+  }
+  std::fclose(f);
+}
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: model_dump DIR\n");
+    return 2;
+  }
+  const std::string dir = argv[1];
+  model_ref::Config cfg;
+  cfg.vocab = 64;
+  cfg.width = 32;
+  cfg.heads = 2;
+  cfg.layers = 4;
+  cfg.hidden = 128;
+  const int T = 300, kBos = 0;
+  std::mt19937 rng(21);
+  std::vector<int> tokens(T), targets(T);
+  for (int t = 0; t < T; t++) tokens[t] = 1 + rng() % 63;
+  for (int t : {0, 50, 51, 170, 260}) tokens[t] = kBos;
+  for (int t = 0; t < T; t++) targets[t] = rng() % 64;
+  std::vector<int32_t> doc(T);
+  for (int t = 0, c = 0; t < T; t++) doc[t] = (c += tokens[t] == kBos);
+  cfg.mask.causal = true;
+  cfg.mask.window = 2;  // blocks of 128: this block and the one before
+  cfg.mask.blocks = true;
+  cfg.mask.doc = doc.data();
+  model_ref::Params p(cfg);
+  p.init(7, /*zero_init_outputs=*/false);
+  std::uniform_real_distribution<double> u(-0.8, 1.2);
+  for (auto& t : p.tensors)
+    if (t.name.find("lambda") != std::string::npos || t.name == "skip")
+      for (size_t i = 0; i < t.size(); i++) p.data[t.offset + i] = u(rng);
+  std::vector<double> grad, logits;
+  const double loss = model_ref::forward_backward(p, tokens, targets, &grad, &logits);
+  write_raw(dir + "/params.f64", p.data);
+  write_raw(dir + "/grad.f64", grad);
+  write_raw(dir + "/logits.f64", logits);
+  FILE* f = std::fopen((dir + "/manifest.json").c_str(), "w");
+  if (!f) return 1;
+  std::fprintf(f, "{\"vocab\": %d, \"width\": %d, \"heads\": %d, \"layers\": %d, \"hidden\": %d, \"eps\": %.17g,\n",
+               cfg.vocab, cfg.width, cfg.heads, cfg.layers, cfg.hidden, cfg.eps);
+  std::fprintf(f, " \"mask\": {\"causal\": %d, \"window\": %d, \"bidir\": %d, \"blocks\": %d},\n", cfg.mask.causal,
+               cfg.mask.window, cfg.mask.bidir, cfg.mask.blocks);
+  std::fprintf(f, " \"loss\": %.17g,\n \"tensors\": [", loss);
+  for (size_t i = 0; i < p.tensors.size(); i++)
+    std::fprintf(f, "%s{\"name\": \"%s\", \"offset\": %zu, \"rows\": %zu, \"cols\": %zu}", i ? ", " : "",
+                 p.tensors[i].name.c_str(), p.tensors[i].offset, p.tensors[i].rows, p.tensors[i].cols);
+  auto ints = [&](const char* name, const auto& v, bool last) {
+    std::fprintf(f, "],\n \"%s\": [", name);
+    for (size_t i = 0; i < v.size(); i++) std::fprintf(f, "%s%d", i ? ", " : "", (int)v[i]);
+    if (last) std::fprintf(f, "]}\n");
+  };
+  ints("tokens", tokens, false);
+  ints("targets", targets, false);
+  ints("doc_ids", doc, true);
+  std::fclose(f);
+  std::printf("model_dump: loss %.12f, %zu parameters -> %s\n", loss, p.data.size(), dir.c_str());
+  return 0;
+}

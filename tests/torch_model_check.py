@@ -1,0 +1,100 @@
+"""The fp64 reference model against an independent PyTorch implementation of SPEC section 3
+(written here from the spec, gradients by autograd), on the tiny configuration that
+build/model_dump writes. Compares loss, logits and every parameter's gradient in fp64:
+both sides are exact to rounding, so the bound is 1e-9 relative to each tensor's largest entry.
+
+    python3 tests/torch_model_check.py BUILD_DIR        (needs PyTorch: the GPU machine has it)
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import check, finish  # noqa: E402
+
+build = sys.argv[1]
+with tempfile.TemporaryDirectory() as d:
+    subprocess.run([os.path.join(build, "model_dump"), d], check=True, capture_output=True)
+    m = json.load(open(os.path.join(d, "manifest.json")))
+    params = np.fromfile(os.path.join(d, "params.f64"), dtype="<f8")
+    grad_ref = np.fromfile(os.path.join(d, "grad.f64"), dtype="<f8")
+    logits_ref = np.fromfile(os.path.join(d, "logits.f64"), dtype="<f8")
+
+torch.set_default_dtype(torch.float64)
+P = {t["name"]: torch.tensor(params[t["offset"]:t["offset"] + t["rows"] * t["cols"]].reshape(t["rows"], t["cols"]),
+                             requires_grad=True) for t in m["tensors"]}
+V, C, H, L, eps = m["vocab"], m["width"], m["heads"], m["layers"], m["eps"]
+Dh = C // H
+tok = torch.tensor(m["tokens"])
+tgt = torch.tensor(m["targets"])
+doc = torch.tensor(m["doc_ids"])
+T = len(tok)
+
+
+def norm(x):
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps)
+
+
+# mask from the SPEC table
+qi, ki = torch.arange(T)[:, None], torch.arange(T)[None, :]
+keep = ki <= qi if m["mask"]["causal"] else torch.ones(T, T, dtype=torch.bool)
+W = m["mask"]["window"]
+if W:
+    a, b = (qi // 128, ki // 128) if m["mask"]["blocks"] else (qi, ki)
+    keep = keep & (((a - b).abs() if m["mask"]["bidir"] else (a - b)) < W)
+keep = keep & (doc[:, None] == doc[None, :])
+
+half = Dh // 2
+freq = 10000.0 ** (-torch.arange(half) / half)
+ang = torch.arange(T)[:, None] * freq[None, :]
+cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]
+
+
+def rotary(x):  # x [T, H, Dh]
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos + x2 * sin, -x1 * sin + x2 * cos], -1)
+
+
+x = norm(P["embed"][tok])
+x0 = x
+pushed = []
+for i in range(L):
+    if i >= L // 2:
+        x = x + P["skip"][0, i - L // 2] * pushed.pop()
+    lam = P[f"layer{i}.lambda"][0]
+    x = lam[0] * x + lam[1] * x0
+    h = norm(x)
+    q, k, v = h @ P[f"layer{i}.wq"], h @ P[f"layer{i}.wk"], h @ P[f"layer{i}.wv"]
+    table = i if i < L // 2 else L - 1 - i
+    al = P[f"layer{i}.attn_lambda"][0]
+    v = al[0] * v + al[1] * P[f"value_embed.{table}"][tok]
+    q, k, v = q.view(T, H, Dh), k.view(T, H, Dh), v.view(T, H, Dh)
+    q, k = rotary(norm(q)), rotary(norm(k))
+    s = torch.einsum("thd,shd->hts", q, k) / math.sqrt(Dh)
+    s = s.masked_fill(~keep[None], float("-inf"))
+    y = torch.einsum("hts,shd->thd", torch.softmax(s, -1), v).reshape(T, C)
+    x = x + y @ P[f"layer{i}.wo"]
+    x = x + torch.relu(norm(x) @ P[f"layer{i}.wfc"]) ** 2 @ P[f"layer{i}.wproj"]
+    if i < L // 2:
+        pushed.append(x)
+logits = 30 * torch.tanh(norm(x) @ P["head"] / 30)
+loss = torch.nn.functional.cross_entropy(logits, tgt)
+loss.backward()
+
+check("loss", abs(loss.item() - m["loss"]) < 1e-12, f"torch {loss.item():.15f} reference {m['loss']:.15f}")
+check("logits", np.abs(logits.detach().numpy().ravel() - logits_ref).max() < 1e-10)
+worst = 0.0
+for t in m["tensors"]:
+    g = P[t["name"]].grad.numpy().ravel()
+    r = grad_ref[t["offset"]:t["offset"] + t["rows"] * t["cols"]]
+    err = np.abs(g - r).max() / max(np.abs(r).max(), 1e-30)
+    worst = max(worst, err)
+    check(f"grad {t['name']} ({err:.1e})", err < 1e-9 and np.abs(r).max() > 0)
+print(f"torch {torch.__version__}: loss {loss.item():.12f}, worst gradient error {worst:.2e} (relative to each tensor's max)")
+finish("torch-model")

@@ -35,7 +35,9 @@ comma := ,
 BUILD := build
 TOOLS := $(BUILD)/prepare $(BUILD)/tokenize
 ATTN_OBJS := $(BUILD)/attention/attention_fwd.o $(BUILD)/attention/attention_bwd.o
-CPU_TESTS := $(BUILD)/tests/test_data $(BUILD)/tests/test_attention_cpu $(BUILD)/tests/test_model_cpu
+CPU_TESTS := $(BUILD)/tests/test_data $(BUILD)/tests/test_attention_cpu $(BUILD)/tests/test_model_cpu \
+             $(BUILD)/tests/test_optimizer_cpu
+MODEL_REF_OBJS := $(BUILD)/model/reference_model.o $(BUILD)/model/optimizer_reference.o $(BUILD)/attention/reference.o
 GPU_TESTS := $(BUILD)/tests/test_attention_gpu
 
 .PHONY: all test test-gpu test-torch bench data setup clean help
@@ -79,10 +81,13 @@ $(BUILD)/tests/test_data: $(BUILD)/tests/test_data.o
 $(BUILD)/tests/test_attention_cpu: $(BUILD)/tests/test_attention_cpu.o $(BUILD)/attention/reference.o
 	$(CXX) -fopenmp $^ -o $@
 
-$(BUILD)/tests/test_model_cpu: $(BUILD)/tests/test_model_cpu.o $(BUILD)/model/reference_model.o $(BUILD)/attention/reference.o
+$(BUILD)/tests/test_model_cpu: $(BUILD)/tests/test_model_cpu.o $(MODEL_REF_OBJS)
 	$(CXX) -fopenmp $^ -o $@
 
-$(BUILD)/model_dump: $(BUILD)/model/dump_reference.o $(BUILD)/model/reference_model.o $(BUILD)/attention/reference.o
+$(BUILD)/tests/test_optimizer_cpu: $(BUILD)/tests/test_optimizer_cpu.o $(MODEL_REF_OBJS)
+	$(CXX) -fopenmp $^ -o $@
+
+$(BUILD)/model_dump: $(BUILD)/model/dump_reference.o $(MODEL_REF_OBJS)
 	$(CXX) -fopenmp $^ -o $@
 
 # the reference model against an independent PyTorch implementation (needs PyTorch; part of test-gpu)

@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 
+#include "model/optimizer_reference.h"
 #include "model/reference_model.h"
 
 static void write_raw(const std::string& path, const std::vector<double>& x) {
@@ -51,6 +52,21 @@ int main(int argc, char** argv) {
   std::vector<double> grad, logits;
   const double loss = model_ref::forward_backward(p, tokens, targets, &grad, &logits);
   write_raw(dir + "/params.f64", p.data);
+  // three optimiser steps on the same batch, on a short schedule where the learning-rate
+  // multiplier and the Muon momentum both change: multipliers 1, 1, 2/3; momenta 0.85, 0.9, 0.95
+  model_ref::Params stepped = p;
+  model_ref::OptimizerState state;
+  model_ref::Schedule sched;
+  sched.steps = 4;
+  sched.cooldown = 3;
+  sched.momentum_warmup = 2;
+  std::vector<double> losses;
+  for (int step = 0; step < 3; step++) {
+    std::vector<double> g;
+    losses.push_back(model_ref::forward_backward(stepped, tokens, targets, &g));
+    model_ref::optimizer_step(stepped, g, state, step, sched);
+  }
+  write_raw(dir + "/params_after3.f64", stepped.data);
   write_raw(dir + "/grad.f64", grad);
   write_raw(dir + "/logits.f64", logits);
   FILE* f = std::fopen((dir + "/manifest.json").c_str(), "w");
@@ -59,7 +75,9 @@ int main(int argc, char** argv) {
                cfg.vocab, cfg.width, cfg.heads, cfg.layers, cfg.hidden, cfg.eps);
   std::fprintf(f, " \"mask\": {\"causal\": %d, \"window\": %d, \"bidir\": %d, \"blocks\": %d},\n", cfg.mask.causal,
                cfg.mask.window, cfg.mask.bidir, cfg.mask.blocks);
-  std::fprintf(f, " \"loss\": %.17g,\n \"tensors\": [", loss);
+  std::fprintf(f, " \"loss\": %.17g, \"step_losses\": [%.17g, %.17g, %.17g],\n", loss, losses[0], losses[1], losses[2]);
+  std::fprintf(f, " \"schedule\": {\"steps\": %d, \"cooldown\": %d, \"momentum_warmup\": %d},\n \"tensors\": [", sched.steps,
+               sched.cooldown, sched.momentum_warmup);
   for (size_t i = 0; i < p.tensors.size(); i++)
     std::fprintf(f, "%s{\"name\": \"%s\", \"offset\": %zu, \"rows\": %zu, \"cols\": %zu}", i ? ", " : "",
                  p.tensors[i].name.c_str(), p.tensors[i].offset, p.tensors[i].rows, p.tensors[i].cols);

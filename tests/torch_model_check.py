@@ -25,6 +25,7 @@ with tempfile.TemporaryDirectory() as d:
     params = np.fromfile(os.path.join(d, "params.f64"), dtype="<f8")
     grad_ref = np.fromfile(os.path.join(d, "grad.f64"), dtype="<f8")
     logits_ref = np.fromfile(os.path.join(d, "logits.f64"), dtype="<f8")
+    after3_ref = np.fromfile(os.path.join(d, "params_after3.f64"), dtype="<f8")
 
 torch.set_default_dtype(torch.float64)
 P = {t["name"]: torch.tensor(params[t["offset"]:t["offset"] + t["rows"] * t["cols"]].reshape(t["rows"], t["cols"]),
@@ -61,30 +62,35 @@ def rotary(x):  # x [T, H, Dh]
     return torch.cat([x1 * cos + x2 * sin, -x1 * sin + x2 * cos], -1)
 
 
-x = norm(P["embed"][tok])
-x0 = x
-pushed = []
-for i in range(L):
-    if i >= L // 2:
-        x = x + P["skip"][0, i - L // 2] * pushed.pop()
-    lam = P[f"layer{i}.lambda"][0]
-    x = lam[0] * x + lam[1] * x0
-    h = norm(x)
-    q, k, v = h @ P[f"layer{i}.wq"], h @ P[f"layer{i}.wk"], h @ P[f"layer{i}.wv"]
-    table = i if i < L // 2 else L - 1 - i
-    al = P[f"layer{i}.attn_lambda"][0]
-    v = al[0] * v + al[1] * P[f"value_embed.{table}"][tok]
-    q, k, v = q.view(T, H, Dh), k.view(T, H, Dh), v.view(T, H, Dh)
-    q, k = rotary(norm(q)), rotary(norm(k))
-    s = torch.einsum("thd,shd->hts", q, k) / math.sqrt(Dh)
-    s = s.masked_fill(~keep[None], float("-inf"))
-    y = torch.einsum("hts,shd->thd", torch.softmax(s, -1), v).reshape(T, C)
-    x = x + y @ P[f"layer{i}.wo"]
-    x = x + torch.relu(norm(x) @ P[f"layer{i}.wfc"]) ** 2 @ P[f"layer{i}.wproj"]
-    if i < L // 2:
-        pushed.append(x)
-logits = 30 * torch.tanh(norm(x) @ P["head"] / 30)
-loss = torch.nn.functional.cross_entropy(logits, tgt)
+def model_loss(P):
+    """Loss and logits of SPEC section 3."""
+    x = norm(P["embed"][tok])
+    x0 = x
+    pushed = []
+    for i in range(L):
+        if i >= L // 2:
+            x = x + P["skip"][0, i - L // 2] * pushed.pop()
+        lam = P[f"layer{i}.lambda"][0]
+        x = lam[0] * x + lam[1] * x0
+        h = norm(x)
+        q, k, v = h @ P[f"layer{i}.wq"], h @ P[f"layer{i}.wk"], h @ P[f"layer{i}.wv"]
+        table = i if i < L // 2 else L - 1 - i
+        al = P[f"layer{i}.attn_lambda"][0]
+        v = al[0] * v + al[1] * P[f"value_embed.{table}"][tok]
+        q, k, v = q.view(T, H, Dh), k.view(T, H, Dh), v.view(T, H, Dh)
+        q, k = rotary(norm(q)), rotary(norm(k))
+        s = torch.einsum("thd,shd->hts", q, k) / math.sqrt(Dh)
+        s = s.masked_fill(~keep[None], float("-inf"))
+        y = torch.einsum("hts,shd->thd", torch.softmax(s, -1), v).reshape(T, C)
+        x = x + y @ P[f"layer{i}.wo"]
+        x = x + torch.relu(norm(x) @ P[f"layer{i}.wfc"]) ** 2 @ P[f"layer{i}.wproj"]
+        if i < L // 2:
+            pushed.append(x)
+    logits = 30 * torch.tanh(norm(x) @ P["head"] / 30)
+    return torch.nn.functional.cross_entropy(logits, tgt), logits
+
+
+loss, logits = model_loss(P)
 loss.backward()
 
 check("loss", abs(loss.item() - m["loss"]) < 1e-12, f"torch {loss.item():.15f} reference {m['loss']:.15f}")
@@ -96,5 +102,66 @@ for t in m["tensors"]:
     err = np.abs(g - r).max() / max(np.abs(r).max(), 1e-30)
     worst = max(worst, err)
     check(f"grad {t['name']} ({err:.1e})", err < 1e-9 and np.abs(r).max() > 0)
+
+# three optimiser steps from SPEC section 4: torch.optim.Adam for the embeddings, head and scalars;
+# Muon written here
+sch = m["schedule"]
+
+
+def lr_mult(step):
+    return 1.0 if step < sch["steps"] - sch["cooldown"] else (sch["steps"] - step) / sch["cooldown"]
+
+
+def momentum(step):
+    f = min(1.0, step / sch["momentum_warmup"])
+    return (1 - f) * 0.85 + f * 0.95
+
+
+def newton_schulz(g):
+    x = g / (g.norm() + 1e-7)
+    tall = x.size(0) > x.size(1)
+    if tall:
+        x = x.T
+    for _ in range(5):
+        a = x @ x.T
+        x = 3.4445 * x + (-4.7750 * a + 2.0315 * a @ a) @ x
+    return x.T if tall else x
+
+
+Q = {k: torch.tensor(v.detach().numpy().copy(), requires_grad=True) for k, v in P.items()}
+matrices = [k for k in Q if k.split(".")[-1] in ("wq", "wk", "wv", "wo", "wfc", "wproj")]
+groups = [([Q[k] for k in Q if k == "embed" or k.startswith("value_embed")], 0.6), ([Q["head"]], 0.008),
+          ([Q[k] for k in Q if k.endswith("lambda") or k == "skip"], 0.04)]
+adam = torch.optim.Adam([{"params": ps, "lr": lr, "base_lr": lr} for ps, lr in groups], betas=(0.8, 0.95), eps=1e-8)
+bufs = {k: torch.zeros_like(Q[k]) for k in matrices}
+step_losses = []
+for step in range(3):
+    adam.zero_grad()
+    for k in matrices:
+        Q[k].grad = None
+    l, _ = model_loss(Q)
+    l.backward()
+    step_losses.append(l.item())
+    for grp in adam.param_groups:
+        grp["lr"] = grp["base_lr"] * lr_mult(step)
+    adam.step()
+    mom = momentum(step)
+    with torch.no_grad():
+        for k in matrices:
+            g = Q[k].grad
+            bufs[k].mul_(mom).add_((1 - mom) * g)
+            u = (1 - mom) * g + mom * bufs[k]
+            scale = max(1.0, Q[k].size(0) / Q[k].size(1)) ** 0.5
+            Q[k] -= 0.05 * lr_mult(step) * scale * newton_schulz(u)
+check("losses of the three steps", max(abs(a - b) for a, b in zip(step_losses, m["step_losses"])) < 1e-12,
+      f"{step_losses} vs {m['step_losses']}")
+worst3 = 0.0
+for t in m["tensors"]:
+    got = Q[t["name"]].detach().numpy().ravel()
+    want = after3_ref[t["offset"]:t["offset"] + t["rows"] * t["cols"]]
+    err = np.abs(got - want).max() / max(np.abs(want).max(), 1e-30)
+    worst3 = max(worst3, err)
+    check(f"after 3 steps: {t['name']} ({err:.1e})", err < 1e-9)
+print(f"torch {torch.__version__}: after three optimiser steps, worst parameter error {worst3:.2e}")
 print(f"torch {torch.__version__}: loss {loss.item():.12f}, worst gradient error {worst:.2e} (relative to each tensor's max)")
 finish("torch-model")

@@ -1,0 +1,92 @@
+// The optimiser and schedule references (model/optimizer_reference.h) against values worked out
+// by hand from SPEC section 4, and properties of the Newton-Schulz iteration.
+#include <cmath>
+#include <random>
+
+#include "model/optimizer_reference.h"
+#include "tests/check.h"
+
+int main() {
+  using namespace model_ref;
+  Schedule s;  // 1480 steps, cooldown 600, momentum warm-up 300
+  CHECK(s.lr_multiplier(0) == 1.0 && s.lr_multiplier(879) == 1.0 && s.lr_multiplier(880) == 1.0, "lr flat part");
+  CHECK(s.lr_multiplier(1180) == 0.5 && std::fabs(s.lr_multiplier(1479) - 1.0 / 600) < 1e-15, "lr cooldown %f", s.lr_multiplier(1180));
+  CHECK(s.muon_momentum(0) == 0.85 && std::fabs(s.muon_momentum(150) - 0.90) < 1e-15 && std::fabs(s.muon_momentum(300) - 0.95) < 1e-15 &&
+            std::fabs(s.muon_momentum(1000) - 0.95) < 1e-15,
+        "momentum");
+  // N = floor(((1-f) 64 + f 1792 + 64) / 128): 1 at the start, 14 at the end, floor(992/128) = 7 halfway
+  CHECK(s.window_blocks(0) == 1 && s.window_blocks(1480) == 14 && s.window_blocks(740) == 7, "window %d %d %d",
+        s.window_blocks(0), s.window_blocks(1480), s.window_blocks(740));
+  int prev = 0, changes = 0, shrinks = 0;
+  for (int st = 0; st <= 1480; st++) {
+    shrinks += s.window_blocks(st) < prev;
+    changes += s.window_blocks(st) != prev;
+    prev = s.window_blocks(st);
+  }
+  CHECK(shrinks == 0 && changes == 14, "window must grow through 1..14 (%d changes, %d shrinks)", changes, shrinks);
+
+  // Newton-Schulz: scale-free, transposes with its input, and pushes singular values near 1
+  std::mt19937 rng(3);
+  std::normal_distribution<double> nd(0, 1);
+  const int r = 16, c = 48;
+  std::vector<double> x(r * c);
+  for (auto& v : x) v = nd(rng);
+  std::vector<double> a = x, b = x, t(r * c);
+  for (auto& v : b) v *= 10;
+  newton_schulz5(a, r, c);
+  newton_schulz5(b, r, c);
+  double diff = 0;
+  for (int i = 0; i < r * c; i++) diff = std::max(diff, std::fabs(a[i] - b[i]));
+  CHECK(diff < 1e-6, "Newton-Schulz depends on the input's scale: %g", diff);
+  for (int i = 0; i < r; i++)
+    for (int j = 0; j < c; j++) t[j * r + i] = x[i * c + j];
+  newton_schulz5(t, c, r);
+  diff = 0;
+  for (int i = 0; i < r; i++)
+    for (int j = 0; j < c; j++) diff = std::max(diff, std::fabs(t[j * r + i] - a[i * c + j]));
+  // equal up to rounding: the Frobenius norm sums the elements in another order
+  CHECK(diff < 1e-13, "tall input is not the transpose of the wide result: %g", diff);
+  for (int i = 0; i < r; i++) {  // diagonal of X X^T = squared row norms, near 1 for an orthogonalised X
+    double d = 0;
+    for (int j = 0; j < c; j++) d += a[i * c + j] * a[i * c + j];
+    CHECK(d > 0.3 && d < 1.6, "row %d of X X^T: %f", i, d);
+  }
+
+  // Adam's first step is lr * g / (|g| + eps) after bias correction; Muon's matrices move
+  Config cfg;
+  cfg.vocab = 8;
+  cfg.width = 8;
+  cfg.heads = 2;
+  cfg.layers = 2;
+  cfg.hidden = 16;
+  Params p(cfg);
+  p.init(1, false);
+  std::vector<double> g(p.data.size());
+  for (auto& v : g) v = nd(rng);
+  Params before = p;
+  OptimizerState st;
+  optimizer_step(p, g, st, 0, s);
+  const Tensor& head = p.t("head");
+  const size_t i = head.offset + 3;
+  const double want = before.data[i] - 0.008 * g[i] / (std::fabs(g[i]) + 1e-8);
+  CHECK(std::fabs(p.data[i] - want) < 1e-15, "Adam first step %.17g want %.17g", p.data[i], want);
+  const Tensor& sk = p.t("skip");
+  CHECK(std::fabs(p.data[sk.offset] - (before.data[sk.offset] - 0.04 * g[sk.offset] / (std::fabs(g[sk.offset]) + 1e-8))) < 1e-15,
+        "scalar lr");
+  const Tensor& wq = p.t("layer0.wq");
+  std::vector<double> u(g.begin() + wq.offset, g.begin() + wq.offset + wq.size());
+  for (size_t k = 0; k < u.size(); k++) u[k] = (1 - 0.85) * (1 + 0.85) * g[wq.offset + k];
+  newton_schulz5(u, 8, 8);
+  double err = 0;
+  for (size_t k = 0; k < u.size(); k++) err = std::max(err, std::fabs(p.data[wq.offset + k] - (before.data[wq.offset + k] - 0.05 * u[k])));
+  CHECK(err < 1e-15, "Muon first step: %g", err);
+  const Tensor& fc = p.t("layer0.wproj");  // 16 x 8: tall, lr scaled by sqrt(16/8)
+  std::vector<double> u2(g.begin() + fc.offset, g.begin() + fc.offset + fc.size());
+  for (auto& v : u2) v *= (1 - 0.85) * (1 + 0.85);
+  newton_schulz5(u2, 16, 8);
+  err = 0;
+  for (size_t k = 0; k < u2.size(); k++)
+    err = std::max(err, std::fabs(p.data[fc.offset + k] - (before.data[fc.offset + k] - 0.05 * std::sqrt(2.0) * u2[k])));
+  CHECK(err < 1e-15, "Muon tall-matrix lr scale: %g", err);
+  return test_summary("optimizer-cpu");
+}

@@ -36,7 +36,7 @@ BUILD := build
 TOOLS := $(BUILD)/prepare $(BUILD)/tokenize
 ATTN_OBJS := $(BUILD)/attention/attention_fwd.o $(BUILD)/attention/attention_bwd.o
 CPU_TESTS := $(BUILD)/tests/test_data $(BUILD)/tests/test_attention_cpu $(BUILD)/tests/test_model_cpu \
-             $(BUILD)/tests/test_optimizer_cpu
+             $(BUILD)/tests/test_optimizer_cpu $(BUILD)/tests/test_loader_log
 MODEL_REF_OBJS := $(BUILD)/model/reference_model.o $(BUILD)/model/optimizer_reference.o $(BUILD)/attention/reference.o
 GPU_TESTS := $(BUILD)/tests/test_attention_gpu
 
@@ -83,6 +83,9 @@ $(BUILD)/tests/test_attention_cpu: $(BUILD)/tests/test_attention_cpu.o $(BUILD)/
 
 $(BUILD)/tests/test_model_cpu: $(BUILD)/tests/test_model_cpu.o $(MODEL_REF_OBJS)
 	$(CXX) -fopenmp $^ -o $@
+
+$(BUILD)/tests/test_loader_log: $(BUILD)/tests/test_loader_log.o $(BUILD)/data/dataloader.o $(BUILD)/train/run_log.o
+	$(CXX) $^ -o $@
 
 $(BUILD)/tests/test_optimizer_cpu: $(BUILD)/tests/test_optimizer_cpu.o $(MODEL_REF_OBJS)
 	$(CXX) -fopenmp $^ -o $@

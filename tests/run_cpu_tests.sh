@@ -32,6 +32,7 @@ run shards "$BUILD/tests/test_data"
 run attention-cpu "$BUILD/tests/test_attention_cpu"
 run model-cpu "$BUILD/tests/test_model_cpu"
 run optimizer-cpu "$BUILD/tests/test_optimizer_cpu"
+run loader-log env PYTHON="$PYTHON" "$BUILD/tests/test_loader_log"
 run tokenizer "$PYTHON" tests/test_tokenizer.py "$BUILD" "$VOCAB_DIR" "$GCIDE_DIR"
 run cli "$PYTHON" tests/test_cli.py "$BUILD" "$VOCAB_DIR"
 run fetch "$PYTHON" tests/test_fetch_fineweb.py

@@ -1,0 +1,56 @@
+// Token stream over shards: see dataloader.h.
+#include "data/dataloader.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+namespace data {
+
+TokenStream::TokenStream(std::vector<std::string> files, int seq_len, int vocab_size, bool cycle)
+    : files_(std::move(files)), seq_len_(seq_len), vocab_(vocab_size), cycle_(cycle) {
+  if (seq_len < 1) throw shard::ShardError("sequence length must be positive");
+  prefix_.push_back(0);
+  for (auto& f : files_) {
+    FILE* fp = std::fopen(f.c_str(), "rb");
+    if (!fp) throw shard::ShardError(f + ": cannot open (missing file?)");
+    size_t n;
+    try {
+      n = shard::read_header(fp, f);
+    } catch (...) {
+      std::fclose(fp);
+      throw;
+    }
+    std::fclose(fp);
+    prefix_.push_back(prefix_.back() + (n >= (size_t)seq_len + 1 ? (n - 1) / seq_len : 0));
+  }
+  if (prefix_.back() == 0)
+    throw shard::ShardError("no shard holds a whole sequence of " + std::to_string(seq_len + 1) + " tokens (" +
+                            (files_.empty() ? std::string("no files") : files_.front() + "...") + ")");
+}
+
+void TokenStream::sequence(uint64_t k, uint16_t* out) {
+  const uint64_t total = prefix_.back();
+  if (k >= total) {
+    if (!cycle_)
+      throw shard::ShardError("sequence " + std::to_string(k) + " is past the end of the data (" + std::to_string(total) +
+                              " sequences of " + std::to_string(seq_len_) + " tokens)");
+    k %= total;
+  }
+  const int file = (int)(std::upper_bound(prefix_.begin(), prefix_.end(), k) - prefix_.begin()) - 1;
+  if (file != loaded_) {
+    tokens_ = shard::read_shard(files_[file], vocab_);
+    loaded_ = file;
+  }
+  const uint64_t start = (k - prefix_[file]) * (uint64_t)seq_len_;
+  std::memcpy(out, tokens_.data() + start, ((size_t)seq_len_ + 1) * sizeof(uint16_t));
+}
+
+std::vector<uint64_t> val_sequences(uint64_t val_tokens, int seq_len, int world, int rank) {
+  const uint64_t n = val_tokens / seq_len;
+  std::vector<uint64_t> out;
+  for (uint64_t k = rank; k < n; k += world) out.push_back(k);
+  return out;
+}
+
+}  // namespace data

@@ -1,0 +1,50 @@
+// Training and validation sequences from token shards (shard.h), the same for any GPU count.
+//
+// The token stream is the shards in order, cycled: sequence k is the (seq_len + 1)-token window
+// starting at k * seq_len inside its shard (inputs are its first seq_len tokens, targets its
+// last seq_len); a shard's tail shorter than a window is skipped. A training step uses sequences
+// [seqs_per_step * step, seqs_per_step * (step + 1)); rank r at micro-step m takes sequence
+//     seqs_per_step * step + m * world + r,
+// so the set of sequences in a step does not depend on the world size, no two ranks share a
+// sequence, and resuming at step s needs nothing but s. Validation takes the first
+// val_tokens / seq_len sequences of the validation stream (no cycling), split round-robin over
+// ranks. Shards are checked (header, size, every token id) when first loaded; all headers are
+// checked when the loader is built.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/shard.h"
+
+namespace data {
+
+class TokenStream {
+ public:
+  TokenStream(std::vector<std::string> files, int seq_len, int vocab_size, bool cycle);
+  // Copies sequence k (seq_len + 1 tokens) into out.
+  void sequence(uint64_t k, uint16_t* out);
+  uint64_t sequences_per_pass() const { return prefix_.back(); }
+  int seq_len() const { return seq_len_; }
+
+ private:
+  std::vector<std::string> files_;
+  std::vector<uint64_t> prefix_;  // prefix_[i] = sequences in files_[0..i)
+  int seq_len_, vocab_;
+  bool cycle_;
+  int loaded_ = -1;
+  std::vector<uint16_t> tokens_;
+};
+
+struct TrainSchedule {
+  int seqs_per_step = 8, world = 1, rank = 0;
+  int micro_steps() const { return seqs_per_step / world; }
+  uint64_t sequence_index(uint64_t step, int micro) const {
+    return (uint64_t)seqs_per_step * step + (uint64_t)micro * world + rank;
+  }
+};
+
+// Sequence indices of the validation set that this rank evaluates.
+std::vector<uint64_t> val_sequences(uint64_t val_tokens, int seq_len, int world, int rank);
+
+}  // namespace data

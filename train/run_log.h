@@ -1,0 +1,37 @@
+// The run's logs, written by rank 0: one line per step in the record's form, on stdout and in
+// LOG (so tools written for modded-nanogpt logs keep working),
+//     step:125/1480 val_loss:4.1234 train_time:19625ms step_avg:157.00ms
+//     step:126/1480 train_time:19782ms step_avg:157.00ms
+// and a machine-readable copy beside it (LOG with .jsonl for .txt), one JSON object per event,
+// the first being the configuration. train_time counts from the end of step 10 and excludes
+// validation (as the record does); step_avg = train_time / (step - 10), nan before. Each line
+// is flushed as it is written, so a crash loses at most the line being written.
+#pragma once
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+namespace train {
+
+class RunLog {
+ public:
+  // path empty: stdout only. enabled false (ranks other than 0): writes nothing.
+  RunLog(const std::string& path, bool enabled);
+  ~RunLog();
+  RunLog(const RunLog&) = delete;
+  RunLog& operator=(const RunLog&) = delete;
+
+  void config(const std::string& json_object);  // the first JSON line
+  // One step line; val_loss / train_loss NaN when not measured at this step.
+  void step(int step, int total, double train_time_ms, double val_loss = NAN, double train_loss = NAN);
+  void event(const std::string& json_object);  // any other event (checkpoint, error, summary)
+  void note(const std::string& line);          // free text: stdout and the text log
+  static std::string jsonl_path(const std::string& path);
+
+ private:
+  bool enabled_;
+  FILE* txt_ = nullptr;
+  FILE* jsonl_ = nullptr;
+};
+
+}  // namespace train

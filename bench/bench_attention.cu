@@ -12,15 +12,8 @@
 #include <vector>
 
 #include "attention/attention.h"
+#include "tests/cuda_check.h"
 
-#define CUDA_OK(x)                                                                             \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
 
 typedef __nv_bfloat16 bf16;
 

@@ -1,5 +1,6 @@
 // fp64 CPU reference of the speedrun model: see reference_model.h for the math.
 #include "model/reference_model.h"
+#include "model/reference_layers.h"
 
 #include <cmath>
 #include <random>
@@ -91,40 +92,6 @@ static void matmul_bwd(const double* X, const double* W, const double* dY, doubl
       for (int o = 0; o < out; o++) dW[(size_t)i * out + o] += xv * dY[(size_t)t * out + o];
     }
 }
-// rows of length n: y = x / sqrt(mean(x^2) + eps)
-static void rmsnorm(const double* x, double* y, double* rstd, int rows, int n, double eps) {
-  for (int r = 0; r < rows; r++) {
-    double ss = 0;
-    for (int j = 0; j < n; j++) ss += x[(size_t)r * n + j] * x[(size_t)r * n + j];
-    rstd[r] = 1.0 / std::sqrt(ss / n + eps);
-    for (int j = 0; j < n; j++) y[(size_t)r * n + j] = x[(size_t)r * n + j] * rstd[r];
-  }
-}
-// dx += r dy - r^3 x (dy . x) / n
-static void rmsnorm_bwd(const double* x, const double* rstd, const double* dy, double* dx, int rows, int n) {
-  for (int r = 0; r < rows; r++) {
-    double dot = 0;
-    for (int j = 0; j < n; j++) dot += dy[(size_t)r * n + j] * x[(size_t)r * n + j];
-    const double s = rstd[r], s3 = s * s * s;
-    for (int j = 0; j < n; j++) dx[(size_t)r * n + j] += s * dy[(size_t)r * n + j] - s3 * x[(size_t)r * n + j] * dot / n;
-  }
-}
-// Rotary on [T][H][Dh]: halves x1 = dims [0, Dh/2), x2 = [Dh/2, Dh), angle t * 10000^(-j/(Dh/2)).
-// sign = +1 applies it; sign = -1 applies the transpose (the backward).
-static void rotary(const double* x, double* y, int T, int H, int Dh, double sign) {
-  const int half = Dh / 2;
-  for (int t = 0; t < T; t++)
-    for (int h = 0; h < H; h++)
-      for (int j = 0; j < half; j++) {
-        const double ang = t * std::pow(10000.0, -(double)j / half);
-        const double c = std::cos(ang), s = sign * std::sin(ang);
-        const size_t base = ((size_t)t * H + h) * Dh;
-        const double x1 = x[base + j], x2 = x[base + half + j];
-        y[base + j] = x1 * c + x2 * s;
-        y[base + half + j] = -x1 * s + x2 * c;
-      }
-}
-
 struct LayerCache {
   Vec x_in, x_mix, h, rstd_h, q_lin, k_lin, v_lin, ve, v, qn, kn, rstd_q, rstd_k, qr, kr, P, y, x_attn, h2, rstd_h2, u, r;
 };

@@ -18,17 +18,10 @@
 #include <vector>
 
 #include "attention/attention.h"
+#include "tests/cuda_check.h"
 #include "attention/reference.h"
 #include "tests/check.h"
 
-#define CUDA_OK(x)                                                                              \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
-      std::printf("CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); \
-      std::exit(1);                                                                             \
-    }                                                                                           \
-  } while (0)
 
 typedef __nv_bfloat16 bf16;
 static std::mt19937_64 rng(20261122);

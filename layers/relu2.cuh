@@ -1,0 +1,44 @@
+// The MLP's activation (SPEC section 3): r = max(u, 0)^2, backward du = 2 max(u, 0) dr.
+//   u, r, dr, du: bf16 [n], n a multiple of 8; math in fp32, 16-byte loads.
+// CPU reference: model/reference_layers.h (relu2, relu2_bwd).
+#pragma once
+#include "layers/common.cuh"
+
+namespace layers {
+
+__global__ void relu2_forward_kernel(const bf16* __restrict__ u, bf16* __restrict__ r, size_t n8) {
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n8) return;
+  Pack8 a = load8(u + 8 * i), o;
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
+    const float v = fmaxf(a.get(k), 0.f);
+    o.set(k, v * v);
+  }
+  store8(r + 8 * i, o);
+}
+
+__global__ void relu2_backward_kernel(const bf16* __restrict__ u, const bf16* __restrict__ dr, bf16* __restrict__ du, size_t n8) {
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n8) return;
+  Pack8 a = load8(u + 8 * i), g = load8(dr + 8 * i), o;
+#pragma unroll
+  for (int k = 0; k < 8; k++) o.set(k, 2.f * fmaxf(a.get(k), 0.f) * g.get(k));
+  store8(du + 8 * i, o);
+}
+
+inline cudaError_t relu2_forward(const bf16* u, bf16* r, size_t n, cudaStream_t stream = 0) {
+  if (n % 8) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  relu2_forward_kernel<<<(unsigned)((n / 8 + 255) / 256), 256, 0, stream>>>(u, r, n / 8);
+  return cudaGetLastError();
+}
+
+inline cudaError_t relu2_backward(const bf16* u, const bf16* dr, bf16* du, size_t n, cudaStream_t stream = 0) {
+  if (n % 8) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  relu2_backward_kernel<<<(unsigned)((n / 8 + 255) / 256), 256, 0, stream>>>(u, dr, du, n / 8);
+  return cudaGetLastError();
+}
+
+}  // namespace layers

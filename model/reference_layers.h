@@ -1,0 +1,54 @@
+// fp64 CPU references of the model's elementwise and row-wise layers, shared by the reference
+// model (reference_model.cpp) and the CUDA layer tests (tests/test_layers_gpu.cu).
+//   rmsnorm:  y = x / sqrt(mean(x^2) + eps) over rows of n;  backward dx += r dy - r^3 x (dy.x) / n
+//   rotary:   on [T][H][Dh], halves x1 = [0, Dh/2), x2 = [Dh/2, Dh), angle t * 10000^(-j/(Dh/2)):
+//             y1 = x1 cos + x2 sin, y2 = -x1 sin + x2 cos; sign = -1 gives the transpose (backward)
+//   relu2:    r = max(u, 0)^2;  backward du = 2 max(u, 0) dr
+#pragma once
+#include <cmath>
+#include <cstddef>
+
+namespace model_ref {
+
+// rows of length n: y = x / sqrt(mean(x^2) + eps)
+inline void rmsnorm(const double* x, double* y, double* rstd, int rows, int n, double eps) {
+  for (int r = 0; r < rows; r++) {
+    double ss = 0;
+    for (int j = 0; j < n; j++) ss += x[(size_t)r * n + j] * x[(size_t)r * n + j];
+    rstd[r] = 1.0 / std::sqrt(ss / n + eps);
+    for (int j = 0; j < n; j++) y[(size_t)r * n + j] = x[(size_t)r * n + j] * rstd[r];
+  }
+}
+// dx += r dy - r^3 x (dy . x) / n
+inline void rmsnorm_bwd(const double* x, const double* rstd, const double* dy, double* dx, int rows, int n) {
+  for (int r = 0; r < rows; r++) {
+    double dot = 0;
+    for (int j = 0; j < n; j++) dot += dy[(size_t)r * n + j] * x[(size_t)r * n + j];
+    const double s = rstd[r], s3 = s * s * s;
+    for (int j = 0; j < n; j++) dx[(size_t)r * n + j] += s * dy[(size_t)r * n + j] - s3 * x[(size_t)r * n + j] * dot / n;
+  }
+}
+// Rotary on [T][H][Dh]: halves x1 = dims [0, Dh/2), x2 = [Dh/2, Dh), angle t * 10000^(-j/(Dh/2)).
+// sign = +1 applies it; sign = -1 applies the transpose (the backward).
+inline void rotary(const double* x, double* y, int T, int H, int Dh, double sign) {
+  const int half = Dh / 2;
+  for (int t = 0; t < T; t++)
+    for (int h = 0; h < H; h++)
+      for (int j = 0; j < half; j++) {
+        const double ang = t * std::pow(10000.0, -(double)j / half);
+        const double c = std::cos(ang), s = sign * std::sin(ang);
+        const size_t base = ((size_t)t * H + h) * Dh;
+        const double x1 = x[base + j], x2 = x[base + half + j];
+        y[base + j] = x1 * c + x2 * s;
+        y[base + half + j] = -x1 * s + x2 * c;
+      }
+}
+
+inline void relu2(const double* u, double* r, size_t n) {
+  for (size_t i = 0; i < n; i++) r[i] = u[i] > 0 ? u[i] * u[i] : 0.0;
+}
+inline void relu2_bwd(const double* u, const double* dr, double* du, size_t n) {
+  for (size_t i = 0; i < n; i++) du[i] = u[i] > 0 ? 2 * u[i] * dr[i] : 0.0;
+}
+
+}  // namespace model_ref

@@ -100,8 +100,8 @@ test-torch: $(BUILD)/model_dump
 $(BUILD)/tests/test_attention_gpu: $(BUILD)/tests/test_attention_gpu.o $(ATTN_OBJS) $(BUILD)/attention/reference.o
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -Xcompiler -fopenmp -lgomp
 
-$(BUILD)/tests/test_layers_gpu: $(BUILD)/tests/test_layers_gpu.o
-	$(NVCC) $(NVCCFLAGS) $^ -o $@
+$(BUILD)/tests/test_layers_gpu: $(BUILD)/tests/test_layers_gpu.o $(MODEL_REF_OBJS)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt -Xcompiler -fopenmp -lgomp
 
 $(BUILD)/tests/test_attention_gpu.o: tests/test_attention_gpu.cu
 	@mkdir -p $(dir $@)

@@ -3,11 +3,19 @@
 // Tolerance: these layers round only their output to bf16 (sums in fp32), so the relative
 // Frobenius error is one bf16 rounding, about 2^-9 / sqrt(3) = 1.1e-3 on average: the bound is
 // 4e-3. rstd is fp32: 1e-5. Rows with small values (mean x^2 << eps) make eps matter.
+// Matmul: bf16 output 4e-3 (the output rounding dominates fp32 accumulation over k <= 3072);
+// fp32 output 1e-5. Cross-entropy: loss 1e-5 (fp32 over 50304 terms), dz 4e-3 (bf16 output).
+// Embedding backward and Adam work in fp32: 1e-5.
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include "layers/adam.cuh"
+#include "layers/embedding.cuh"
+#include "layers/matmul.cuh"
 #include "layers/relu2.cuh"
+#include "layers/softcap_ce.cuh"
+#include "model/optimizer_reference.h"
 #include "layers/rmsnorm.cuh"
 #include "layers/rotary.cuh"
 #include "model/reference_layers.h"
@@ -128,6 +136,183 @@ int main() {
     CHECK(e1 < 4e-3 && e2 < 4e-3, "relu2: forward %.2e backward %.2e", e1, e2);
     std::printf("relu2: forward %.2e, backward %.2e\n", e1, e2);
     for (void* p : {(void*)du_, (void*)ddr, (void*)dr_out, (void*)ddu}) CUDA_OK(cudaFree(p));
+  }
+  // ---- matmul: forward, both backward forms, accumulate, fp32 output
+  {
+    layers::Matmul mm;
+    struct Shape { int m, n, k; bool ta, tb, acc, f32; } shapes[] = {
+        {256, 768, 768, false, false, false, false}, {128, 3072, 768, false, true, false, false},
+        {768, 512, 256, true, false, true, false},   {64, 1024, 768, false, false, false, true}};
+    for (auto sh : shapes) {
+      std::vector<double> A = random_bf16((size_t)sh.m * sh.k), B = random_bf16((size_t)sh.k * sh.n), C0 = random_bf16((size_t)sh.m * sh.n);
+      std::vector<double> want = sh.acc ? C0 : std::vector<double>((size_t)sh.m * sh.n, 0.0);
+      auto a = [&](int i, int kk) { return sh.ta ? A[(size_t)kk * sh.m + i] : A[(size_t)i * sh.k + kk]; };
+      auto b = [&](int kk, int j) { return sh.tb ? B[(size_t)j * sh.k + kk] : B[(size_t)kk * sh.n + j]; };
+      for (int i = 0; i < sh.m; i++)
+        for (int kk = 0; kk < sh.k; kk++) {
+          const double av = a(i, kk);
+          for (int j = 0; j < sh.n; j++) want[(size_t)i * sh.n + j] += av * b(kk, j);
+        }
+      bf16 *dA = to_device(A), *dB = to_device(B);
+      double e;
+      if (sh.f32) {
+        float* dC;
+        CUDA_OK(cudaMalloc(&dC, want.size() * sizeof(float)));
+        CUDA_OK(cudaMemset(dC, 0xFF, want.size() * sizeof(float)));
+        mm(dA, dB, dC, sh.m, sh.n, sh.k, sh.ta, sh.tb, false, true);
+        std::vector<float> h(want.size());
+        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(cudaMemcpy(h.data(), dC, h.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        e = rel_err(std::vector<double>(h.begin(), h.end()), want);
+        CUDA_OK(cudaFree(dC));
+      } else {
+        bf16* dC = sh.acc ? to_device(C0) : poisoned(want.size());
+        mm(dA, dB, dC, sh.m, sh.n, sh.k, sh.ta, sh.tb, sh.acc, false);
+        e = rel_err(from_device(dC, want.size()), want);
+        CUDA_OK(cudaFree(dC));
+      }
+      CHECK(e < (sh.f32 ? 1e-5 : 4e-3), "matmul m=%d n=%d k=%d ta=%d tb=%d acc=%d fp32=%d: rel err %.2e", sh.m, sh.n, sh.k, sh.ta, sh.tb,
+            sh.acc, sh.f32, e);
+      std::printf("matmul m=%d n=%d k=%d ta=%d tb=%d acc=%d fp32=%d: %.2e\n", sh.m, sh.n, sh.k, sh.ta, sh.tb, sh.acc, sh.f32, e);
+      CUDA_OK(cudaFree(dA));
+      CUDA_OK(cudaFree(dB));
+    }
+  }
+
+  // ---- softcapped cross-entropy over the real vocabulary, logits large enough to saturate
+  {
+    const int rows = 48, V = 50304;
+    std::vector<float> z((size_t)rows * V);
+    std::normal_distribution<float> nd(0.f, 20.f);
+    for (auto& v : z) v = nd(rng);
+    std::vector<int> tg(rows);
+    for (int r = 0; r < rows; r++) tg[r] = (int)(rng() % V);
+    const double scale = 1.0 / 1000;
+    std::vector<double> loss_ref(rows), dz_ref(z.size());
+    for (int r = 0; r < rows; r++) {
+      double mx = -INFINITY, sum = 0;
+      for (int i = 0; i < V; i++) mx = std::max(mx, 30 * std::tanh(z[(size_t)r * V + i] / 30.0));
+      for (int i = 0; i < V; i++) sum += std::exp(30 * std::tanh(z[(size_t)r * V + i] / 30.0) - mx);
+      const double lse = mx + std::log(sum);
+      loss_ref[r] = lse - 30 * std::tanh(z[(size_t)r * V + tg[r]] / 30.0);
+      for (int i = 0; i < V; i++) {
+        const double th = std::tanh(z[(size_t)r * V + i] / 30.0);
+        dz_ref[(size_t)r * V + i] = scale * (std::exp(30 * th - lse) - (i == tg[r])) * (1 - th * th);
+      }
+    }
+    float *dzin, *dloss;
+    int *dtg, *dbad;
+    bf16* ddz = poisoned(z.size());
+    CUDA_OK(cudaMalloc(&dzin, z.size() * sizeof(float)));
+    CUDA_OK(cudaMalloc(&dloss, rows * sizeof(float)));
+    CUDA_OK(cudaMalloc(&dtg, rows * sizeof(int)));
+    CUDA_OK(cudaMalloc(&dbad, sizeof(int)));
+    CUDA_OK(cudaMemset(dbad, 0, sizeof(int)));
+    CUDA_OK(cudaMemcpy(dzin, z.data(), z.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dtg, tg.data(), rows * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_OK(layers::softcap_ce(dzin, dtg, ddz, dloss, rows, V, (float)scale, dbad));
+    std::vector<float> hl(rows);
+    int bad = -1;
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(hl.data(), dloss, rows * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(&bad, dbad, sizeof(int), cudaMemcpyDeviceToHost));
+    double le = 0;
+    for (int r = 0; r < rows; r++) le = std::max(le, std::fabs(hl[r] - loss_ref[r]) / loss_ref[r]);
+    const double de = rel_err(from_device(ddz, z.size()), dz_ref);
+    CHECK(le < 1e-5 && de < 4e-3 && bad == 0, "softcap CE: loss %.2e dz %.2e bad flag %d", le, de, bad);
+    std::printf("softcap CE (V=%d): loss %.2e, dz %.2e\n", V, le, de);
+    tg[5] = V + 3;  // a target out of range is reported, not read
+    CUDA_OK(cudaMemcpy(dtg, tg.data(), rows * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_OK(layers::softcap_ce(dzin, dtg, ddz, dloss, rows, V, (float)scale, dbad));
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(&bad, dbad, sizeof(int), cudaMemcpyDeviceToHost));
+    CHECK(bad == 1, "out-of-range target not reported");
+    for (void* p : {(void*)dzin, (void*)dloss, (void*)dtg, (void*)dbad, (void*)ddz}) CUDA_OK(cudaFree(p));
+  }
+
+  // ---- embedding: forward copies rows, backward sums per token deterministically into fp32
+  {
+    const int V = 1000, C = 768, T = 4096;
+    std::vector<int> tok(T);
+    for (int t = 0; t < T; t++) tok[t] = (int)((rng() % 97) * (rng() % 11)) % V;  // heavy repeats
+    std::vector<double> table = random_bf16((size_t)V * C), dout = random_bf16((size_t)T * C);
+    std::vector<float> dtab0((size_t)V * C);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    for (auto& v : dtab0) v = nd(rng);
+    std::vector<double> want(dtab0.begin(), dtab0.end());
+    for (int t = 0; t < T; t++)
+      for (int c = 0; c < C; c++) want[(size_t)tok[t] * C + c] += dout[(size_t)t * C + c];
+    layers::TokenIndex ix(tok.data(), T, V);
+    int *dtok, *du, *doff, *dpos;
+    CUDA_OK(cudaMalloc(&dtok, T * sizeof(int)));
+    CUDA_OK(cudaMalloc(&du, ix.unique.size() * sizeof(int)));
+    CUDA_OK(cudaMalloc(&doff, ix.offsets.size() * sizeof(int)));
+    CUDA_OK(cudaMalloc(&dpos, ix.positions.size() * sizeof(int)));
+    CUDA_OK(cudaMemcpy(dtok, tok.data(), T * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(du, ix.unique.data(), ix.unique.size() * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(doff, ix.offsets.data(), ix.offsets.size() * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dpos, ix.positions.data(), ix.positions.size() * sizeof(int), cudaMemcpyHostToDevice));
+    bf16 *dtable = to_device(table), *dout_d = to_device(dout), *demb = poisoned((size_t)T * C);
+    CUDA_OK(layers::embedding_forward(dtable, dtok, demb, T, C));
+    std::vector<double> emb = from_device(demb, (size_t)T * C);
+    bool same = true;
+    for (int t = 0; t < T; t++)
+      for (int c = 0; c < C; c++) same &= emb[(size_t)t * C + c] == table[(size_t)tok[t] * C + c];
+    CHECK(same, "embedding forward is not an exact copy of the rows");
+    std::vector<float> got[2];
+    for (int rep = 0; rep < 2; rep++) {
+      float* dg;
+      CUDA_OK(cudaMalloc(&dg, dtab0.size() * sizeof(float)));
+      CUDA_OK(cudaMemcpy(dg, dtab0.data(), dtab0.size() * sizeof(float), cudaMemcpyHostToDevice));
+      CUDA_OK(layers::embedding_backward(dout_d, du, doff, dpos, (int)ix.unique.size(), dg, C));
+      got[rep].resize(dtab0.size());
+      CUDA_OK(cudaDeviceSynchronize());
+      CUDA_OK(cudaMemcpy(got[rep].data(), dg, dtab0.size() * sizeof(float), cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaFree(dg));
+    }
+    const double e = rel_err(std::vector<double>(got[0].begin(), got[0].end()), want);
+    CHECK(e < 1e-5, "embedding backward rel err %.2e", e);
+    CHECK(got[0] == got[1], "embedding backward is not deterministic");
+    std::printf("embedding: %zu distinct tokens of %d, backward %.2e, deterministic\n", ix.unique.size(), T, e);
+    for (void* p : {(void*)dtok, (void*)du, (void*)doff, (void*)dpos, (void*)dtable, (void*)dout_d, (void*)demb}) CUDA_OK(cudaFree(p));
+  }
+
+  // ---- Adam against the reference optimiser's Adam group (embed, lr 0.6), three steps
+  {
+    model_ref::Config cfg;
+    cfg.vocab = 64;
+    cfg.width = 32;
+    cfg.heads = 2;
+    cfg.layers = 2;
+    cfg.hidden = 64;
+    model_ref::Params p(cfg);
+    p.init(4, false);
+    const model_ref::Tensor& emb = p.t("embed");
+    const size_t n = emb.size();
+    std::vector<float> hp(p.data.begin() + emb.offset, p.data.begin() + emb.offset + n);
+    float *dp, *dg, *dm, *dv;
+    for (float** q : {&dp, &dg, &dm, &dv}) CUDA_OK(cudaMalloc(q, n * sizeof(float)));
+    CUDA_OK(cudaMemcpy(dp, hp.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(dm, 0, n * sizeof(float)));
+    CUDA_OK(cudaMemset(dv, 0, n * sizeof(float)));
+    model_ref::OptimizerState st;
+    model_ref::Schedule sched;
+    for (int step = 0; step < 3; step++) {
+      std::vector<double> g(p.data.size());
+      std::normal_distribution<double> nd(0, 1);
+      for (auto& v : g) v = nd(rng);
+      std::vector<float> hg(g.begin() + emb.offset, g.begin() + emb.offset + n);
+      model_ref::optimizer_step(p, g, st, step, sched);
+      CUDA_OK(cudaMemcpy(dg, hg.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+      CUDA_OK(layers::adam_step(dp, nullptr, dg, dm, dv, n, 0.6f, step + 1));
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(hp.data(), dp, n * sizeof(float), cudaMemcpyDeviceToHost));
+    double e = 0;
+    for (size_t i = 0; i < n; i++) e = std::max(e, std::fabs(hp[i] - p.data[emb.offset + i]));
+    CHECK(e < 1e-5, "Adam after three steps: max abs err %.2e", e);
+    std::printf("adam: three steps, max abs err %.2e against the fp64 reference\n", e);
+    for (void* q : {(void*)dp, (void*)dg, (void*)dm, (void*)dv}) CUDA_OK(cudaFree(q));
   }
   return test_summary("layers-gpu");
 }

@@ -5,7 +5,9 @@
 // 4e-3. rstd is fp32: 1e-5. Rows with small values (mean x^2 << eps) make eps matter.
 // Matmul: bf16 output 4e-3 (the output rounding dominates fp32 accumulation over k <= 3072);
 // fp32 output 1e-5. Cross-entropy: loss 1e-5 (fp32 over 50304 terms), dz 4e-3 (bf16 output).
-// Embedding backward and Adam work in fp32: 1e-5.
+// Embedding backward and Adam work in fp32: 1e-5. Muon's Newton-Schulz runs in bf16: its update
+// must be within twice the error of a CPU emulation of the same bf16 iteration (each matmul
+// accumulated exactly then rounded to bf16, each stored tensor rounded), plus 1e-3.
 #include <cmath>
 #include <random>
 #include <vector>
@@ -13,6 +15,7 @@
 #include "layers/adam.cuh"
 #include "layers/embedding.cuh"
 #include "layers/matmul.cuh"
+#include "layers/muon.cuh"
 #include "layers/relu2.cuh"
 #include "layers/softcap_ce.cuh"
 #include "model/optimizer_reference.h"
@@ -61,6 +64,45 @@ static double rel_err(const std::vector<double>& x, const std::vector<double>& r
     den += r[i] * r[i];
   }
   return std::sqrt(num / den);
+}
+
+static double bf(double x) { return (double)ref::round_bf16((float)x); }
+// Newton-Schulz as the GPU runs it, on the CPU: every stored tensor rounded to bf16.
+static std::vector<double> ns5_bf16_emulated(std::vector<double> x, int rows, int cols) {
+  double fro = 0;
+  for (double v : x) fro += v * v;
+  fro = std::sqrt(fro);
+  const bool tall = rows > cols;
+  const int r = tall ? cols : rows, c = tall ? rows : cols;
+  std::vector<double> X((size_t)r * c);
+  for (int i = 0; i < r; i++)
+    for (int j = 0; j < c; j++) X[(size_t)i * c + j] = bf((tall ? x[(size_t)j * cols + i] : x[(size_t)i * c + j]) / (fro + 1e-7));
+  for (int it = 0; it < 5; it++) {
+    std::vector<double> A((size_t)r * r, 0.0), AA((size_t)r * r, 0.0), BX((size_t)r * c, 0.0);
+    for (int i = 0; i < r; i++)
+      for (int k = 0; k < r; k++) {
+        double sum = 0;
+        for (int j = 0; j < c; j++) sum += X[(size_t)i * c + j] * X[(size_t)k * c + j];
+        A[(size_t)i * r + k] = bf(sum);
+      }
+    for (int i = 0; i < r; i++)
+      for (int k = 0; k < r; k++) {
+        double sum = 0;
+        for (int j = 0; j < r; j++) sum += A[(size_t)i * r + j] * A[(size_t)j * r + k];
+        AA[(size_t)i * r + k] = bf(sum);
+      }
+    for (size_t i = 0; i < AA.size(); i++) AA[i] = bf(-4.7750 * A[i] + 2.0315 * AA[i]);
+    for (int i = 0; i < r; i++)
+      for (int k = 0; k < r; k++) {
+        const double b = AA[(size_t)i * r + k];
+        for (int j = 0; j < c; j++) BX[(size_t)i * c + j] += b * X[(size_t)k * c + j];
+      }
+    for (size_t i = 0; i < X.size(); i++) X[i] = bf(3.4445 * X[i] + bf(BX[i]));
+  }
+  std::vector<double> out((size_t)rows * cols);
+  for (int i = 0; i < r; i++)
+    for (int j = 0; j < c; j++) (tall ? out[(size_t)j * cols + i] : out[(size_t)i * c + j]) = X[(size_t)i * c + j];
+  return out;
 }
 
 int main() {
@@ -313,6 +355,52 @@ int main() {
     CHECK(e < 1e-5, "Adam after three steps: max abs err %.2e", e);
     std::printf("adam: three steps, max abs err %.2e against the fp64 reference\n", e);
     for (void* q : {(void*)dp, (void*)dg, (void*)dm, (void*)dv}) CUDA_OK(cudaFree(q));
+  }
+  // ---- Muon: one step on fresh momentum, against fp64 and the bf16 emulation
+  {
+    layers::Matmul mm;
+    layers::MuonScratch scratch(512 * 512, 512 * 512);
+    for (auto [rows, cols] : {std::pair<int, int>{128, 512}, {512, 128}, {256, 256}}) {
+      const size_t n = (size_t)rows * cols;
+      std::normal_distribution<float> nd(0.f, 1.f);
+      std::vector<float> g(n), w(n);
+      for (auto& v : g) v = nd(rng);
+      for (auto& v : w) v = nd(rng) * 0.05f;
+      const float mom = 0.85f, lr = 0.05f;
+      std::vector<double> u(n);
+      for (size_t i = 0; i < n; i++) u[i] = (1 - (double)mom) * g[i] + mom * (1 - (double)mom) * g[i];
+      std::vector<double> ns64 = u;
+      model_ref::newton_schulz5(ns64, rows, cols);
+      std::vector<double> ns16 = ns5_bf16_emulated(u, rows, cols);
+      const double scale = lr * std::sqrt(std::max(1.0, (double)rows / cols));
+      std::vector<double> upd_ref(n);
+      for (size_t i = 0; i < n; i++) upd_ref[i] = scale * ns64[i];
+      const double e16 = rel_err(ns16, ns64);
+      std::vector<float> out[2];
+      for (int rep = 0; rep < 2; rep++) {
+        float *dw, *dg, *dbuf;
+        for (float** q : {&dw, &dg, &dbuf}) CUDA_OK(cudaMalloc(q, n * sizeof(float)));
+        CUDA_OK(cudaMemcpy(dw, w.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(dg, g.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemset(dbuf, 0, n * sizeof(float)));
+        CUDA_OK(layers::muon_step(mm, scratch, dw, nullptr, dg, dbuf, rows, cols, lr, mom));
+        out[rep].resize(n);
+        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(cudaMemcpy(out[rep].data(), dw, n * sizeof(float), cudaMemcpyDeviceToHost));
+        std::vector<float> hb(n);
+        CUDA_OK(cudaMemcpy(hb.data(), dbuf, n * sizeof(float), cudaMemcpyDeviceToHost));
+        double be = 0;
+        for (size_t i = 0; i < n; i++) be = std::max(be, std::fabs(hb[i] - (1 - (double)mom) * g[i]));
+        if (rep == 0) CHECK(be < 1e-6, "muon momentum buffer err %.2e", be);
+        for (void* q : {(void*)dw, (void*)dg, (void*)dbuf}) CUDA_OK(cudaFree(q));
+      }
+      std::vector<double> upd(n);
+      for (size_t i = 0; i < n; i++) upd[i] = (double)w[i] - out[0][i];
+      const double e = rel_err(upd, upd_ref);
+      CHECK(e <= 2 * e16 + 1e-3, "muon %dx%d: update rel err %.2e > 2 x bf16 emulation %.2e + 1e-3", rows, cols, e, e16);
+      CHECK(out[0] == out[1], "muon %dx%d: not deterministic", rows, cols);
+      std::printf("muon %dx%d: update rel err %.2e (bf16 emulation of Newton-Schulz: %.2e)\n", rows, cols, e, e16);
+    }
   }
   return test_summary("layers-gpu");
 }

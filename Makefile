@@ -38,7 +38,7 @@ ATTN_OBJS := $(BUILD)/attention/attention_fwd.o $(BUILD)/attention/attention_bwd
 CPU_TESTS := $(BUILD)/tests/test_data $(BUILD)/tests/test_attention_cpu $(BUILD)/tests/test_model_cpu \
              $(BUILD)/tests/test_optimizer_cpu $(BUILD)/tests/test_loader_log
 MODEL_REF_OBJS := $(BUILD)/model/reference_model.o $(BUILD)/model/optimizer_reference.o $(BUILD)/attention/reference.o
-GPU_TESTS := $(BUILD)/tests/test_attention_gpu $(BUILD)/tests/test_layers_gpu
+GPU_TESTS := $(BUILD)/tests/test_attention_gpu $(BUILD)/tests/test_layers_gpu $(BUILD)/tests/test_model_gpu
 
 .PHONY: all test test-gpu test-torch bench data setup clean help
 all: train_gpt $(TOOLS) attention/attn_run
@@ -103,6 +103,9 @@ $(BUILD)/tests/test_attention_gpu: $(BUILD)/tests/test_attention_gpu.o $(ATTN_OB
 $(BUILD)/tests/test_layers_gpu: $(BUILD)/tests/test_layers_gpu.o $(MODEL_REF_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt -Xcompiler -fopenmp -lgomp
 
+$(BUILD)/tests/test_model_gpu: $(BUILD)/tests/test_model_gpu.o $(ATTN_OBJS) $(MODEL_REF_OBJS)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt -Xcompiler -fopenmp -lgomp
+
 $(BUILD)/tests/test_attention_gpu.o: tests/test_attention_gpu.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -Xcompiler -fopenmp -c $< -o $@
@@ -114,6 +117,7 @@ test-gpu: $(GPU_TESTS) attention/attn_run $(BUILD)/model_dump
 	@nvidia-smi -L >/dev/null 2>&1 || { echo "test-gpu: no GPU on this machine (nvidia-smi finds none)"; exit 1; }
 	$(BUILD)/tests/test_attention_gpu
 	$(BUILD)/tests/test_layers_gpu
+	$(BUILD)/tests/test_model_gpu
 	$(PYTHON) tests/test_attn_run.py attention/attn_run
 	$(PYTHON_TORCH) tests/torch_model_check.py $(BUILD)
 

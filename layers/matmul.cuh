@@ -9,6 +9,7 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -30,6 +31,8 @@ class Matmul {
   void operator()(const __nv_bfloat16* A, const __nv_bfloat16* B, void* C, int m, int n, int k, bool trans_a, bool trans_b,
                   bool accumulate = false, bool c_fp32 = false, cudaStream_t stream = 0) {
     const std::string shape = "matmul m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k);
+    if (((uintptr_t)A | (uintptr_t)B | (uintptr_t)C) % 16)
+      throw std::runtime_error(shape + ": operands must be 16-byte aligned for cuBLASLt");
     cublasLtMatmulDesc_t op;
     check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), shape);
     const cublasOperation_t tx = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, ty = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;

@@ -11,11 +11,14 @@ namespace model_ref {
 typedef std::vector<double> Vec;
 constexpr double kSoftcap = 30.0;
 
-Params::Params(const Config& c) : cfg(c) {
+Params::Params(const Config& c, bool allocate) : cfg(c) {
   if (c.layers < 2 || c.layers % 2) throw std::invalid_argument("layers must be even and >= 2");
   if (c.width % c.heads || c.head_dim() % 2) throw std::invalid_argument("width / heads must be an even integer");
   size_t off = 0;
+  // every tensor starts at a multiple of 64 elements, so that device copies of the layout give
+  // the matmuls the 16-byte-aligned pointers cuBLASLt needs (the gaps stay zero)
   auto add = [&](const std::string& name, size_t r, size_t cols) {
+    off = (off + 63) / 64 * 64;
     tensors.push_back({name, off, r, cols});
     off += r * cols;
   };
@@ -35,7 +38,8 @@ Params::Params(const Config& c) : cfg(c) {
   }
   add("skip", 1, L / 2);
   add("head", C, V);
-  data.assign(off, 0.0);
+  size_ = off;
+  if (allocate) data.assign(off, 0.0);
 }
 
 const Tensor& Params::t(const std::string& name) const {

@@ -39,9 +39,12 @@ struct Tensor {
 struct Params {
   Config cfg;
   std::vector<Tensor> tensors;
-  std::vector<double> data;
-  explicit Params(const Config& c);
+  std::vector<double> data;  // empty when built with allocate = false
+  size_t size_ = 0;
+  // allocate = false: names, shapes and offsets only (for code that keeps the values elsewhere)
+  explicit Params(const Config& c, bool allocate = true);
   const Tensor& t(const std::string& name) const;
+  size_t size() const { return size_; }  // number of parameters
   double* ptr(const std::string& name) { return data.data() + t(name).offset; }
   const double* ptr(const std::string& name) const { return data.data() + t(name).offset; }
   // SPEC initialisation: embeddings N(0, 1); linear weights uniform +-1/sqrt(fan_in) except Wo,

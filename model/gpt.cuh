@@ -1,12 +1,15 @@
 // The speedrun model on the GPU (SPEC section 3), composed from the tested layers: parameters in
 // the reference model's flat layout (model/reference_model.h: the same names, shapes and
-// offsets) as bf16 for the matmuls and fp32 for the scalars, and the forward pass to the loss.
-// The backward and the optimiser step are the next part of issue 4.
+// offsets) as bf16 for the matmuls and fp32 for the scalars; fp32 gradients in the same layout.
 //
 // Forward, per SPEC section 3, on T tokens of one packed sequence:
 //   x = norm(E[tok]); x0 = x; per layer: U-net skip, lambda mix, attention (q, k per-head norm,
 //   rotary, value-embedding mix, fused masked attention), MLP (ReLU^2); the lm head in chunks
 //   of rows whose fp32 logits live only inside the chunk (fused softcapped cross-entropy).
+//   With gradients on, each chunk's backward (dz -> d(norm(x)), dWhead) runs right there, so no
+//   T x vocab tensor outlives its chunk; backward() then walks the layers in reverse.
+// Gradients accumulate (+=) until zero_grad(), as gradient accumulation over micro-steps needs.
+// Activations kept for the backward: about (17 C + 2 hidden) x T bf16 a layer.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -40,26 +43,40 @@ class Model {
       : cfg_(cfg), layout_(cfg, /*allocate=*/false), T_(T), bos_(bos), chunk_(std::min(T, head_chunk)) {
     if (cfg.head_dim() != 64 && cfg.head_dim() != 128) throw std::invalid_argument("head dim must be 64 or 128 (attention kernel)");
     if (cfg.width % 8 || cfg.hidden % 8 || cfg.vocab % 8) throw std::invalid_argument("width, hidden and vocab must be multiples of 8");
-    const size_t n = layout_.size(), TC = (size_t)T * cfg.width;
+    const size_t n = layout_.size(), TC = (size_t)T * cfg.width, TF = (size_t)T * cfg.hidden, TH = (size_t)T * cfg.heads;
     alloc(&w16_, n * sizeof(bf16));
     alloc(&w32_, n * sizeof(float));
-    for (bf16** p : {&x_, &x0_, &h_, &q_, &k_, &qn_, &kn_, &v_, &ve_, &y_}) alloc(p, TC * sizeof(bf16));
-    alloc(&u_, (size_t)T * cfg.hidden * sizeof(bf16));
-    alloc(&r_, (size_t)T * cfg.hidden * sizeof(bf16));
+    alloc(&g32_, n * sizeof(float));
+    for (bf16** p : {&emb_, &x0_, &x_, &hf_, &dhf_, &dx_, &dx0_, &dh_, &dy_, &dq_, &dk_, &dv_, &t1_, &t2_}) alloc(p, TC * sizeof(bf16));
+    for (bf16** p : {&dr_, &du_}) alloc(p, TF * sizeof(bf16));
+    acts_.resize(cfg.layers);
+    for (auto& a : acts_) {
+      for (bf16** p : {&a.x_in, &a.x_mix, &a.h, &a.q, &a.k, &a.qn, &a.kn, &a.v_lin, &a.ve, &a.v, &a.y, &a.x_attn, &a.h2})
+        alloc(p, TC * sizeof(bf16));
+      alloc(&a.u, TF * sizeof(bf16));
+      alloc(&a.r, TF * sizeof(bf16));
+      for (float** p : {&a.rstd_h, &a.rstd_h2}) alloc(p, (size_t)T * sizeof(float));
+      for (float** p : {&a.rstd_q, &a.rstd_k, &a.lse}) alloc(p, TH * sizeof(float));
+    }
     pushed_.resize(cfg.layers / 2);
+    dpushed_.resize(cfg.layers / 2);
     for (auto& p : pushed_) alloc(&p, TC * sizeof(bf16));
-    alloc(&rstd_, (size_t)T * cfg.heads * sizeof(float));
-    alloc(&lse_, (size_t)T * cfg.heads * sizeof(float));
+    for (auto& p : dpushed_) alloc(&p, TC * sizeof(bf16));
+    for (float** p : {&rstd_e_, &rstd_f_, &loss_}) alloc(p, (size_t)T * sizeof(float));
     alloc(&z_, (size_t)chunk_ * cfg.vocab * sizeof(float));
     alloc(&dz_, (size_t)chunk_ * cfg.vocab * sizeof(bf16));
-    alloc(&loss_, (size_t)T * sizeof(float));
-    alloc(&tokens_, (size_t)T * sizeof(int));
-    alloc(&targets_, (size_t)T * sizeof(int));
-    alloc(&doc_, (size_t)T * sizeof(int));
+    alloc(&partial_, layers::kDotBlocks * sizeof(float));
+    alloc(&one_, sizeof(float));
+    const float one = 1.f;
+    cuda_check(cudaMemcpy(one_, &one, sizeof(float), cudaMemcpyHostToDevice), "constant");
+    alloc(&ws_, attn::backward_workspace_bytes(T, cfg.heads));
+    for (int** p : {&tokens_, &targets_, &doc_, &ix_unique_, &ix_positions_}) alloc(p, (size_t)T * sizeof(int));
+    alloc(&ix_offsets_, (size_t)(T + 1) * sizeof(int));
     alloc(&bad_, sizeof(int));
     auto tab = layers::rotary_table(T, cfg.head_dim());
     alloc(&rot_, tab.size() * sizeof(float2));
     cuda_check(cudaMemcpy(rot_, tab.data(), tab.size() * sizeof(float2), cudaMemcpyHostToDevice), "rotary table");
+    zero_grad();
   }
   ~Model() {
     for (void* p : buffers_) cudaFree(p);
@@ -79,61 +96,78 @@ class Model {
     cuda_check(cudaMemcpy(w16_, h16.data(), h16.size() * sizeof(bf16), cudaMemcpyHostToDevice), "load");
     cuda_check(cudaMemcpy(w32_, h32.data(), h32.size() * sizeof(float), cudaMemcpyHostToDevice), "load");
   }
+  void zero_grad() { cuda_check(cudaMemset(g32_, 0, layout_.size() * sizeof(float)), "zero_grad"); }
+  std::vector<float> gradients() const {
+    std::vector<float> g(layout_.size());
+    cuda_check(cudaMemcpy(g.data(), g32_, g.size() * sizeof(float), cudaMemcpyDeviceToHost), "gradients");
+    return g;
+  }
 
-  // Mean loss over the T tokens. z_out, when given, receives the head's output before the
-  // softcap, fp32 [T][vocab] (for tests).
-  double forward(const std::vector<int>& tokens, const std::vector<int>& targets, std::vector<float>* z_out = nullptr) {
+  // Mean loss over the T tokens. grad_scale != 0 also runs the head's backward for a loss
+  // scaled by grad_scale (1 / T for the mean of one sequence; 1 / (T * micro-steps * ranks) for
+  // a step). z_out, when given, receives the head's output before the softcap, fp32 [T][vocab].
+  double forward(const std::vector<int>& tokens, const std::vector<int>& targets, float grad_scale = 0.f,
+                 std::vector<float>* z_out = nullptr) {
     const int T = T_, C = cfg_.width, H = cfg_.heads, Dh = cfg_.head_dim(), L = cfg_.layers, F = cfg_.hidden, V = cfg_.vocab;
     if ((int)tokens.size() != T || (int)targets.size() != T) throw std::invalid_argument("forward: want T tokens and targets");
     const size_t TC = (size_t)T * C;
     std::vector<int> doc(T);
-    for (int t = 0, c = 0; t < T; t++) doc[t] = (c += tokens[t] == bos_);
+    for (int t = 0, c = 0; t < T; t++) {
+      if (tokens[t] < 0 || tokens[t] >= V) throw std::invalid_argument("forward: token id " + std::to_string(tokens[t]) + " outside the vocabulary");
+      doc[t] = (c += tokens[t] == bos_);
+    }
+    layers::TokenIndex ix(tokens.data(), T, V);
+    n_unique_ = (int)ix.unique.size();
     cuda_check(cudaMemcpy(tokens_, tokens.data(), T * sizeof(int), cudaMemcpyHostToDevice), "tokens");
     cuda_check(cudaMemcpy(targets_, targets.data(), T * sizeof(int), cudaMemcpyHostToDevice), "targets");
     cuda_check(cudaMemcpy(doc_, doc.data(), T * sizeof(int), cudaMemcpyHostToDevice), "doc ids");
+    cuda_check(cudaMemcpy(ix_unique_, ix.unique.data(), ix.unique.size() * sizeof(int), cudaMemcpyHostToDevice), "index");
+    cuda_check(cudaMemcpy(ix_offsets_, ix.offsets.data(), ix.offsets.size() * sizeof(int), cudaMemcpyHostToDevice), "index");
+    cuda_check(cudaMemcpy(ix_positions_, ix.positions.data(), ix.positions.size() * sizeof(int), cudaMemcpyHostToDevice), "index");
     cuda_check(cudaMemset(bad_, 0, sizeof(int)), "flag");
-    attn::MaskDesc mask;
-    mask.causal = cfg_.mask.causal;
-    mask.window = cfg_.mask.window;
-    mask.window_bidir = cfg_.mask.bidir;
-    mask.window_blocks = cfg_.mask.blocks;
-    mask.doc_ids = cfg_.mask.doc ? doc_ : nullptr;
     const float eps = (float)cfg_.eps;
 
-    ok(layers::embedding_forward(W("embed"), tokens_, h_, T, C));
-    ok(layers::rmsnorm_forward(h_, x_, rstd_, T, C, eps));
-    cuda_check(cudaMemcpyAsync(x0_, x_, TC * sizeof(bf16), cudaMemcpyDeviceToDevice), "x0");
+    ok(layers::embedding_forward(W("embed"), tokens_, emb_, T, C));
+    ok(layers::rmsnorm_forward(emb_, x0_, rstd_e_, T, C, eps));
+    copy(x_, x0_, TC);
     for (int i = 0; i < L; i++) {
       const std::string p = "layer" + std::to_string(i) + ".";
+      Acts& a = acts_[i];
       if (i >= L / 2) ok(layers::skip_add(x_, pushed_[L - 1 - i], S("skip"), i - L / 2, TC));
-      ok(layers::lambda_mix(x_, x0_, x_, S(p + "lambda"), TC));
-      ok(layers::rmsnorm_forward(x_, h_, rstd_, T, C, eps));
-      mm_(h_, W(p + "wq"), q_, T, C, C, false, false);
-      mm_(h_, W(p + "wk"), k_, T, C, C, false, false);
-      mm_(h_, W(p + "wv"), v_, T, C, C, false, false);
-      const int table = i < L / 2 ? i : L - 1 - i;
-      ok(layers::embedding_forward(W("value_embed." + std::to_string(table)), tokens_, ve_, T, C));
-      ok(layers::value_mix(v_, ve_, S(p + "attn_lambda"), TC));
-      ok(layers::rmsnorm_forward(q_, qn_, rstd_, T * H, Dh, eps));
-      ok(layers::rmsnorm_forward(k_, kn_, rstd_, T * H, Dh, eps));
-      ok(layers::rotary(qn_, rot_, T, H, Dh, 1.f));
-      ok(layers::rotary(kn_, rot_, T, H, Dh, 1.f));
-      ok(attn::attention_forward(qn_, kn_, v_, y_, lse_, T, H, Dh, mask));
-      mm_(y_, W(p + "wo"), x_, T, C, C, false, false, /*accumulate=*/true);
-      ok(layers::rmsnorm_forward(x_, h_, rstd_, T, C, eps));
-      mm_(h_, W(p + "wfc"), u_, T, F, C, false, false);
-      ok(layers::relu2_forward(u_, r_, (size_t)T * F));
-      mm_(r_, W(p + "wproj"), x_, T, C, F, false, false, /*accumulate=*/true);
-      if (i < L / 2) cuda_check(cudaMemcpyAsync(pushed_[i], x_, TC * sizeof(bf16), cudaMemcpyDeviceToDevice), "push");
+      copy(a.x_in, x_, TC);
+      ok(layers::lambda_mix(a.x_in, x0_, a.x_mix, S(p + "lambda"), TC));
+      ok(layers::rmsnorm_forward(a.x_mix, a.h, a.rstd_h, T, C, eps));
+      mm_(a.h, W(p + "wq"), a.q, T, C, C, false, false);
+      mm_(a.h, W(p + "wk"), a.k, T, C, C, false, false);
+      mm_(a.h, W(p + "wv"), a.v_lin, T, C, C, false, false);
+      ok(layers::embedding_forward(W(ve_name(i)), tokens_, a.ve, T, C));
+      ok(layers::lambda_mix(a.v_lin, a.ve, a.v, S(p + "attn_lambda"), TC));
+      ok(layers::rmsnorm_forward(a.q, a.qn, a.rstd_q, T * H, Dh, eps));
+      ok(layers::rmsnorm_forward(a.k, a.kn, a.rstd_k, T * H, Dh, eps));
+      ok(layers::rotary(a.qn, rot_, T, H, Dh, 1.f));
+      ok(layers::rotary(a.kn, rot_, T, H, Dh, 1.f));
+      ok(attn::attention_forward(a.qn, a.kn, a.v, a.y, a.lse, T, H, Dh, mask()));
+      copy(x_, a.x_mix, TC);
+      mm_(a.y, W(p + "wo"), x_, T, C, C, false, false, /*accumulate=*/true);
+      copy(a.x_attn, x_, TC);
+      ok(layers::rmsnorm_forward(a.x_attn, a.h2, a.rstd_h2, T, C, eps));
+      mm_(a.h2, W(p + "wfc"), a.u, T, F, C, false, false);
+      ok(layers::relu2_forward(a.u, a.r, (size_t)T * F));
+      mm_(a.r, W(p + "wproj"), x_, T, C, F, false, false, /*accumulate=*/true);
+      if (i < L / 2) copy(pushed_[i], x_, TC);
     }
-    ok(layers::rmsnorm_forward(x_, h_, rstd_, T, C, eps));
+    ok(layers::rmsnorm_forward(x_, hf_, rstd_f_, T, C, eps));
     if (z_out) z_out->resize((size_t)T * V);
     for (int r0 = 0; r0 < T; r0 += chunk_) {
       const int rows = std::min(chunk_, T - r0);
-      mm_(h_ + (size_t)r0 * C, W("head"), z_, rows, V, C, false, false, false, /*c_fp32=*/true);
-      ok(layers::softcap_ce(z_, targets_ + r0, dz_, loss_ + r0, rows, V, 1.f / T, bad_));
+      mm_(hf_ + (size_t)r0 * C, W("head"), z_, rows, V, C, false, false, false, /*c_fp32=*/true);
       if (z_out)
         cuda_check(cudaMemcpy(z_out->data() + (size_t)r0 * V, z_, (size_t)rows * V * sizeof(float), cudaMemcpyDeviceToHost), "z");
+      ok(layers::softcap_ce(z_, targets_ + r0, dz_, loss_ + r0, rows, V, grad_scale, bad_));
+      if (grad_scale != 0.f) {  // the head's backward for this chunk
+        mm_(dz_, W("head"), dhf_ + (size_t)r0 * C, rows, C, V, false, true);
+        mm_(hf_ + (size_t)r0 * C, dz_, G("head"), C, V, rows, true, false, true, true);
+      }
     }
     std::vector<float> loss(T);
     int bad = 0;
@@ -145,7 +179,70 @@ class Model {
     return sum / T;
   }
 
+  // Backward of the last forward (which must have had grad_scale != 0); adds into the gradients.
+  void backward() {
+    const int T = T_, C = cfg_.width, H = cfg_.heads, Dh = cfg_.head_dim(), L = cfg_.layers, F = cfg_.hidden;
+    const size_t TC = (size_t)T * C;
+    ok(layers::rmsnorm_backward(x_, rstd_f_, dhf_, dx_, T, C, false));
+    cuda_check(cudaMemsetAsync(dx0_, 0, TC * sizeof(bf16)), "dx0");
+    for (auto& p : dpushed_) cuda_check(cudaMemsetAsync(p, 0, TC * sizeof(bf16)), "dpushed");
+    for (int i = L - 1; i >= 0; i--) {
+      const std::string p = "layer" + std::to_string(i) + ".";
+      Acts& a = acts_[i];
+      if (i < L / 2) ok(layers::skip_add(dx_, dpushed_[i], one_, 0, TC));
+      // MLP: x = x_attn + relu(norm(x_attn) Wfc)^2 Wproj
+      mm_(dx_, W(p + "wproj"), dr_, T, F, C, false, true);
+      mm_(a.r, dx_, G(p + "wproj"), F, C, T, true, false, true, true);
+      ok(layers::relu2_backward(a.u, dr_, du_, (size_t)T * F));
+      mm_(du_, W(p + "wfc"), dh_, T, C, F, false, true);
+      mm_(a.h2, du_, G(p + "wfc"), C, F, T, true, false, true, true);
+      ok(layers::rmsnorm_backward(a.x_attn, a.rstd_h2, dh_, dx_, T, C, true));
+      // attention: x_attn = x_mix + y Wo
+      mm_(dx_, W(p + "wo"), dy_, T, C, C, false, true);
+      mm_(a.y, dx_, G(p + "wo"), C, C, T, true, false, true, true);
+      ok(attn::attention_backward(a.qn, a.kn, a.v, a.y, dy_, a.lse, t1_, t2_, dv_, ws_, T, H, Dh, mask()));
+      ok(layers::rotary(t1_, rot_, T, H, Dh, -1.f));
+      ok(layers::rotary(t2_, rot_, T, H, Dh, -1.f));
+      ok(layers::rmsnorm_backward(a.q, a.rstd_q, t1_, dq_, T * H, Dh, false));
+      ok(layers::rmsnorm_backward(a.k, a.rstd_k, t2_, dk_, T * H, Dh, false));
+      // v = a0 v_lin + a1 ve
+      ok(layers::dot_accumulate(dv_, a.v_lin, TC, G(p + "attn_lambda"), partial_));
+      ok(layers::dot_accumulate(dv_, a.ve, TC, G(p + "attn_lambda") + 1, partial_));
+      copy(t1_, dv_, TC);
+      ok(layers::scale(t1_, S(p + "attn_lambda"), 1, TC));
+      ok(layers::embedding_backward(t1_, ix_unique_, ix_offsets_, ix_positions_, n_unique_, G(ve_name(i)), C));
+      ok(layers::scale(dv_, S(p + "attn_lambda"), 0, TC));
+      // q, k, v = h Wq, h Wk, h Wv
+      mm_(dq_, W(p + "wq"), dh_, T, C, C, false, true);
+      mm_(dk_, W(p + "wk"), dh_, T, C, C, false, true, true);
+      mm_(dv_, W(p + "wv"), dh_, T, C, C, false, true, true);
+      mm_(a.h, dq_, G(p + "wq"), C, C, T, true, false, true, true);
+      mm_(a.h, dk_, G(p + "wk"), C, C, T, true, false, true, true);
+      mm_(a.h, dv_, G(p + "wv"), C, C, T, true, false, true, true);
+      ok(layers::rmsnorm_backward(a.x_mix, a.rstd_h, dh_, dx_, T, C, true));
+      // x_mix = l0 x_in + l1 x0
+      ok(layers::dot_accumulate(dx_, a.x_in, TC, G(p + "lambda"), partial_));
+      ok(layers::dot_accumulate(dx_, x0_, TC, G(p + "lambda") + 1, partial_));
+      ok(layers::skip_add(dx0_, dx_, S(p + "lambda"), 1, TC));
+      ok(layers::scale(dx_, S(p + "lambda"), 0, TC));
+      // x_in = x_prev + s_j pushed
+      if (i >= L / 2) {
+        const int j = i - L / 2, src = L - 1 - i;
+        ok(layers::dot_accumulate(dx_, pushed_[src], TC, G("skip") + j, partial_));
+        ok(layers::skip_add(dpushed_[src], dx_, S("skip"), j, TC));
+      }
+    }
+    ok(layers::skip_add(dx_, dx0_, one_, 0, TC));
+    ok(layers::rmsnorm_backward(emb_, rstd_e_, dx_, t1_, T, C, false));
+    ok(layers::embedding_backward(t1_, ix_unique_, ix_offsets_, ix_positions_, n_unique_, G("embed"), C));
+    cuda_check(cudaDeviceSynchronize(), "backward");
+  }
+
  private:
+  struct Acts {  // what the backward needs of one layer
+    bf16 *x_in, *x_mix, *h, *q, *k, *qn, *kn, *v_lin, *ve, *v, *y, *x_attn, *h2, *u, *r;
+    float *rstd_h, *rstd_q, *rstd_k, *rstd_h2, *lse;
+  };
   template <typename P>
   void alloc(P** p, size_t bytes) {
     cudaError_t e = cudaMalloc((void**)p, bytes);
@@ -158,18 +255,37 @@ class Model {
     buffers_.push_back(*p);
   }
   static void ok(cudaError_t e) { cuda_check(e, "kernel launch"); }
+  static void copy(bf16* dst, const bf16* src, size_t n) {
+    cuda_check(cudaMemcpyAsync(dst, src, n * sizeof(bf16), cudaMemcpyDeviceToDevice), "copy");
+  }
+  std::string ve_name(int i) const {
+    const int L = cfg_.layers;
+    return "value_embed." + std::to_string(i < L / 2 ? i : L - 1 - i);
+  }
+  attn::MaskDesc mask() const {
+    attn::MaskDesc m;
+    m.causal = cfg_.mask.causal;
+    m.window = cfg_.mask.window;
+    m.window_bidir = cfg_.mask.bidir;
+    m.window_blocks = cfg_.mask.blocks;
+    m.doc_ids = cfg_.mask.doc ? doc_ : nullptr;
+    return m;
+  }
   const bf16* W(const std::string& name) const { return w16_ + layout_.t(name).offset; }
   const float* S(const std::string& name) const { return w32_ + layout_.t(name).offset; }
+  float* G(const std::string& name) const { return g32_ + layout_.t(name).offset; }
 
   model_ref::Config cfg_;
   model_ref::Params layout_;  // names, shapes and offsets only
-  int T_, bos_, chunk_;
+  int T_, bos_, chunk_, n_unique_ = 0;
   layers::Matmul mm_;
   std::vector<void*> buffers_;
-  bf16 *w16_, *x_, *x0_, *h_, *q_, *k_, *qn_, *kn_, *v_, *ve_, *y_, *u_, *r_, *dz_;
-  std::vector<bf16*> pushed_;
-  float *w32_, *rstd_, *lse_, *z_, *loss_;
-  int *tokens_, *targets_, *doc_, *bad_;
+  std::vector<Acts> acts_;
+  std::vector<bf16*> pushed_, dpushed_;
+  bf16 *w16_, *emb_, *x0_, *x_, *hf_, *dhf_, *dx_, *dx0_, *dh_, *dy_, *dq_, *dk_, *dv_, *t1_, *t2_, *dr_, *du_, *dz_;
+  float *w32_, *g32_, *rstd_e_, *rstd_f_, *loss_, *z_, *partial_, *one_;
+  void* ws_;
+  int *tokens_, *targets_, *doc_, *ix_unique_, *ix_offsets_, *ix_positions_, *bad_;
   float2* rot_;
 };
 

@@ -50,8 +50,8 @@ setup:
 	./scripts/setup.sh
 
 # ---------------------------------------------------------------------------- binaries
-train_gpt: $(BUILD)/train_gpt.o $(ATTN_OBJS)
-	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(MPI_LIBS)
+train_gpt: $(BUILD)/train_gpt.o $(ATTN_OBJS) $(BUILD)/data/dataloader.o $(BUILD)/train/run_log.o $(MODEL_REF_OBJS)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(MPI_LIBS) -Xcompiler -fopenmp -lgomp
 
 $(BUILD)/train_gpt.o: train_gpt.cu
 	@mkdir -p $(dir $@)

@@ -97,6 +97,12 @@ class Model {
     cuda_check(cudaMemcpy(w32_, h32.data(), h32.size() * sizeof(float), cudaMemcpyHostToDevice), "load");
   }
   void zero_grad() { cuda_check(cudaMemset(g32_, 0, layout_.size() * sizeof(float)), "zero_grad"); }
+  // device views of the parameters (fp32 masters, bf16 copies) and gradients, in the layout
+  const model_ref::Params& layout() const { return layout_; }
+  float* master() { return w32_; }
+  bf16* weights() { return w16_; }
+  float* grads() { return g32_; }
+  void set_window(int w) { cfg_.mask.window = w; }  // the window schedule changes it per step
   std::vector<float> gradients() const {
     std::vector<float> g(layout_.size());
     cuda_check(cudaMemcpy(g.data(), g32_, g.size() * sizeof(float), cudaMemcpyDeviceToHost), "gradients");

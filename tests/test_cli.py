@@ -35,6 +35,16 @@ def read_shard(path):
 
 rc, out, err = run(TRAIN, "--help")
 check("train_gpt --help works without a GPU", rc == 0 and "--check-data" in out and "--train-data" in out, err)
+rc, out, err = run(TRAIN, "--preset", "nope")
+check("unknown preset: exit 2 naming it", rc == 2 and "nope" in (out + err), out + err)
+rc, out, err = run(TRAIN, "--heads", "3")
+check("impossible head size: exit 2 naming the flag", rc == 2 and "--heads" in (out + err), out + err)
+rc, out, err = run(TRAIN, "--layers", "3")
+check("odd layer count: exit 2 naming the flag", rc == 2 and "--layers" in (out + err), out + err)
+import shutil  # noqa: E402
+if shutil.which("nvidia-smi") is None:  # CI and this machine: no GPU
+    rc, out, err = run(TRAIN, "--steps", "1")
+    check("training without a GPU: a clear error", rc == 1 and "no CUDA GPU" in err, out + err)
 rc, out, err = run(TRAIN, "--no-such-flag")
 check("unknown flag: exit 2 naming it", rc == 2 and "--no-such-flag" in (out + err), out + err)
 rc, out, err = run(TRAIN, "--vocab-size", "0", "--check-data")

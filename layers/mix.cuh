@@ -45,37 +45,4 @@ inline cudaError_t scale(bf16* x, const float* s, int j, size_t n, cudaStream_t 
   return cudaGetLastError();
 }
 
-// out[0] += sum_i a[i] b[i] (fp32), deterministic: fixed per-block slices, then one block adds
-// the partial sums in order. The gradient of a scalar that multiplies a tensor.
-constexpr int kDotBlocks = 128;
-__global__ void dot_partial_kernel(const bf16* __restrict__ a, const bf16* __restrict__ b, size_t n, float* __restrict__ partial) {
-  __shared__ float s[256];
-  float acc = 0.f;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    acc += __bfloat162float(a[i]) * __bfloat162float(b[i]);
-  s[threadIdx.x] = acc;
-  __syncthreads();
-  for (int o = 128; o > 0; o >>= 1) {
-    if (threadIdx.x < o) s[threadIdx.x] += s[threadIdx.x + o];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) partial[blockIdx.x] = s[0];
-}
-__global__ void dot_final_kernel(const float* __restrict__ partial, float* __restrict__ out) {
-  __shared__ float s[kDotBlocks];
-  s[threadIdx.x] = partial[threadIdx.x];
-  __syncthreads();
-  for (int o = kDotBlocks / 2; o > 0; o >>= 1) {
-    if (threadIdx.x < o) s[threadIdx.x] += s[threadIdx.x + o];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) out[0] += s[0];
-}
-// partial: kDotBlocks floats of scratch
-inline cudaError_t dot_accumulate(const bf16* a, const bf16* b, size_t n, float* out, float* partial, cudaStream_t st = 0) {
-  dot_partial_kernel<<<kDotBlocks, 256, 0, st>>>(a, b, n, partial);
-  dot_final_kernel<<<1, kDotBlocks, 0, st>>>(partial, out);
-  return cudaGetLastError();
-}
-
 }  // namespace layers

@@ -4,17 +4,15 @@
 //   five times: A = X X^T;  B = -4.7750 A + 2.0315 A A;  X = 3.4445 X + B X   (bf16 matmuls
 //   through cuBLASLt, fp32 accumulation, every result stored in bf16)
 //   W -= lr * max(1, rows/cols)^0.5 * X (transposed back);  W_bf16 = bf16(W)
-//   W, g, buf: fp32 [rows][cols].  The Frobenius norm is a two-pass reduction in a fixed order
-//   (deterministic). CPU reference: model/optimizer_reference.h (newton_schulz5, optimizer_step).
+//   W, g, buf: fp32 [rows][cols].  The Frobenius norm is layers/reduce.cuh's deterministic dot. CPU reference: model/optimizer_reference.h (newton_schulz5, optimizer_step).
 #pragma once
 #include <cmath>
 
 #include "layers/common.cuh"
 #include "layers/matmul.cuh"
+#include "layers/reduce.cuh"
 
 namespace layers {
-
-constexpr int kNormBlocks = 256;
 
 __global__ void muon_momentum_kernel(const float* __restrict__ g, float* __restrict__ buf, float* __restrict__ u, size_t n,
                                      float mom) {
@@ -23,30 +21,6 @@ __global__ void muon_momentum_kernel(const float* __restrict__ g, float* __restr
   const float b = mom * buf[i] + (1.f - mom) * g[i];
   buf[i] = b;
   u[i] = (1.f - mom) * g[i] + mom * b;
-}
-
-// partial[b] = sum of squares of a fixed slice; then one block adds the partials in order.
-__global__ void sumsq_partial_kernel(const float* __restrict__ x, size_t n, float* __restrict__ partial) {
-  __shared__ float s[256];
-  float acc = 0.f;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) acc += x[i] * x[i];
-  s[threadIdx.x] = acc;
-  __syncthreads();
-  for (int o = 128; o > 0; o >>= 1) {
-    if (threadIdx.x < o) s[threadIdx.x] += s[threadIdx.x + o];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) partial[blockIdx.x] = s[0];
-}
-__global__ void sumsq_final_kernel(float* partial) {
-  __shared__ float s[kNormBlocks];
-  s[threadIdx.x] = partial[threadIdx.x];
-  __syncthreads();
-  for (int o = kNormBlocks / 2; o > 0; o >>= 1) {
-    if (threadIdx.x < o) s[threadIdx.x] += s[threadIdx.x + o];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) partial[0] = s[0];
 }
 
 // X[r][c] = bf16(u / (||u|| + 1e-7)), reading u [rows][cols] transposed when rows > cols.
@@ -85,7 +59,7 @@ struct MuonScratch {
   float *u = nullptr, *partial = nullptr;
   bf16 *X = nullptr, *A = nullptr, *AA = nullptr, *BX = nullptr;
   explicit MuonScratch(size_t max_elems, size_t max_small) {
-    bool ok = cudaMalloc(&u, max_elems * sizeof(float)) == cudaSuccess && cudaMalloc(&partial, kNormBlocks * sizeof(float)) == cudaSuccess &&
+    bool ok = cudaMalloc(&u, max_elems * sizeof(float)) == cudaSuccess && cudaMalloc(&partial, (kDotBlocks + 1) * sizeof(float)) == cudaSuccess &&
               cudaMalloc(&X, max_elems * sizeof(bf16)) == cudaSuccess && cudaMalloc(&BX, max_elems * sizeof(bf16)) == cudaSuccess &&
               cudaMalloc(&A, max_small * sizeof(bf16)) == cudaSuccess && cudaMalloc(&AA, max_small * sizeof(bf16)) == cudaSuccess;
     if (!ok) throw std::runtime_error("muon: cannot allocate scratch");
@@ -115,9 +89,9 @@ inline cudaError_t muon_step(Matmul& mm, MuonScratch& s, float* w, bf16* w_bf16,
   const size_t n = (size_t)rows * cols;
   const unsigned grid = (unsigned)((n + 255) / 256);
   muon_momentum_kernel<<<grid, 256, 0, stream>>>(g, buf, s.u, n, momentum);
-  sumsq_partial_kernel<<<kNormBlocks, 256, 0, stream>>>(s.u, n, s.partial);
-  sumsq_final_kernel<<<1, kNormBlocks, 0, stream>>>(s.partial);
-  muon_normalize_kernel<<<grid, 256, 0, stream>>>(s.u, s.partial, s.X, rows, cols);
+  float* sumsq = s.partial + kDotBlocks;
+  dot(s.u, s.u, n, sumsq, s.partial, /*accumulate=*/false, stream);
+  muon_normalize_kernel<<<grid, 256, 0, stream>>>(s.u, sumsq, s.X, rows, cols);
   const int r = rows > cols ? cols : rows, c = rows > cols ? rows : cols;
   newton_schulz5(mm, s, r, c, stream);
   const float step = lr * std::sqrt(std::max(1.f, (float)rows / cols));

@@ -21,6 +21,7 @@
 #include "layers/embedding.cuh"
 #include "layers/matmul.cuh"
 #include "layers/mix.cuh"
+#include "layers/reduce.cuh"
 #include "layers/relu2.cuh"
 #include "layers/rmsnorm.cuh"
 #include "layers/rotary.cuh"
@@ -212,8 +213,8 @@ class Model {
       ok(layers::rmsnorm_backward(a.q, a.rstd_q, t1_, dq_, T * H, Dh, false));
       ok(layers::rmsnorm_backward(a.k, a.rstd_k, t2_, dk_, T * H, Dh, false));
       // v = a0 v_lin + a1 ve
-      ok(layers::dot_accumulate(dv_, a.v_lin, TC, G(p + "attn_lambda"), partial_));
-      ok(layers::dot_accumulate(dv_, a.ve, TC, G(p + "attn_lambda") + 1, partial_));
+      ok(layers::dot(dv_, a.v_lin, TC, G(p + "attn_lambda"), partial_, true));
+      ok(layers::dot(dv_, a.ve, TC, G(p + "attn_lambda") + 1, partial_, true));
       copy(t1_, dv_, TC);
       ok(layers::scale(t1_, S(p + "attn_lambda"), 1, TC));
       ok(layers::embedding_backward(t1_, ix_unique_, ix_offsets_, ix_positions_, n_unique_, G(ve_name(i)), C));
@@ -227,14 +228,14 @@ class Model {
       mm_(a.h, dv_, G(p + "wv"), C, C, T, true, false, true, true);
       ok(layers::rmsnorm_backward(a.x_mix, a.rstd_h, dh_, dx_, T, C, true));
       // x_mix = l0 x_in + l1 x0
-      ok(layers::dot_accumulate(dx_, a.x_in, TC, G(p + "lambda"), partial_));
-      ok(layers::dot_accumulate(dx_, x0_, TC, G(p + "lambda") + 1, partial_));
+      ok(layers::dot(dx_, a.x_in, TC, G(p + "lambda"), partial_, true));
+      ok(layers::dot(dx_, x0_, TC, G(p + "lambda") + 1, partial_, true));
       ok(layers::skip_add(dx0_, dx_, S(p + "lambda"), 1, TC));
       ok(layers::scale(dx_, S(p + "lambda"), 0, TC));
       // x_in = x_prev + s_j pushed
       if (i >= L / 2) {
         const int j = i - L / 2, src = L - 1 - i;
-        ok(layers::dot_accumulate(dx_, pushed_[src], TC, G("skip") + j, partial_));
+        ok(layers::dot(dx_, pushed_[src], TC, G("skip") + j, partial_, true));
         ok(layers::skip_add(dpushed_[src], dx_, S("skip"), j, TC));
       }
     }

@@ -1,0 +1,49 @@
+// Deterministic sums over a tensor: out = sum_i a[i] b[i] in fp32, or out += that. Fixed
+// per-block slices, then one block adds the partial sums in order: the same inputs give the
+// same bits every run. Used for the gradients of the model's scalars (dot of two bf16 tensors)
+// and for Muon's Frobenius norm (dot of an fp32 tensor with itself).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+namespace layers {
+
+constexpr int kDotBlocks = 128;  // partial: kDotBlocks floats of scratch
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T>
+__global__ void dot_partial_kernel(const T* __restrict__ a, const T* __restrict__ b, size_t n, float* __restrict__ partial) {
+  __shared__ float s[256];
+  float acc = 0.f;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    acc += to_float(a[i]) * to_float(b[i]);
+  s[threadIdx.x] = acc;
+  __syncthreads();
+  for (int o = 128; o > 0; o >>= 1) {
+    if (threadIdx.x < o) s[threadIdx.x] += s[threadIdx.x + o];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = s[0];
+}
+
+__global__ void dot_final_kernel(const float* __restrict__ partial, float* __restrict__ out, bool accumulate) {
+  __shared__ float s[kDotBlocks];
+  s[threadIdx.x] = partial[threadIdx.x];
+  __syncthreads();
+  for (int o = kDotBlocks / 2; o > 0; o >>= 1) {
+    if (threadIdx.x < o) s[threadIdx.x] += s[threadIdx.x + o];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[0] = (accumulate ? out[0] : 0.f) + s[0];
+}
+
+template <typename T>
+inline cudaError_t dot(const T* a, const T* b, size_t n, float* out, float* partial, bool accumulate, cudaStream_t st = 0) {
+  dot_partial_kernel<T><<<kDotBlocks, 256, 0, st>>>(a, b, n, partial);
+  dot_final_kernel<<<1, kDotBlocks, 0, st>>>(partial, out, accumulate);
+  return cudaGetLastError();
+}
+
+}  // namespace layers

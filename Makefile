@@ -36,7 +36,7 @@ BUILD := build
 TOOLS := $(BUILD)/prepare $(BUILD)/tokenize
 ATTN_OBJS := $(BUILD)/attention/attention_fwd.o $(BUILD)/attention/attention_bwd.o
 CPU_TESTS := $(BUILD)/tests/test_data $(BUILD)/tests/test_attention_cpu $(BUILD)/tests/test_model_cpu \
-             $(BUILD)/tests/test_optimizer_cpu $(BUILD)/tests/test_loader_log
+             $(BUILD)/tests/test_optimizer_cpu $(BUILD)/tests/test_loader_log $(BUILD)/tests/test_checkpoint
 MODEL_REF_OBJS := $(BUILD)/model/reference_model.o $(BUILD)/model/optimizer_reference.o $(BUILD)/attention/reference.o
 GPU_TESTS := $(BUILD)/tests/test_attention_gpu $(BUILD)/tests/test_layers_gpu $(BUILD)/tests/test_model_gpu
 
@@ -50,7 +50,8 @@ setup:
 	./scripts/setup.sh
 
 # ---------------------------------------------------------------------------- binaries
-train_gpt: $(BUILD)/train_gpt.o $(ATTN_OBJS) $(BUILD)/data/dataloader.o $(BUILD)/train/run_log.o $(MODEL_REF_OBJS)
+train_gpt: $(BUILD)/train_gpt.o $(ATTN_OBJS) $(BUILD)/data/dataloader.o $(BUILD)/train/run_log.o $(BUILD)/train/checkpoint.o \
+           $(MODEL_REF_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(MPI_LIBS) -Xcompiler -fopenmp -lgomp
 
 $(BUILD)/train_gpt.o: train_gpt.cu
@@ -85,6 +86,9 @@ $(BUILD)/tests/test_model_cpu: $(BUILD)/tests/test_model_cpu.o $(MODEL_REF_OBJS)
 	$(CXX) -fopenmp $^ -o $@
 
 $(BUILD)/tests/test_loader_log: $(BUILD)/tests/test_loader_log.o $(BUILD)/data/dataloader.o $(BUILD)/train/run_log.o
+	$(CXX) $^ -o $@
+
+$(BUILD)/tests/test_checkpoint: $(BUILD)/tests/test_checkpoint.o $(BUILD)/train/checkpoint.o
 	$(CXX) $^ -o $@
 
 $(BUILD)/tests/test_optimizer_cpu: $(BUILD)/tests/test_optimizer_cpu.o $(MODEL_REF_OBJS)

@@ -97,6 +97,20 @@ class Model {
     cuda_check(cudaMemcpy(w16_, h16.data(), h16.size() * sizeof(bf16), cudaMemcpyHostToDevice), "load");
     cuda_check(cudaMemcpy(w32_, h32.data(), h32.size() * sizeof(float), cudaMemcpyHostToDevice), "load");
   }
+  // fp32 master weights to and from the host (checkpoints); loading also refreshes the bf16
+  // copies with the same rounding the optimiser uses, so a resumed run computes the same bits.
+  std::vector<float> download_master() const {
+    std::vector<float> h(layout_.size());
+    cuda_check(cudaMemcpy(h.data(), w32_, h.size() * sizeof(float), cudaMemcpyDeviceToHost), "download master");
+    return h;
+  }
+  void upload_master(const std::vector<float>& h) {
+    if (h.size() != layout_.size()) throw std::invalid_argument("upload_master: parameters of another configuration");
+    std::vector<bf16> h16(h.size());
+    for (size_t i = 0; i < h.size(); i++) h16[i] = __float2bfloat16(h[i]);
+    cuda_check(cudaMemcpy(w32_, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice), "upload master");
+    cuda_check(cudaMemcpy(w16_, h16.data(), h16.size() * sizeof(bf16), cudaMemcpyHostToDevice), "upload master");
+  }
   void zero_grad() { cuda_check(cudaMemset(g32_, 0, layout_.size() * sizeof(float)), "zero_grad"); }
   // device views of the parameters (fp32 masters, bf16 copies) and gradients, in the layout
   const model_ref::Params& layout() const { return layout_; }

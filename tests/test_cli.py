@@ -45,6 +45,15 @@ import shutil  # noqa: E402
 if shutil.which("nvidia-smi") is None:  # CI and this machine: no GPU
     rc, out, err = run(TRAIN, "--steps", "1")
     check("training without a GPU: a clear error", rc == 1 and "no CUDA GPU" in err, out + err)
+rc, out, err = run(TRAIN, "--resume", "/nonexistent/run.ckpt")
+check("resume from a missing checkpoint: exit 1 naming it", rc == 1 and "/nonexistent/run.ckpt" in err, out + err)
+with tempfile.NamedTemporaryFile("wb", suffix=".ckpt", delete=False) as f:
+    f.write(b"not a checkpoint")
+rc, out, err = run(TRAIN, "--resume", f.name)
+check("resume from a file that is not a checkpoint: refused", rc == 1 and "not a train_gpt checkpoint" in err, out + err)
+os.unlink(f.name)
+rc, out, err = run(TRAIN, "--checkpoint-every", "5")
+check("--checkpoint-every without a directory: exit 2", rc == 2 and "--checkpoint-dir" in (out + err), out + err)
 rc, out, err = run(TRAIN, "--no-such-flag")
 check("unknown flag: exit 2 naming it", rc == 2 and "--no-such-flag" in (out + err), out + err)
 rc, out, err = run(TRAIN, "--vocab-size", "0", "--check-data")

@@ -1,0 +1,129 @@
+// Checkpoint files: see checkpoint.h.
+#include "train/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+namespace train {
+
+static const char kMagic[8] = {'T', 'G', 'P', 'T', 'C', 'K', 'P', 'T'};
+static const uint32_t kVersion = 1;
+
+namespace {
+struct Hasher {  // FNV-1a, 64 bit
+  uint64_t h = 1469598103934665603ull;
+  void add(const void* p, size_t n) {
+    const unsigned char* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+  }
+};
+struct Writer {
+  FILE* f;
+  Hasher hash;
+  bool ok = true;
+  void put(const void* p, size_t n) {
+    hash.add(p, n);
+    ok = ok && std::fwrite(p, 1, n, f) == n;
+  }
+  template <typename T>
+  void put(T v) {
+    put(&v, sizeof(v));
+  }
+};
+struct Reader {
+  FILE* f;
+  const std::string& path;
+  Hasher hash;
+  void get(void* p, size_t n) {
+    if (std::fread(p, 1, n, f) != n) throw CheckpointError(path + ": truncated checkpoint");
+    hash.add(p, n);
+  }
+  template <typename T>
+  T get() {
+    T v;
+    get(&v, sizeof(v));
+    return v;
+  }
+};
+}  // namespace
+
+void write_checkpoint(const std::string& path, const Checkpoint& c) {
+  const std::string tmp = path + ".tmp";
+  Writer w{std::fopen(tmp.c_str(), "wb"), Hasher{}, true};
+  if (!w.f) throw CheckpointError(path + ": cannot create " + tmp);
+  w.put(kMagic, sizeof(kMagic));
+  w.put(kVersion);
+  w.put((uint64_t)c.config.size());
+  w.put(c.config.data(), c.config.size());
+  w.put(c.step);
+  w.put(c.adam_steps);
+  w.put((uint32_t)c.blobs.size());
+  for (auto& [name, data] : c.blobs) {
+    w.put((uint32_t)name.size());
+    w.put(name.data(), name.size());
+    w.put((uint64_t)data.size());
+    w.put(data.data(), data.size() * sizeof(float));
+  }
+  const uint64_t sum = w.hash.h;
+  bool ok = w.ok && std::fwrite(&sum, sizeof(sum), 1, w.f) == 1;
+  ok = std::fflush(w.f) == 0 && ok;
+  ok = fsync(fileno(w.f)) == 0 && ok;
+  ok = std::fclose(w.f) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw CheckpointError(path + ": write failed (disk full?); the previous checkpoint, if any, is intact");
+  }
+}
+
+Checkpoint read_checkpoint(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw CheckpointError(path + ": cannot open checkpoint");
+  Reader r{f, path, Hasher{}};
+  Checkpoint c;
+  try {
+    char magic[8];
+    r.get(magic, sizeof(magic));
+    if (std::memcmp(magic, kMagic, sizeof(kMagic))) throw CheckpointError(path + ": not a train_gpt checkpoint");
+    const uint32_t version = r.get<uint32_t>();
+    if (version != kVersion) throw CheckpointError(path + ": checkpoint version " + std::to_string(version) + ", this build reads " + std::to_string(kVersion));
+    const uint64_t clen = r.get<uint64_t>();
+    if (clen > (1u << 20)) throw CheckpointError(path + ": corrupt checkpoint (config length)");
+    c.config.resize(clen);
+    r.get(&c.config[0], clen);
+    c.step = r.get<int64_t>();
+    c.adam_steps = r.get<int64_t>();
+    const uint32_t n = r.get<uint32_t>();
+    for (uint32_t i = 0; i < n; i++) {
+      const uint32_t nl = r.get<uint32_t>();
+      if (nl > 4096) throw CheckpointError(path + ": corrupt checkpoint (blob name)");
+      std::string name(nl, ' ');
+      r.get(&name[0], nl);
+      const uint64_t count = r.get<uint64_t>();
+      if (count > (1ull << 40)) throw CheckpointError(path + ": corrupt checkpoint (blob size)");
+      std::vector<float> data(count);
+      r.get(data.data(), count * sizeof(float));
+      c.blobs[name] = std::move(data);
+    }
+    const uint64_t want = r.hash.h;
+    uint64_t sum;
+    if (std::fread(&sum, sizeof(sum), 1, f) != 1) throw CheckpointError(path + ": truncated checkpoint");
+    if (sum != want) throw CheckpointError(path + ": checksum mismatch: the checkpoint is corrupt");
+    if (std::fgetc(f) != EOF) throw CheckpointError(path + ": trailing bytes after the checkpoint");
+  } catch (...) {
+    std::fclose(f);
+    throw;
+  }
+  std::fclose(f);
+  return c;
+}
+
+void check_same_config(const Checkpoint& c, const std::string& config, const std::string& path) {
+  if (c.config != config)
+    throw CheckpointError(path + ": checkpoint from another configuration; refusing to resume.\n  checkpoint: " + c.config +
+                          "\n  this run:   " + config);
+}
+
+}  // namespace train

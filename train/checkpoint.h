@@ -1,0 +1,34 @@
+// Checkpoints: everything a run needs to continue as if never stopped, in one file written
+// atomically (a temporary file, fsync, rename: a kill mid-write leaves the previous checkpoint).
+//   "TGPTCKPT" | u32 version | u64 config length | config (the training-relevant flags, as the
+//   run's fingerprint) | i64 step | i64 adam_steps | u32 blob count | per blob: u32 name length,
+//   name, u64 float count, floats | u64 FNV-1a checksum of every byte before it
+// Blobs are fp32 arrays (master weights, Adam moments, Muon momentum). The data position is the
+// step (the loader needs nothing else) and training draws no random numbers after the start.
+// Reading checks the magic, version, sizes and checksum and names the file in every error;
+// a checkpoint whose config differs from the run's is refused, showing both.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace train {
+
+struct CheckpointError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Checkpoint {
+  std::string config;
+  int64_t step = 0, adam_steps = 0;
+  std::map<std::string, std::vector<float>> blobs;
+};
+
+void write_checkpoint(const std::string& path, const Checkpoint& c);
+Checkpoint read_checkpoint(const std::string& path);
+// Throws CheckpointError unless c.config == config.
+void check_same_config(const Checkpoint& c, const std::string& config, const std::string& path);
+
+}  // namespace train

@@ -205,7 +205,7 @@ static int run_training(const Options& o) {
   sched.steps = o.steps;
   sched.cooldown = std::max(1, (int)std::lround(o.steps * 600.0 / 1480));
   sched.momentum_warmup = std::max(1, (int)std::lround(o.steps * 300.0 / 1480));
-  cfg.mask.window = o.window_blocks ? o.window_blocks : sched.window_blocks(0);
+  cfg.mask.window = 1;  // set for every step in the loop below
 
   gpt::Model model(cfg, o.seq_len, shard::kBos);
   {
@@ -281,8 +281,10 @@ static int run_training(const Options& o) {
   const int micro = ts.micro_steps();
   if (start_step) log.note("train_gpt: resumed from " + o.resume + " at step " + std::to_string(start_step));
   for (int step = start_step; step <= o.steps; step++) {
-    const int window = o.window_blocks ? o.window_blocks : sched.window_blocks(step);
-    model.set_window(window);
+    // the window's size is counted in blocks of 128 (fixed or scheduled); with token granularity
+    // the same size is applied token by token: N blocks = 128 N tokens
+    const int window_blocks = o.window_blocks ? o.window_blocks : sched.window_blocks(step);
+    model.set_window(o.window_granularity == "token" ? window_blocks * 128 : window_blocks);
     if (step % o.val_every == 0 || step == o.steps) {
       double vl = 0;
       for (uint64_t k : val_seqs) {
@@ -352,9 +354,9 @@ int main(int argc, char** argv) {
   app.add_option("--width", o.width, "model width")->check(CLI::Range(8, 16384));
   app.add_option("--heads", o.heads, "attention heads (width / heads must be 64 or 128)")->check(CLI::Range(1, 256));
   app.add_option("--hidden", o.hidden, "MLP hidden width")->check(CLI::Range(8, 65536));
-  app.add_option("--window-blocks", o.window_blocks, "fixed attention window; 0: the SPEC schedule")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--window-blocks", o.window_blocks, "fixed attention window in blocks of 128 tokens; 0: the SPEC schedule")->check(CLI::Range(0, 1 << 20));
   app.add_option("--window-mask", o.window_mask, "uni: q - kv < W; bi: |q - kv| < W")->check(CLI::IsMember({"uni", "bi"}))->capture_default_str();
-  app.add_option("--window-granularity", o.window_granularity, "block (128 tokens) or token")->check(CLI::IsMember({"block", "token"}))->capture_default_str();
+  app.add_option("--window-granularity", o.window_granularity, "compare block indices (q/128 - k/128 < N) or tokens (q - k < 128 N)")->check(CLI::IsMember({"block", "token"}))->capture_default_str();
   app.add_option("--causal", o.causal, "1: keep k <= q")->check(CLI::Range(0, 1));
   app.add_option("--doc-mask", o.doc_mask, "1: attend within documents only")->check(CLI::Range(0, 1));
   app.add_option("--seed", o.seed, "initialisation seed");

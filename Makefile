@@ -2,7 +2,7 @@
 #
 #   make                 ./train_gpt and the tools (build/prepare, build/tokenize, attention/attn_run)
 #   make test            every test that needs no GPU (what CI runs)
-#   make test-gpu        kernel tests on a GPU
+#   make test-gpu        kernel tests and whole training runs on a GPU (two GPUs: data-parallel tests too)
 #   make bench           benchmarks on a GPU
 #   make data            GCIDE token shards under data/gcide/ (the default job's corpus)
 #   GPU_ARCH=...         nvcc code generation (default: Hopper sm_90a and Ampere sm_80)
@@ -17,6 +17,9 @@ GPU_ARCH ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=
 PYTHON_TORCH ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import torch' 2>/dev/null && echo $$p && break; done)
 VOCAB_DIR ?= data/gpt2
 GCIDE_DIR ?= /usr/share/dictd
+# shards for the whole-run tests of test-gpu (the GCIDE shards of `make data`)
+TEST_TRAIN_DATA ?= data/gcide/gcide_train_*.bin
+TEST_VAL_DATA ?= data/gcide/gcide_val_*.bin
 # tests read the GPT-2 files from the shared data folder when it is there
 TEST_VOCAB_DIR ?= $(if $(wildcard ../shared/data/gpt2/encoder.json),../shared/data/gpt2,$(VOCAB_DIR))
 
@@ -51,12 +54,13 @@ setup:
 
 # ---------------------------------------------------------------------------- binaries
 train_gpt: $(BUILD)/train_gpt.o $(ATTN_OBJS) $(BUILD)/data/dataloader.o $(BUILD)/train/run_log.o $(BUILD)/train/checkpoint.o \
-           $(MODEL_REF_OBJS)
+           $(BUILD)/train/dist.o $(MODEL_REF_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(MPI_LIBS) -Xcompiler -fopenmp -lgomp
 
-$(BUILD)/train_gpt.o: train_gpt.cu
+# MPI (when found) is confined to train/dist.cpp
+$(BUILD)/train/dist.o: train/dist.cpp
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $(MPI_CFLAGS) -c $< -o $@
+	$(CXX) $(CXXFLAGS) $(MPI_CFLAGS) -c $< -o $@
 
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
@@ -117,13 +121,14 @@ $(BUILD)/tests/test_attention_gpu.o: tests/test_attention_gpu.cu
 test: train_gpt $(TOOLS) $(CPU_TESTS)
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) VOCAB_DIR=$(TEST_VOCAB_DIR) GCIDE_DIR=$(GCIDE_DIR) bash tests/run_cpu_tests.sh
 
-test-gpu: $(GPU_TESTS) attention/attn_run $(BUILD)/model_dump
+test-gpu: $(GPU_TESTS) attention/attn_run $(BUILD)/model_dump train_gpt
 	@nvidia-smi -L >/dev/null 2>&1 || { echo "test-gpu: no GPU on this machine (nvidia-smi finds none)"; exit 1; }
 	$(BUILD)/tests/test_attention_gpu
 	$(BUILD)/tests/test_layers_gpu
 	$(BUILD)/tests/test_model_gpu
 	$(PYTHON) tests/test_attn_run.py attention/attn_run
 	$(PYTHON_TORCH) tests/torch_model_check.py $(BUILD)
+	$(PYTHON) tests/test_training_gpu.py '$(TEST_TRAIN_DATA)' '$(TEST_VAL_DATA)' ./train_gpt
 
 bench: $(BUILD)/bench/bench_attention
 	@nvidia-smi -L >/dev/null 2>&1 || { echo "bench: no GPU on this machine"; exit 1; }

@@ -1,12 +1,12 @@
-// train_gpt: the GPT speedrun trainer (README.md; SPEC.md sections 3-6), one GPU.
+// train_gpt: the GPT speedrun trainer (README.md; SPEC.md sections 3-6), on one GPU or many.
 //
 // Reads top to bottom: options and presets, data checks, the optimiser over the parameter
 // layout, the training loop, main. The model is model/gpt.cuh (forward and backward, checked
 // against the fp64 reference); the optimisers are layers/adam.cuh and layers/muon.cuh.
-// Checkpoints (--checkpoint-dir, --resume) are written and read by train/checkpoint.h; the
-// round trip through the GPU is not yet tested on a GPU. Not yet here (issue 4): MFU, the
-// SPEC-sized speed work (2.3 s a step on one H100 against the record's 1.09 s); multi-GPU is
-// issue 5.
+// Checkpoints (--checkpoint-dir, --resume) are train/checkpoint.h. Several GPUs: one process
+// each under mpirun (train/dist.h), gradients averaged over NCCL while the backward runs and
+// Muon's matrices shared out among the ranks (train/data_parallel.cuh); the global batch stays
+// --seqs-per-step sequences whatever the GPU count, so runs on 1, 2 or 8 GPUs are one experiment.
 
 // ----------------------------------------------------------------------------------- CPU utilities
 #include <CLI/CLI.hpp>
@@ -16,16 +16,23 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <thread>
+#include <memory>
+#include <algorithm>
+#include <unistd.h>
 
 #include "data/dataloader.h"
 #include "data/shard.h"
 #include "model/optimizer_reference.h"
 #include "train/checkpoint.h"
+#include "train/dist.h"
 #include "train/run_log.h"
 // ----------------------------------------------------------------------------------- GPU
 #include "layers/adam.cuh"
+#include "layers/checksum.cuh"
 #include "layers/muon.cuh"
 #include "model/gpt.cuh"
+#include "train/data_parallel.cuh"
 
 // ----------------------------------------------------------------------------------- options
 struct Options {
@@ -46,6 +53,12 @@ struct Options {
   std::string checkpoint_dir;  // empty: no checkpoints
   int checkpoint_every = 0;    // 0: only at the end (when checkpoint_dir is set)
   std::string resume;          // a checkpoint file to continue from
+  // several GPUs
+  std::string grad_sync = "overlap";  // overlap: bucketed all-reduce during the backward; end: one after it
+  double timeout = 300;               // seconds a rank waits for the others before ending the job
+  bool check_replicas = false;        // compare weight checksums across ranks after every step
+  std::string fault;                  // tests: RANK:STEP:crash|hang|exit
+  int profile = 0;                    // > 0: per-category GPU time over the timed steps
 };
 
 // The flags that define the run's computation: a checkpoint resumes only a run with the same.
@@ -106,20 +119,35 @@ static int check_data(const Options& o) {
 
 // ----------------------------------------------------------------------------------- optimiser
 // SPEC section 4 over the model's parameter layout: Adam for embeddings, head and scalars,
-// Muon for the block matrices (the same grouping as model/optimizer_reference.cpp).
+// Muon for the block matrices (the same grouping as model/optimizer_reference.cpp). Every rank
+// runs Adam and Muon's momentum on the averaged gradients; matrix j's Newton-Schulz runs only
+// on rank j % world, which broadcasts the result (X, bf16) to the others; then every rank
+// applies every X. With one GPU this is muon_step, stage by stage (tests/test_layers_gpu.cu).
+// Adam's state is not sharded (ZeRO-1): see the note in README.md.
 struct Optimizer {
   float *m = nullptr, *v = nullptr, *buf = nullptr;
+  layers::bf16* X = nullptr;     // orthogonalised updates, one slot per matrix
+  std::vector<size_t> x_offset;  // by matrix index
   int adam_steps = 0;
   model_ref::OptimizerHyper hp;
   layers::MuonScratch scratch;
-  Optimizer(size_t n, size_t max_matrix, size_t max_square) : scratch(max_matrix, max_square) {
+  Optimizer(const model_ref::Params& layout, size_t max_matrix, size_t max_square) : scratch(max_matrix, max_square) {
+    const size_t n = layout.size();
     for (float** p : {&m, &v, &buf}) {
       gpt::cuda_check(cudaMalloc(p, n * sizeof(float)), "optimizer state");
       gpt::cuda_check(cudaMemset(*p, 0, n * sizeof(float)), "optimizer state");
     }
+    size_t total = 0;
+    for (const model_ref::Tensor& t : layout.tensors)
+      if (model_ref::group_of(t) == model_ref::ParamGroup::kMatrix) {
+        x_offset.push_back(total);
+        total += (t.size() + 63) / 64 * 64;  // 128-byte aligned slots (cuBLASLt wants 16)
+      }
+    gpt::cuda_check(cudaMalloc(&X, std::max<size_t>(total, 1) * sizeof(layers::bf16)), "Muon update buffer");
   }
   ~Optimizer() {
     for (float* p : {m, v, buf}) cudaFree(p);
+    cudaFree(X);
   }
   std::vector<float> download(const float* d, size_t n) const {
     std::vector<float> h(n);
@@ -129,23 +157,36 @@ struct Optimizer {
   void upload(float* d, const std::vector<float>& h) {
     gpt::cuda_check(cudaMemcpy(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice), "optimizer state");
   }
-  void step(gpt::Model& model, layers::Matmul& mm, int step, const model_ref::Schedule& sched) {
+  void step(gpt::Model& model, layers::Matmul& mm, int step, const model_ref::Schedule& sched, train::DataParallel* dp) {
     adam_steps++;
     const float mult = (float)sched.lr_multiplier(step), mom = (float)sched.muon_momentum(step);
+    const int rank = dp ? dp->rank() : 0, world = dp ? dp->world() : 1;
+    std::vector<const model_ref::Tensor*> matrices;
+    std::vector<train::DataParallel::Broadcast> shares;
     for (const model_ref::Tensor& t : model.layout().tensors) {
       float* w = model.master() + t.offset;
-      layers::bf16* w16 = model.weights() + t.offset;
       const float* g = model.grads() + t.offset;
       const model_ref::ParamGroup grp = model_ref::group_of(t);
       cudaError_t e;
       if (grp == model_ref::ParamGroup::kMatrix) {
-        e = layers::muon_step(mm, scratch, w, w16, g, buf + t.offset, (int)t.rows, (int)t.cols, mult * (float)hp.lr_muon, mom);
+        const int j = (int)matrices.size(), owner = j % world;
+        matrices.push_back(&t);
+        e = layers::muon_momentum(scratch, g, buf + t.offset, t.size(), mom, owner == rank);
+        if (e == cudaSuccess && owner == rank) e = layers::muon_orthogonalize(mm, scratch, X + x_offset[j], (int)t.rows, (int)t.cols);
+        shares.push_back({X + x_offset[j], t.size(), owner});
       } else {
         const double lr = grp == model_ref::ParamGroup::kEmbed ? hp.lr_embed : grp == model_ref::ParamGroup::kHead ? hp.lr_head : hp.lr_scalar;
-        e = layers::adam_step(w, w16, g, m + t.offset, v + t.offset, t.size(), mult * (float)lr, adam_steps, (float)hp.beta1,
-                              (float)hp.beta2, (float)hp.adam_eps);
+        e = layers::adam_step(w, model.weights() + t.offset, g, m + t.offset, v + t.offset, t.size(), mult * (float)lr, adam_steps,
+                              (float)hp.beta1, (float)hp.beta2, (float)hp.adam_eps);
       }
       gpt::cuda_check(e, ("optimizer step on " + t.name).c_str());
+    }
+    if (dp) dp->broadcast(shares);
+    for (size_t j = 0; j < matrices.size(); j++) {
+      const model_ref::Tensor& t = *matrices[j];
+      gpt::cuda_check(layers::muon_apply(model.master() + t.offset, model.weights() + t.offset, X + x_offset[j], (int)t.rows, (int)t.cols,
+                                         mult * (float)hp.lr_muon),
+                      ("Muon update of " + t.name).c_str());
     }
   }
 };
@@ -168,29 +209,71 @@ static std::string git_commit() {
   return c.empty() ? "unknown" : c;
 }
 
-static int run_training(const Options& o) {
+// Dense bf16 tensor-core peak of the GPU (no sparsity), for MFU; 0 when unknown.
+static double peak_flops(const std::string& gpu) {
+  if (gpu.find("H200") != std::string::npos) return 989.4e12;
+  if (gpu.find("H100") != std::string::npos) return gpu.find("PCIe") != std::string::npos ? 756.0e12 : gpu.find("NVL") != std::string::npos ? 835.0e12 : 989.4e12;
+  if (gpu.find("A100") != std::string::npos) return 312.0e12;
+  return 0;
+}
+
+// Test-only fault injection (--fault RANK:STEP:KIND): KIND crash throws an error, hang stops
+// the rank without exiting, exit ends the process at once (as a kill would).
+struct Fault {
+  int rank = -1, step = -1;
+  std::string kind;
+};
+static Fault parse_fault(const std::string& f) {
+  Fault r;
+  char kind[16] = {0};
+  if (f.empty()) return r;
+  if (std::sscanf(f.c_str(), "%d:%d:%15s", &r.rank, &r.step, kind) != 3 ||
+      (std::string(kind) != "crash" && std::string(kind) != "hang" && std::string(kind) != "exit"))
+    throw CLI::ValidationError("--fault", "want RANK:STEP:crash|hang|exit, got '" + f + "'");
+  r.kind = kind;
+  return r;
+}
+
+static double median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+static int run_training(const Options& o, const dist::Context& ctx) {
+  const Fault fault = parse_fault(o.fault);
   // everything that can be checked without a GPU is checked first
   train::Checkpoint resume_from;
   if (!o.resume.empty()) {
     resume_from = train::read_checkpoint(o.resume);
     train::check_same_config(resume_from, fingerprint(o), o.resume);
   }
-  if (!o.checkpoint_dir.empty()) {
+  if (!o.checkpoint_dir.empty() && ctx.rank == 0) {
     std::error_code ec;
     std::filesystem::create_directories(o.checkpoint_dir, ec);
     if (ec) throw std::runtime_error(o.checkpoint_dir + ": cannot create the checkpoint directory (--checkpoint-dir): " + ec.message());
   }
   int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-    std::fprintf(stderr, "train_gpt: error: no CUDA GPU found (training needs one; --check-data does not)\n");
-    return 1;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0)
+    throw std::runtime_error("no CUDA GPU found (training needs one; --check-data does not)");
+  if (ctx.local_rank >= ndev)
+    throw std::runtime_error("this node runs " + std::to_string(ctx.local_size) + " ranks but has " + std::to_string(ndev) +
+                             " GPU(s): start at most one rank per GPU (mpirun -np / the host file's slots)");
+  gpt::cuda_check(cudaSetDevice(ctx.local_rank), "cudaSetDevice");
+  cudaDeviceProp prop;
+  gpt::cuda_check(cudaGetDeviceProperties(&prop, ctx.local_rank), "device properties");
+  if (ctx.world > 1) {
+    char host[256] = "?";
+    gethostname(host, sizeof(host) - 1);
+    std::fprintf(stderr, "train_gpt: %s: pid %d on %s, GPU %d (%s)\n", ctx.who().c_str(), (int)getpid(), host, ctx.local_rank, prop.name);
   }
   // data first: a bad shard is reported before any GPU memory is taken
   data::TokenStream train_stream(shard::expand_pattern(o.train_data, "train"), o.seq_len, o.vocab_size, true);
   data::TokenStream val_stream(shard::expand_pattern(o.val_data, "val"), o.seq_len, o.vocab_size, false);
-  const auto val_seqs = data::val_sequences(o.val_tokens, o.seq_len, 1, 0);
-  if (val_seqs.empty()) throw CLI::ValidationError("--val-tokens", "must hold at least one sequence of --seq-len tokens");
-  if (val_seqs.back() >= val_stream.sequences_per_pass())
+  const auto all_val = data::val_sequences(o.val_tokens, o.seq_len, 1, 0);
+  const auto val_seqs = data::val_sequences(o.val_tokens, o.seq_len, ctx.world, ctx.rank);
+  if (all_val.empty()) throw CLI::ValidationError("--val-tokens", "must hold at least one sequence of --seq-len tokens");
+  if (all_val.back() >= val_stream.sequences_per_pass())
     throw std::runtime_error("--val-tokens " + std::to_string(o.val_tokens) + " asks for more validation than " + o.val_data + " holds (" +
                              std::to_string(val_stream.sequences_per_pass() * o.seq_len) + " tokens)");
 
@@ -219,9 +302,15 @@ static int run_training(const Options& o) {
       max_matrix = std::max(max_matrix, t.size());
       max_square = std::max(max_square, std::min(t.rows, t.cols) * std::min(t.rows, t.cols));
     }
-  Optimizer opt(model.layout().size(), max_matrix, max_square);
+  Optimizer opt(model.layout(), max_matrix, max_square);
   layers::Matmul mm;
-  data::TrainSchedule ts{o.seqs_per_step, 1, 0};
+  std::unique_ptr<train::DataParallel> dp;
+  if (ctx.world > 1) {
+    std::vector<int> points;
+    for (auto& t : model.layout().tensors) points.push_back(model.ready_point(t));
+    dp = std::make_unique<train::DataParallel>(ctx, model.layout(), points, model.grads(), o.grad_sync == "overlap", o.timeout);
+  }
+  data::TrainSchedule ts{o.seqs_per_step, ctx.world, ctx.rank};
   const size_t n_params = model.layout().size();
   int start_step = 0;
   if (!o.resume.empty()) {
@@ -238,7 +327,7 @@ static int run_training(const Options& o) {
     if (start_step < 0 || start_step > o.steps) throw train::CheckpointError(o.resume + ": step " + std::to_string(start_step) + " outside the run");
   }
   std::string last_checkpoint = o.resume.empty() ? "none" : o.resume;
-  auto save_checkpoint = [&](int steps_done) {
+  auto save_checkpoint = [&](int steps_done) {  // rank 0; every rank holds the same state
     char name[64];
     std::snprintf(name, sizeof(name), "/ckpt_%06d.bin", steps_done);
     train::Checkpoint ck;
@@ -254,80 +343,197 @@ static int run_training(const Options& o) {
     last_checkpoint = path;
   };
 
-  cudaDeviceProp prop;
-  gpt::cuda_check(cudaGetDeviceProperties(&prop, 0), "device properties");
-  train::RunLog log(o.log_file, true);
-  char cfgjson[1024];
+  train::RunLog log(o.log_file, ctx.rank == 0);
+  char cfgjson[1280];
   std::snprintf(cfgjson, sizeof(cfgjson),
                 "{\"event\": \"config\", \"preset\": \"%s\", \"train_data\": \"%s\", \"val_data\": \"%s\", \"layers\": %d, \"width\": %d, "
                 "\"heads\": %d, \"hidden\": %d, \"vocab\": %d, \"seq_len\": %d, \"seqs_per_step\": %d, \"steps\": %d, \"val_every\": %d, "
                 "\"val_tokens\": %lld, \"window_blocks\": %d, \"window_mask\": \"%s\", \"window_granularity\": \"%s\", \"causal\": %d, "
-                "\"doc_mask\": %d, \"seed\": %llu, \"world_size\": 1, \"gpu\": \"%s\", \"git_commit\": \"%s\"}",
+                "\"doc_mask\": %d, \"seed\": %llu, \"world_size\": %d, \"grad_sync\": \"%s\", \"gpu\": \"%s\", \"git_commit\": \"%s\"}",
                 o.preset.c_str(), o.train_data.c_str(), o.val_data.c_str(), o.layers, o.width, o.heads, o.hidden, o.model_vocab, o.seq_len,
                 o.seqs_per_step, o.steps, o.val_every, o.val_tokens, o.window_blocks, o.window_mask.c_str(), o.window_granularity.c_str(),
-                o.causal, o.doc_mask, (unsigned long long)o.seed, prop.name, git_commit().c_str());
+                o.causal, o.doc_mask, (unsigned long long)o.seed, ctx.world, o.grad_sync.c_str(), prop.name, git_commit().c_str());
   log.config(cfgjson);
-  log.note("train_gpt: " + std::string(prop.name) + ", " + std::to_string(model.layout().size()) + " parameters, " +
-           std::to_string(o.steps) + " steps of " + std::to_string((long long)o.seq_len * o.seqs_per_step) + " tokens");
+  log.note("train_gpt: " + std::string(prop.name) + " x " + std::to_string(ctx.world) + ", " + std::to_string(n_params) + " parameters, " +
+           std::to_string(o.steps) + " steps of " + std::to_string((long long)o.seq_len * o.seqs_per_step) + " tokens (" +
+           std::to_string(ts.micro_steps()) + " micro-step(s) of one sequence per GPU)");
 
   std::vector<uint16_t> seq(o.seq_len + 1);
   std::vector<int> inputs(o.seq_len), targets(o.seq_len);
+  std::vector<int32_t> doc(o.seq_len);
   auto load_seq = [&](data::TokenStream& s, uint64_t k) {
     s.sequence(k, seq.data());
     for (int i = 0; i < o.seq_len; i++) inputs[i] = seq[i], targets[i] = seq[i + 1];
   };
+  // model FLOPs of one sequence (MFU): 6 per matmul weight per token, and 12 C per kept
+  // attention pair per layer (forward 4 C: QK^T and PV; backward twice that)
+  double matmul_weights = (double)o.model_vocab * o.width;  // the head
+  for (auto& t : model.layout().tensors)
+    if (model_ref::group_of(t) == model_ref::ParamGroup::kMatrix) matmul_weights += (double)t.size();
+  auto sequence_flops = [&](int window) {
+    attn::MaskDesc m;
+    m.causal = o.causal, m.window = window, m.window_bidir = o.window_mask == "bi", m.window_blocks = o.window_granularity == "block";
+    if (o.doc_mask) {
+      for (int t = 0, c = 0; t < o.seq_len; t++) doc[t] = (c += inputs[t] == shard::kBos);
+      m.doc_ids = doc.data();
+    }
+    const long long pairs = attn::kept_pairs(attn::make_bounds(m, o.seq_len));
+    return 6.0 * matmul_weights * o.seq_len + 12.0 * o.width * o.layers * (double)pairs;
+  };
   auto now = [] { return std::chrono::steady_clock::now(); };
-  double train_ms = 0;  // from the end of step 10, validation excluded
+  auto sync = [&](const std::string& what) {
+    if (dp) dp->sync(what);
+    else gpt::cuda_check(cudaDeviceSynchronize(), what.c_str());
+  };
+  double train_ms = 0, timed_flops = 0;  // from the end of step 10, validation excluded
+  double comm_ms = 0, exposed_ms = 0, bcast_ms = 0, peak_mem = 0;
+  std::vector<double> step_ms;
   const int micro = ts.micro_steps();
+  const float grad_scale = 1.f / ((float)o.seq_len * o.seqs_per_step);
+  gpt::Profiler& prof = model.profiler();
+  unsigned long long* d_sum = nullptr;
+  if (o.check_replicas) gpt::cuda_check(cudaMalloc(&d_sum, sizeof(unsigned long long)), "checksum");
+  uint64_t last_sum = 0;
   if (start_step) log.note("train_gpt: resumed from " + o.resume + " at step " + std::to_string(start_step));
   for (int step = start_step; step <= o.steps; step++) {
     // the window's size is counted in blocks of 128 (fixed or scheduled); with token granularity
     // the same size is applied token by token: N blocks = 128 N tokens
     const int window_blocks = o.window_blocks ? o.window_blocks : sched.window_blocks(step);
-    model.set_window(o.window_granularity == "token" ? window_blocks * 128 : window_blocks);
+    const int window = o.window_granularity == "token" ? window_blocks * 128 : window_blocks;
+    model.set_window(window);
     if (step % o.val_every == 0 || step == o.steps) {
-      double vl = 0;
+      double vl[2] = {0, (double)val_seqs.size()};
       for (uint64_t k : val_seqs) {
         load_seq(val_stream, k);
-        vl += model.forward(inputs, targets);
+        vl[0] += model.forward(inputs, targets);
       }
-      vl /= val_seqs.size();
-      log.step(step, o.steps, train_ms, vl);
-      if (!std::isfinite(vl))
-        throw std::runtime_error("validation loss is " + std::to_string(vl) + " at step " + std::to_string(step) +
+      dist::sum(ctx, vl, 2);
+      const double val_loss = vl[0] / vl[1];
+      log.step(step, o.steps, train_ms, val_loss);
+      if (!std::isfinite(val_loss))
+        throw std::runtime_error("validation loss is " + std::to_string(val_loss) + " at step " + std::to_string(step) +
                                  "; last checkpoint: " + last_checkpoint);
     }
     if (step == o.steps) break;
-    gpt::cuda_check(cudaDeviceSynchronize(), "step");
+    if (fault.rank == ctx.rank && fault.step == step + 1) {
+      if (fault.kind == "crash") throw std::runtime_error("injected fault at step " + std::to_string(step + 1) + " (--fault)");
+      std::fprintf(stderr, "train_gpt: %s: injected fault '%s' at step %d (--fault)\n", ctx.who().c_str(), fault.kind.c_str(), step + 1);
+      if (fault.kind == "exit") std::_Exit(3);
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // hang
+    }
+    sync("step " + std::to_string(step + 1));
+    const bool timed = step >= 10;  // steps 11, 12, ... (1-based) are timed, as in the record
+    prof.on = o.profile > 0 && timed && step < 10 + o.profile;
     const auto t0 = now();
     model.zero_grad();
-    double tl = 0;
+    double tl[2] = {0, (double)micro};
     for (int m = 0; m < micro; m++) {
+      const bool last = m == micro - 1;
       load_seq(train_stream, ts.sequence_index(step, m));
-      tl += model.forward(inputs, targets, 1.f / ((float)o.seq_len * micro));
-      model.backward();
+      if (timed) timed_flops += sequence_flops(window);
+      tl[0] += model.forward(inputs, targets, grad_scale);
+      if (dp && last) dp->ready(o.layers);  // the head's gradient is final
+      if (dp && last) model.backward([&](int point) { dp->ready(point); });
+      else model.backward();
     }
-    tl /= micro;
-    opt.step(model, mm, step, sched);
-    gpt::cuda_check(cudaDeviceSynchronize(), "optimizer");
+    prof.mark(gpt::Profiler::kComm);
+    if (dp) dp->wait();
+    prof.mark(gpt::Profiler::kOptimizer);
+    opt.step(model, mm, step, sched, dp.get());
+    prof.mark(gpt::Profiler::kHost);
+    sync("optimizer step " + std::to_string(step + 1));
+    prof.collect();
+    prof.on = false;  // validation is not profiled
     const double ms = std::chrono::duration<double, std::milli>(now() - t0).count();
-    if (step >= 10) train_ms += ms;  // steps 11, 12, ... (1-based) are timed
-    if (!std::isfinite(tl))
-      throw std::runtime_error("training loss is " + std::to_string(tl) + " at step " + std::to_string(step + 1) +
+    if (timed) {
+      train_ms += ms;
+      step_ms.push_back(ms);
+      if (dp) {
+        auto t = dp->times();
+        comm_ms += t.allreduce_ms, exposed_ms += t.exposed_ms, bcast_ms += t.broadcast_ms;
+      }
+    } else if (dp) {
+      dp->times();
+    }
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) peak_mem = std::max(peak_mem, (double)(total_b - free_b));
+    dist::sum(ctx, tl, 2);
+    const double train_loss = tl[0] / tl[1];
+    if (!std::isfinite(train_loss))
+      throw std::runtime_error("training loss is " + std::to_string(train_loss) + " at step " + std::to_string(step + 1) +
                                "; last checkpoint: " + last_checkpoint);
-    log.step(step + 1, o.steps, train_ms, NAN, tl);
-    if (!o.checkpoint_dir.empty() && ((o.checkpoint_every && (step + 1) % o.checkpoint_every == 0) || step + 1 == o.steps))
+    log.step(step + 1, o.steps, train_ms, NAN, train_loss);
+    if (o.check_replicas) {  // the fp32 masters and their bf16 copies, on every rank
+      unsigned long long a = 0, b = 0;
+      gpt::cuda_check(layers::checksum(model.master(), n_params * sizeof(float), d_sum), "checksum");
+      gpt::cuda_check(cudaMemcpy(&a, d_sum, sizeof(a), cudaMemcpyDeviceToHost), "checksum");
+      gpt::cuda_check(layers::checksum(model.weights(), n_params / 2 * 2 * sizeof(layers::bf16), d_sum), "checksum");
+      gpt::cuda_check(cudaMemcpy(&b, d_sum, sizeof(b), cudaMemcpyDeviceToHost), "checksum");
+      last_sum = a ^ (b * 0x9e3779b97f4a7c15ULL);
+      const auto sums = dist::gather_all(ctx, last_sum);
+      for (int r = 1; r < ctx.world; r++)
+        if (sums[r] != sums[0]) {
+          char b2[160];
+          std::snprintf(b2, sizeof(b2), "weights differ across ranks after step %d: rank 0 checksum %016llx, rank %d %016llx (--check-replicas)",
+                        step + 1, (unsigned long long)sums[0], r, (unsigned long long)sums[r]);
+          throw std::runtime_error(b2);
+        }
+    }
+    if (!o.checkpoint_dir.empty() && ctx.rank == 0 && ((o.checkpoint_every && (step + 1) % o.checkpoint_every == 0) || step + 1 == o.steps))
       save_checkpoint(step + 1);
   }
-  size_t free_b, total;
-  cudaMemGetInfo(&free_b, &total);
-  log.note("train_gpt: done; GPU memory in use at the end " + std::to_string((total - free_b) >> 20) + " MiB; " +
-           (o.steps > 10 ? std::to_string((long long)(o.seq_len * (double)o.seqs_per_step * (o.steps - 10) / (train_ms / 1e3))) : "-") +
-           " tokens/s");
+  peak_mem = dist::max(ctx, peak_mem);
+  double sums[2] = {timed_flops, 0};
+  dist::sum(ctx, sums, 2);
+  const int timed_steps = (int)step_ms.size();
+  char b[512];
+  if (timed_steps > 0) {
+    const double tok_s = (double)o.seq_len * o.seqs_per_step * timed_steps / (train_ms / 1e3);
+    const double peak = peak_flops(prop.name) * ctx.world, mfu = peak > 0 ? sums[0] / (train_ms / 1e3) / peak : NAN;
+    std::snprintf(b, sizeof(b), "train_gpt: %d timed steps: median %.1f ms a step, %.0f tokens/s, %.1f TFLOP/s a GPU, MFU %.1f%% (bf16 dense peak %.0f TFLOP/s a GPU)",
+                  timed_steps, median(step_ms), tok_s, sums[0] / (train_ms / 1e3) / ctx.world / 1e12, 100 * mfu, peak_flops(prop.name) / 1e12);
+    log.note(b);
+    if (dp) {
+      std::snprintf(b, sizeof(b), "train_gpt: gradient all-reduce %.1f ms a step (%s), of which %.1f ms exposed after the backward (%.0f%% hidden); Muon broadcast %.1f ms",
+                    comm_ms / timed_steps, o.grad_sync.c_str(), exposed_ms / timed_steps,
+                    comm_ms > 0 ? 100 * (1 - exposed_ms / comm_ms) : 0.0, bcast_ms / timed_steps);
+      log.note(b);
+    }
+    char js[512];
+    std::snprintf(js, sizeof(js), "{\"event\": \"summary\", \"timed_steps\": %d, \"median_step_ms\": %.3f, \"tokens_per_s\": %.1f, \"mfu\": %.4f, "
+                  "\"peak_memory_mib\": %.0f, \"allreduce_ms\": %.3f, \"exposed_ms\": %.3f, \"broadcast_ms\": %.3f}",
+                  timed_steps, median(step_ms), tok_s, std::isfinite(mfu) ? mfu : 0.0, peak_mem / (1 << 20), comm_ms / timed_steps,
+                  exposed_ms / timed_steps, bcast_ms / timed_steps);
+    log.event(js);
+  }
+  if (o.profile > 0) log.note(prof.table());
+  if (o.check_replicas) {
+    std::snprintf(b, sizeof(b), "train_gpt: replicas identical on all %d rank(s) after every step (last checksum %016llx)", ctx.world,
+                  (unsigned long long)last_sum);
+    log.note(b);
+  }
+  std::snprintf(b, sizeof(b), "train_gpt: done; peak GPU memory %.0f MiB%s", peak_mem / (1 << 20), ctx.world > 1 ? " (the largest rank's)" : "");
+  log.note(b);
+  if (d_sum) cudaFree(d_sum);
   return 0;
 }
 
 int main(int argc, char** argv) {
+  dist::Context ctx;
+  try {
+    ctx = dist::init(&argc, &argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_gpt: error: %s\n", e.what());
+    return 1;
+  }
+  // one exit path: under mpirun a rank that fails while training takes the job down
+  // (MPI_Abort) so that none waits forever; a flag error is the same on every rank, and each
+  // rank simply exits with it
+  auto finish = [&](int rc, bool every_rank_agrees = false) {
+    if (rc != 0 && ctx.world > 1 && !every_rank_agrees) dist::abort_all(ctx, rc);
+    dist::finalize(ctx);
+    return rc;
+  };
   Options o;
   // the preset sets the defaults first; flags given on the command line then override them
   for (int i = 1; i + 1 < argc; i++)
@@ -336,7 +542,7 @@ int main(int argc, char** argv) {
     apply_preset(o, o.preset);
   } catch (const CLI::ValidationError& e) {
     std::fprintf(stderr, "train_gpt: %s\n", e.what());
-    return 2;
+    return finish(2, true);
   }
   CLI::App app{"train_gpt: GPT speedrun trainer (C++/CUDA)"};
   app.add_option("--preset", o.preset, "default (short run on GCIDE), tiny, speedrun (SPEC sections 3-4)")->capture_default_str();
@@ -363,6 +569,13 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "write checkpoints here (every --checkpoint-every steps and at the end)");
   app.add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints (0: only at the end)")->check(CLI::NonNegativeNumber);
   app.add_option("--resume", o.resume, "continue from this checkpoint (same configuration only)");
+  app.add_option("--grad-sync", o.grad_sync, "several GPUs: overlap (all-reduce each layer's gradients during the backward) or end (one all-reduce after it)")
+      ->check(CLI::IsMember({"overlap", "end"}))->capture_default_str();
+  app.add_option("--timeout", o.timeout, "several GPUs: seconds to wait for the other ranks before ending the job")
+      ->check(CLI::Range(1.0, 86400.0))->capture_default_str();
+  app.add_flag("--check-replicas", o.check_replicas, "several GPUs: compare weight checksums across ranks after every step");
+  app.add_option("--profile", o.profile, "GPU time by category over this many timed steps, printed at the end")->check(CLI::Range(0, 1000000));
+  app.add_option("--fault", o.fault, "tests only: RANK:STEP:crash|hang|exit makes that rank fail before that step");
   try {
     app.parse(argc, argv);
     if (o.layers % 2) throw CLI::ValidationError("--layers", "must be even (the U-net pairs layer i with layer L-1-i)");
@@ -370,20 +583,32 @@ int main(int argc, char** argv) {
       throw CLI::ValidationError("--heads", "width / heads must be 64 or 128 (the attention kernel's head sizes)");
     if (o.width % 8 || o.hidden % 8) throw CLI::ValidationError("--width/--hidden", "must be multiples of 8");
     if (o.checkpoint_every && o.checkpoint_dir.empty()) throw CLI::ValidationError("--checkpoint-every", "needs --checkpoint-dir");
+    if (o.seqs_per_step % ctx.world) {
+      std::string ok;
+      for (int n = 1; n <= o.seqs_per_step; n++)
+        if (o.seqs_per_step % n == 0) ok += (ok.empty() ? "" : ", ") + std::to_string(n);
+      throw CLI::ValidationError("--seqs-per-step", "the global batch of " + std::to_string(o.seqs_per_step) + " sequences does not split over " +
+                                                        std::to_string(ctx.world) + " GPUs; GPU counts that work: " + ok);
+    }
+    parse_fault(o.fault);
   } catch (const CLI::ParseError& e) {
+    if (ctx.rank != 0) return finish(e.get_exit_code() == 0 ? 0 : 2, true);  // rank 0 prints the message
     int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;  // bad flags: exit code 2
+    return finish(rc == 0 ? 0 : 2, true);  // bad flags: exit code 2
   }
   if (o.check_data) {
-    int bad = check_data(o);
+    int bad = ctx.rank == 0 ? check_data(o) : 0;
     if (bad) std::fprintf(stderr, "check-data: %d problem(s) found\n", bad);
-    else std::printf("check-data: all shards good\n");
-    return bad ? 1 : 0;
+    else if (ctx.rank == 0) std::printf("check-data: all shards good\n");
+    return finish(bad ? 1 : 0);
   }
   try {
-    return run_training(o);
+    return finish(run_training(o, ctx));
+  } catch (const CLI::ValidationError& e) {
+    std::fprintf(stderr, "train_gpt: %s%serror: %s\n", ctx.who().c_str(), ctx.world > 1 ? ": " : "", e.what());
+    return finish(2);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_gpt: error: %s\n", e.what());
-    return 1;
+    std::fprintf(stderr, "train_gpt: %s%serror: %s\n", ctx.who().c_str(), ctx.world > 1 ? ": " : "", e.what());
+    return finish(1);
   }
 }

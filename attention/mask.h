@@ -138,6 +138,18 @@ ATTN_HD void query_range(const MaskBounds& b, int k0, int k1, int& q_lo, int& q_
   }
 }
 
+// Kept (q, k) pairs of the whole mask. For one query every term bounds k to an interval, so
+// key_range of a one-query tile is exact. Host side, O(T log T): the trainer's FLOP count (MFU).
+inline long long kept_pairs(const MaskBounds& b) {
+  long long n = 0;
+  for (int q = 0; q < b.T; q++) {
+    int lo, hi;
+    key_range(b, q, q + 1, lo, hi);
+    if (hi >= lo) n += hi - lo + 1;
+  }
+  return n;
+}
+
 // Document ids from token ids: doc[i] = number of BOS (50256) tokens at positions <= i.
 inline void doc_ids_from_tokens(const uint16_t* tokens, int T, int32_t* doc, int bos = 50256) {
   int c = 0;

@@ -4,14 +4,18 @@
 //   C is bf16, or fp32 when c_fp32 (the lm head's logits); accumulate adds to C (beta = 1).
 // Forward y = x W is (x, W); backward dx = dy W^T is (dy, W, trans_b) and dW = x^T dy is
 // (x, dy, trans_a). cuBLASLt is column-major, so the call computes C^T = op(B)^T op(A)^T.
-// Errors come back as a message naming the shape, never as a raw status code.
+// Errors come back as a message naming the shape, never as a raw status code. Each shape's
+// descriptors and algorithm are chosen once and cached (the same choice every call, so results
+// do not change between calls).
 #pragma once
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <map>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 namespace layers {
 
@@ -22,6 +26,7 @@ class Matmul {
     if (cudaMalloc(&workspace_, ws_bytes_) != cudaSuccess) throw std::runtime_error("matmul: cannot allocate the cuBLASLt workspace");
   }
   ~Matmul() {
+    for (auto& kv : plans_) destroy(kv.second);
     cudaFree(workspace_);
     cublasLtDestroy(handle_);
   }
@@ -30,39 +35,63 @@ class Matmul {
 
   void operator()(const __nv_bfloat16* A, const __nv_bfloat16* B, void* C, int m, int n, int k, bool trans_a, bool trans_b,
                   bool accumulate = false, bool c_fp32 = false, cudaStream_t stream = 0) {
-    const std::string shape = "matmul m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k);
     if (((uintptr_t)A | (uintptr_t)B | (uintptr_t)C) % 16)
-      throw std::runtime_error(shape + ": operands must be 16-byte aligned for cuBLASLt");
+      throw std::runtime_error(shape_name(m, n, k) + ": operands must be 16-byte aligned for cuBLASLt");
+    const Plan& p = plan(m, n, k, trans_a, trans_b, c_fp32);
+    const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
+    check(cublasLtMatmul(handle_, p.op, &alpha, B, p.lx, A, p.ly, &beta, C, p.lz, C, p.lz, &p.algo, workspace_, ws_bytes_, stream),
+          shape_name(m, n, k));
+  }
+
+ private:
+  // Descriptors and the heuristic's algorithm for one shape, built on first use and kept: a
+  // training step calls a few dozen shapes thousands of times.
+  struct Plan {
     cublasLtMatmulDesc_t op;
-    check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), shape);
-    const cublasOperation_t tx = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, ty = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &tx, sizeof(tx)), shape);
-    check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &ty, sizeof(ty)), shape);
-    // column-major views: X = B buffer, Y = A buffer, Z = C^T
     cublasLtMatrixLayout_t lx, ly, lz;
-    check(cublasLtMatrixLayoutCreate(&lx, CUDA_R_16BF, trans_b ? k : n, trans_b ? n : k, trans_b ? k : n), shape);
-    check(cublasLtMatrixLayoutCreate(&ly, CUDA_R_16BF, trans_a ? m : k, trans_a ? k : m, trans_a ? m : k), shape);
-    check(cublasLtMatrixLayoutCreate(&lz, c_fp32 ? CUDA_R_32F : CUDA_R_16BF, n, m, n), shape);
+    cublasLtMatmulAlgo_t algo;
+  };
+  static std::string shape_name(int m, int n, int k) {
+    return "matmul m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k);
+  }
+  const Plan& plan(int m, int n, int k, bool trans_a, bool trans_b, bool c_fp32) {
+    const auto key = std::make_tuple(m, n, k, trans_a, trans_b, c_fp32);
+    auto it = plans_.find(key);
+    if (it != plans_.end()) return it->second;
+    const std::string shape = shape_name(m, n, k);
+    Plan p;
+    check(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), shape);
+    const cublasOperation_t tx = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, ty = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &tx, sizeof(tx)), shape);
+    check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &ty, sizeof(ty)), shape);
+    // column-major views: X = B buffer, Y = A buffer, Z = C^T
+    check(cublasLtMatrixLayoutCreate(&p.lx, CUDA_R_16BF, trans_b ? k : n, trans_b ? n : k, trans_b ? k : n), shape);
+    check(cublasLtMatrixLayoutCreate(&p.ly, CUDA_R_16BF, trans_a ? m : k, trans_a ? k : m, trans_a ? m : k), shape);
+    check(cublasLtMatrixLayoutCreate(&p.lz, c_fp32 ? CUDA_R_32F : CUDA_R_16BF, n, m, n), shape);
     cublasLtMatmulPreference_t pref;
     check(cublasLtMatmulPreferenceCreate(&pref), shape);
     check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes_, sizeof(ws_bytes_)), shape);
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
-    check(cublasLtMatmulAlgoGetHeuristic(handle_, op, lx, ly, lz, lz, pref, 1, &heur, &found), shape);
-    if (!found) throw std::runtime_error(shape + ": cuBLASLt has no algorithm for this shape (dimensions must be multiples of 8)");
-    const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
-    check(cublasLtMatmul(handle_, op, &alpha, B, lx, A, ly, &beta, C, lz, C, lz, &heur.algo, workspace_, ws_bytes_, stream), shape);
+    check(cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.lx, p.ly, p.lz, p.lz, pref, 1, &heur, &found), shape);
     cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayoutDestroy(lx);
-    cublasLtMatrixLayoutDestroy(ly);
-    cublasLtMatrixLayoutDestroy(lz);
-    cublasLtMatmulDescDestroy(op);
+    if (!found) {
+      destroy(p);
+      throw std::runtime_error(shape + ": cuBLASLt has no algorithm for this shape (dimensions must be multiples of 8)");
+    }
+    p.algo = heur.algo;
+    return plans_.emplace(key, p).first->second;
   }
-
- private:
+  static void destroy(Plan& p) {
+    cublasLtMatrixLayoutDestroy(p.lx);
+    cublasLtMatrixLayoutDestroy(p.ly);
+    cublasLtMatrixLayoutDestroy(p.lz);
+    cublasLtMatmulDescDestroy(p.op);
+  }
   static void check(cublasStatus_t s, const std::string& what) {
     if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(what + ": cuBLASLt error " + std::to_string((int)s));
   }
+  std::map<std::tuple<int, int, int, bool, bool, bool>, Plan> plans_;
   cublasLtHandle_t handle_;
   void* workspace_ = nullptr;
   size_t ws_bytes_;

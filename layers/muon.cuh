@@ -4,7 +4,10 @@
 //   five times: A = X X^T;  B = -4.7750 A + 2.0315 A A;  X = 3.4445 X + B X   (bf16 matmuls
 //   through cuBLASLt, fp32 accumulation, every result stored in bf16)
 //   W -= lr * max(1, rows/cols)^0.5 * X (transposed back);  W_bf16 = bf16(W)
-//   W, g, buf: fp32 [rows][cols].  The Frobenius norm is layers/reduce.cuh's deterministic dot. CPU reference: model/optimizer_reference.h (newton_schulz5, optimizer_step).
+//   W, g, buf: fp32 [rows][cols].
+// The three stages are separate calls too (muon_momentum, muon_orthogonalize, muon_apply), so
+// that data-parallel ranks can each orthogonalise their share of the matrices and exchange X:
+// muon_step is exactly their composition.  The Frobenius norm is layers/reduce.cuh's deterministic dot. CPU reference: model/optimizer_reference.h (newton_schulz5, optimizer_step).
 #pragma once
 #include <cmath>
 
@@ -14,13 +17,13 @@
 
 namespace layers {
 
-__global__ void muon_momentum_kernel(const float* __restrict__ g, float* __restrict__ buf, float* __restrict__ u, size_t n,
+__global__ void muon_momentum_kernel(const float* __restrict__ g, float* __restrict__ buf, float* u, size_t n,
                                      float mom) {
   const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float b = mom * buf[i] + (1.f - mom) * g[i];
   buf[i] = b;
-  u[i] = (1.f - mom) * g[i] + mom * b;
+  if (u) u[i] = (1.f - mom) * g[i] + mom * b;  // u null: only the momentum buffer moves
 }
 
 // X[r][c] = bf16(u / (||u|| + 1e-7)), reading u [rows][cols] transposed when rows > cols.
@@ -71,32 +74,50 @@ struct MuonScratch {
   MuonScratch& operator=(const MuonScratch&) = delete;
 };
 
-// Newton-Schulz on s.X (r x c, r <= c, already normalised), in place.
-inline void newton_schulz5(Matmul& mm, MuonScratch& s, int r, int c, cudaStream_t stream = 0) {
+// Newton-Schulz on X (r x c, r <= c, already normalised), in place; s gives the r x r scratch.
+inline void newton_schulz5(Matmul& mm, MuonScratch& s, bf16* X, int r, int c, cudaStream_t stream = 0) {
   const size_t nx = (size_t)r * c, na = (size_t)r * r;
   for (int it = 0; it < 5; it++) {
-    mm(s.X, s.X, s.A, r, r, c, false, true, false, false, stream);  // A = X X^T
+    mm(X, X, s.A, r, r, c, false, true, false, false, stream);  // A = X X^T
     mm(s.A, s.A, s.AA, r, r, r, false, false, false, false, stream);  // A A
     axpby_kernel<<<(unsigned)((na + 255) / 256), 256, 0, stream>>>(s.A, s.AA, s.AA, na, -4.7750f, 2.0315f);  // B
-    mm(s.AA, s.X, s.BX, r, c, r, false, false, false, false, stream);  // B X
-    axpby_kernel<<<(unsigned)((nx + 255) / 256), 256, 0, stream>>>(s.X, s.BX, s.X, nx, 3.4445f, 1.f);
+    mm(s.AA, X, s.BX, r, c, r, false, false, false, false, stream);  // B X
+    axpby_kernel<<<(unsigned)((nx + 255) / 256), 256, 0, stream>>>(X, s.BX, X, nx, 3.4445f, 1.f);
   }
+}
+
+// Stage 1, on every rank: buf = m buf + (1 - m) g, and u (Nesterov) into s.u when u_out.
+inline cudaError_t muon_momentum(MuonScratch& s, const float* g, float* buf, size_t n, float momentum, bool u_out,
+                                 cudaStream_t stream = 0) {
+  muon_momentum_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(g, buf, u_out ? s.u : nullptr, n, momentum);
+  return cudaGetLastError();
+}
+
+// Stage 2: X (bf16, min(rows, cols) x max(rows, cols)) = Newton-Schulz(s.u / ||s.u||).
+inline cudaError_t muon_orthogonalize(Matmul& mm, MuonScratch& s, bf16* X, int rows, int cols, cudaStream_t stream = 0) {
+  const size_t n = (size_t)rows * cols;
+  float* sumsq = s.partial + kDotBlocks;
+  dot(s.u, s.u, n, sumsq, s.partial, /*accumulate=*/false, stream);
+  muon_normalize_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(s.u, sumsq, X, rows, cols);
+  newton_schulz5(mm, s, X, rows > cols ? cols : rows, rows > cols ? rows : cols, stream);
+  return cudaGetLastError();
+}
+
+// Stage 3: W -= lr * max(1, rows/cols)^0.5 * X (transposed back), and the bf16 copy.
+inline cudaError_t muon_apply(float* w, bf16* w_bf16, const bf16* X, int rows, int cols, float lr, cudaStream_t stream = 0) {
+  const size_t n = (size_t)rows * cols;
+  const float step = lr * std::sqrt(std::max(1.f, (float)rows / cols));
+  muon_update_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(w, w_bf16, X, rows, cols, step);
+  return cudaGetLastError();
 }
 
 // One Muon update of W [rows][cols] with gradient g; lr already includes the schedule.
 inline cudaError_t muon_step(Matmul& mm, MuonScratch& s, float* w, bf16* w_bf16, const float* g, float* buf, int rows, int cols,
                              float lr, float momentum, cudaStream_t stream = 0) {
-  const size_t n = (size_t)rows * cols;
-  const unsigned grid = (unsigned)((n + 255) / 256);
-  muon_momentum_kernel<<<grid, 256, 0, stream>>>(g, buf, s.u, n, momentum);
-  float* sumsq = s.partial + kDotBlocks;
-  dot(s.u, s.u, n, sumsq, s.partial, /*accumulate=*/false, stream);
-  muon_normalize_kernel<<<grid, 256, 0, stream>>>(s.u, sumsq, s.X, rows, cols);
-  const int r = rows > cols ? cols : rows, c = rows > cols ? rows : cols;
-  newton_schulz5(mm, s, r, c, stream);
-  const float step = lr * std::sqrt(std::max(1.f, (float)rows / cols));
-  muon_update_kernel<<<grid, 256, 0, stream>>>(w, w_bf16, s.X, rows, cols, step);
-  return cudaGetLastError();
+  cudaError_t e = muon_momentum(s, g, buf, (size_t)rows * cols, momentum, true, stream);
+  if (e == cudaSuccess) e = muon_orthogonalize(mm, s, s.X, rows, cols, stream);
+  if (e == cudaSuccess) e = muon_apply(w, w_bf16, s.X, rows, cols, lr, stream);
+  return e;
 }
 
 }  // namespace layers

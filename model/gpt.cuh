@@ -9,10 +9,13 @@
 //   With gradients on, each chunk's backward (dz -> d(norm(x)), dWhead) runs right there, so no
 //   T x vocab tensor outlives its chunk; backward() then walks the layers in reverse.
 // Gradients accumulate (+=) until zero_grad(), as gradient accumulation over micro-steps needs.
-// Activations kept for the backward: about (17 C + 2 hidden) x T bf16 a layer.
+// Activations kept for the backward: about (11 C + 2 hidden) x T bf16 a layer; the norms' outputs
+// h and h2, the value embedding ve and the mixed v are recomputed in the backward (cheap
+// element-wise passes that give the forward's bits), which saves 4 C x T a layer.
 #pragma once
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -26,6 +29,7 @@
 #include "layers/rmsnorm.cuh"
 #include "layers/rotary.cuh"
 #include "layers/softcap_ce.cuh"
+#include "model/profile.h"
 #include "model/reference_model.h"
 
 namespace gpt {
@@ -52,7 +56,7 @@ class Model {
     for (bf16** p : {&dr_, &du_}) alloc(p, TF * sizeof(bf16));
     acts_.resize(cfg.layers);
     for (auto& a : acts_) {
-      for (bf16** p : {&a.x_in, &a.x_mix, &a.h, &a.q, &a.k, &a.qn, &a.kn, &a.v_lin, &a.ve, &a.v, &a.y, &a.x_attn, &a.h2})
+      for (bf16** p : {&a.x_in, &a.x_mix, &a.q, &a.k, &a.qn, &a.kn, &a.v_lin, &a.y, &a.x_attn})
         alloc(p, TC * sizeof(bf16));
       alloc(&a.u, TF * sizeof(bf16));
       alloc(&a.r, TF * sizeof(bf16));
@@ -148,7 +152,9 @@ class Model {
     cuda_check(cudaMemset(bad_, 0, sizeof(int)), "flag");
     const float eps = (float)cfg_.eps;
 
+    prof_.mark(Profiler::kEmbed);
     ok(layers::embedding_forward(W("embed"), tokens_, emb_, T, C));
+    prof_.mark(Profiler::kNormMix);
     ok(layers::rmsnorm_forward(emb_, x0_, rstd_e_, T, C, eps));
     copy(x_, x0_, TC);
     for (int i = 0; i < L; i++) {
@@ -157,27 +163,38 @@ class Model {
       if (i >= L / 2) ok(layers::skip_add(x_, pushed_[L - 1 - i], S("skip"), i - L / 2, TC));
       copy(a.x_in, x_, TC);
       ok(layers::lambda_mix(a.x_in, x0_, a.x_mix, S(p + "lambda"), TC));
-      ok(layers::rmsnorm_forward(a.x_mix, a.h, a.rstd_h, T, C, eps));
-      mm_(a.h, W(p + "wq"), a.q, T, C, C, false, false);
-      mm_(a.h, W(p + "wk"), a.k, T, C, C, false, false);
-      mm_(a.h, W(p + "wv"), a.v_lin, T, C, C, false, false);
-      ok(layers::embedding_forward(W(ve_name(i)), tokens_, a.ve, T, C));
-      ok(layers::lambda_mix(a.v_lin, a.ve, a.v, S(p + "attn_lambda"), TC));
+      ok(layers::rmsnorm_forward(a.x_mix, t1_, a.rstd_h, T, C, eps));  // h: recomputed in the backward
+      prof_.mark(Profiler::kMatmul);
+      mm_(t1_, W(p + "wq"), a.q, T, C, C, false, false);
+      mm_(t1_, W(p + "wk"), a.k, T, C, C, false, false);
+      mm_(t1_, W(p + "wv"), a.v_lin, T, C, C, false, false);
+      prof_.mark(Profiler::kEmbed);
+      ok(layers::embedding_forward(W(ve_name(i)), tokens_, t1_, T, C));  // ve: recomputed in the backward
+      prof_.mark(Profiler::kNormMix);
+      ok(layers::lambda_mix(a.v_lin, t1_, t2_, S(p + "attn_lambda"), TC));  // v: recomputed in the backward
       ok(layers::rmsnorm_forward(a.q, a.qn, a.rstd_q, T * H, Dh, eps));
       ok(layers::rmsnorm_forward(a.k, a.kn, a.rstd_k, T * H, Dh, eps));
       ok(layers::rotary(a.qn, rot_, T, H, Dh, 1.f));
       ok(layers::rotary(a.kn, rot_, T, H, Dh, 1.f));
-      ok(attn::attention_forward(a.qn, a.kn, a.v, a.y, a.lse, T, H, Dh, mask()));
+      prof_.mark(Profiler::kAttnFwd);
+      ok(attn::attention_forward(a.qn, a.kn, t2_, a.y, a.lse, T, H, Dh, mask()));
+      prof_.mark(Profiler::kMatmul);
       copy(x_, a.x_mix, TC);
       mm_(a.y, W(p + "wo"), x_, T, C, C, false, false, /*accumulate=*/true);
+      prof_.mark(Profiler::kNormMix);
       copy(a.x_attn, x_, TC);
-      ok(layers::rmsnorm_forward(a.x_attn, a.h2, a.rstd_h2, T, C, eps));
-      mm_(a.h2, W(p + "wfc"), a.u, T, F, C, false, false);
+      ok(layers::rmsnorm_forward(a.x_attn, t1_, a.rstd_h2, T, C, eps));  // h2: recomputed in the backward
+      prof_.mark(Profiler::kMatmul);
+      mm_(t1_, W(p + "wfc"), a.u, T, F, C, false, false);
+      prof_.mark(Profiler::kNormMix);
       ok(layers::relu2_forward(a.u, a.r, (size_t)T * F));
+      prof_.mark(Profiler::kMatmul);
       mm_(a.r, W(p + "wproj"), x_, T, C, F, false, false, /*accumulate=*/true);
+      prof_.mark(Profiler::kNormMix);
       if (i < L / 2) copy(pushed_[i], x_, TC);
     }
     ok(layers::rmsnorm_forward(x_, hf_, rstd_f_, T, C, eps));
+    prof_.mark(Profiler::kHead);
     if (z_out) z_out->resize((size_t)T * V);
     for (int r0 = 0; r0 < T; r0 += chunk_) {
       const int rows = std::min(chunk_, T - r0);
@@ -190,6 +207,7 @@ class Model {
         mm_(hf_ + (size_t)r0 * C, dz_, G("head"), C, V, rows, true, false, true, true);
       }
     }
+    prof_.mark(Profiler::kHost);
     std::vector<float> loss(T);
     int bad = 0;
     cuda_check(cudaMemcpy(loss.data(), loss_, T * sizeof(float), cudaMemcpyDeviceToHost), "loss");
@@ -201,9 +219,12 @@ class Model {
   }
 
   // Backward of the last forward (which must have had grad_scale != 0); adds into the gradients.
-  void backward() {
+  // ready(i), when given, is called once layer i's gradients are final (enqueued on the compute
+  // stream, in order L-1 .. 0), and ready(-1) at the end: the data-parallel exchange starts there.
+  void backward(const std::function<void(int)>& ready = {}) {
     const int T = T_, C = cfg_.width, H = cfg_.heads, Dh = cfg_.head_dim(), L = cfg_.layers, F = cfg_.hidden;
     const size_t TC = (size_t)T * C;
+    prof_.mark(Profiler::kNormMix);
     ok(layers::rmsnorm_backward(x_, rstd_f_, dhf_, dx_, T, C, false));
     cuda_check(cudaMemsetAsync(dx0_, 0, TC * sizeof(bf16)), "dx0");
     for (auto& p : dpushed_) cuda_check(cudaMemsetAsync(p, 0, TC * sizeof(bf16)), "dpushed");
@@ -212,34 +233,53 @@ class Model {
       Acts& a = acts_[i];
       if (i < L / 2) ok(layers::skip_add(dx_, dpushed_[i], one_, 0, TC));
       // MLP: x = x_attn + relu(norm(x_attn) Wfc)^2 Wproj
+      ok(layers::rmsnorm_forward(a.x_attn, t1_, a.rstd_h2, T, C, (float)cfg_.eps));  // h2, the forward's bits again
+      prof_.mark(Profiler::kMatmul);
       mm_(dx_, W(p + "wproj"), dr_, T, F, C, false, true);
       mm_(a.r, dx_, G(p + "wproj"), F, C, T, true, false, true, true);
+      prof_.mark(Profiler::kNormMix);
       ok(layers::relu2_backward(a.u, dr_, du_, (size_t)T * F));
+      prof_.mark(Profiler::kMatmul);
       mm_(du_, W(p + "wfc"), dh_, T, C, F, false, true);
-      mm_(a.h2, du_, G(p + "wfc"), C, F, T, true, false, true, true);
+      mm_(t1_, du_, G(p + "wfc"), C, F, T, true, false, true, true);
+      prof_.mark(Profiler::kNormMix);
       ok(layers::rmsnorm_backward(a.x_attn, a.rstd_h2, dh_, dx_, T, C, true));
       // attention: x_attn = x_mix + y Wo
+      prof_.mark(Profiler::kMatmul);
       mm_(dx_, W(p + "wo"), dy_, T, C, C, false, true);
       mm_(a.y, dx_, G(p + "wo"), C, C, T, true, false, true, true);
-      ok(attn::attention_backward(a.qn, a.kn, a.v, a.y, dy_, a.lse, t1_, t2_, dv_, ws_, T, H, Dh, mask()));
+      // ve and v = a0 v_lin + a1 ve, recomputed (the forward's bits) into dq_ and dk_, free until
+      // the q and k norms' backward below
+      prof_.mark(Profiler::kEmbed);
+      ok(layers::embedding_forward(W(ve_name(i)), tokens_, dq_, T, C));
+      prof_.mark(Profiler::kNormMix);
+      ok(layers::lambda_mix(a.v_lin, dq_, dk_, S(p + "attn_lambda"), TC));
+      prof_.mark(Profiler::kAttnBwd);
+      ok(attn::attention_backward(a.qn, a.kn, dk_, a.y, dy_, a.lse, t1_, t2_, dv_, ws_, T, H, Dh, mask()));
+      prof_.mark(Profiler::kNormMix);
+      // v = a0 v_lin + a1 ve
+      ok(layers::dot(dv_, a.v_lin, TC, G(p + "attn_lambda"), partial_, true));
+      ok(layers::dot(dv_, dq_, TC, G(p + "attn_lambda") + 1, partial_, true));
       ok(layers::rotary(t1_, rot_, T, H, Dh, -1.f));
       ok(layers::rotary(t2_, rot_, T, H, Dh, -1.f));
       ok(layers::rmsnorm_backward(a.q, a.rstd_q, t1_, dq_, T * H, Dh, false));
       ok(layers::rmsnorm_backward(a.k, a.rstd_k, t2_, dk_, T * H, Dh, false));
-      // v = a0 v_lin + a1 ve
-      ok(layers::dot(dv_, a.v_lin, TC, G(p + "attn_lambda"), partial_, true));
-      ok(layers::dot(dv_, a.ve, TC, G(p + "attn_lambda") + 1, partial_, true));
       copy(t1_, dv_, TC);
       ok(layers::scale(t1_, S(p + "attn_lambda"), 1, TC));
+      prof_.mark(Profiler::kEmbed);
       ok(layers::embedding_backward(t1_, ix_unique_, ix_offsets_, ix_positions_, n_unique_, G(ve_name(i)), C));
+      prof_.mark(Profiler::kNormMix);
       ok(layers::scale(dv_, S(p + "attn_lambda"), 0, TC));
+      ok(layers::rmsnorm_forward(a.x_mix, t2_, a.rstd_h, T, C, (float)cfg_.eps));  // h, the forward's bits again
       // q, k, v = h Wq, h Wk, h Wv
+      prof_.mark(Profiler::kMatmul);
       mm_(dq_, W(p + "wq"), dh_, T, C, C, false, true);
       mm_(dk_, W(p + "wk"), dh_, T, C, C, false, true, true);
       mm_(dv_, W(p + "wv"), dh_, T, C, C, false, true, true);
-      mm_(a.h, dq_, G(p + "wq"), C, C, T, true, false, true, true);
-      mm_(a.h, dk_, G(p + "wk"), C, C, T, true, false, true, true);
-      mm_(a.h, dv_, G(p + "wv"), C, C, T, true, false, true, true);
+      mm_(t2_, dq_, G(p + "wq"), C, C, T, true, false, true, true);
+      mm_(t2_, dk_, G(p + "wk"), C, C, T, true, false, true, true);
+      mm_(t2_, dv_, G(p + "wv"), C, C, T, true, false, true, true);
+      prof_.mark(Profiler::kNormMix);
       ok(layers::rmsnorm_backward(a.x_mix, a.rstd_h, dh_, dx_, T, C, true));
       // x_mix = l0 x_in + l1 x0
       ok(layers::dot(dx_, a.x_in, TC, G(p + "lambda"), partial_, true));
@@ -252,16 +292,36 @@ class Model {
         ok(layers::dot(dx_, pushed_[src], TC, G("skip") + j, partial_, true));
         ok(layers::skip_add(dpushed_[src], dx_, S("skip"), j, TC));
       }
+      if (ready) ready(i);
     }
     ok(layers::skip_add(dx_, dx0_, one_, 0, TC));
     ok(layers::rmsnorm_backward(emb_, rstd_e_, dx_, t1_, T, C, false));
+    prof_.mark(Profiler::kEmbed);
     ok(layers::embedding_backward(t1_, ix_unique_, ix_offsets_, ix_positions_, n_unique_, G("embed"), C));
-    cuda_check(cudaDeviceSynchronize(), "backward");
+    if (ready) ready(-1);
+    prof_.mark(Profiler::kHost);
+    cuda_check(cudaStreamSynchronize(0), "backward");  // the compute stream only: a gradient exchange may still run
   }
+
+  // The point after which tensor t's gradient is final, in backward()'s ready() numbering: L for
+  // the head (its backward runs inside the forward), i for layer i's tensors and for
+  // value_embed.i (used by layers i and L-1-i, and i comes later), L/2 for the skip weights
+  // (written by layers L/2 .. L-1), -1 for the token embedding.
+  int ready_point(const model_ref::Tensor& t) const {
+    const int L = cfg_.layers;
+    if (t.name == "head") return L;
+    if (t.name == "skip") return L / 2;
+    if (t.name.rfind("value_embed.", 0) == 0) return std::stoi(t.name.substr(12));
+    if (t.name.rfind("layer", 0) == 0) return std::stoi(t.name.substr(5));
+    return -1;
+  }
+
+  // Section marks of the step (train_gpt --profile); the trainer adds the optimiser's.
+  Profiler& profiler() { return prof_; }
 
  private:
   struct Acts {  // what the backward needs of one layer
-    bf16 *x_in, *x_mix, *h, *q, *k, *qn, *kn, *v_lin, *ve, *v, *y, *x_attn, *h2, *u, *r;
+    bf16 *x_in, *x_mix, *q, *k, *qn, *kn, *v_lin, *y, *x_attn, *u, *r;  // h, h2, ve, v: recomputed
     float *rstd_h, *rstd_q, *rstd_k, *rstd_h2, *lse;
   };
   template <typename P>
@@ -300,6 +360,7 @@ class Model {
   model_ref::Params layout_;  // names, shapes and offsets only
   int T_, bos_, chunk_, n_unique_ = 0;
   layers::Matmul mm_;
+  Profiler prof_;
   std::vector<void*> buffers_;
   std::vector<Acts> acts_;
   std::vector<bf16*> pushed_, dpushed_;

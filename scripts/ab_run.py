@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Runs an ablation campaign: for each GPU count and each variant, N runs with distinct seeds
 (run i uses seed SEED0 + i for every variant, so runs pair up across variants), launched through
-mpirun when more than one GPU is asked for. Logs are named CAMPAIGN/VARIANT_gN_rI.txt; a run
-whose log already reaches its final validation is skipped, so an interrupted campaign resumes
-where it stopped (a partial log is run again from the start).
+mpirun when more than one GPU is asked for; the variants take turns (run 0 of each, then run 1
+of each, ...), so a slow drift of the machine's speed does not fall on one variant. Logs are
+named CAMPAIGN/VARIANT_gN_rI.txt; a run whose log already reaches its final validation is
+skipped, so an interrupted campaign resumes where it stopped (a partial log is run again from
+the start).
 
     python3 scripts/ab_run.py --campaign logs/mask --gpus 1,2 --runs 5 \\
-        --variant uni='--window-mask uni' --variant bi='--window-mask bi' -- --preset gcide-small
+        --variant uni='--window-mask uni' --variant bi='--window-mask bi' -- --preset default --steps 200
 
 Each run is: [mpirun -np N] TRAINER COMMON... VARIANT_FLAGS... --seed S --log-file LOG
 """
@@ -24,9 +26,9 @@ import speedrun_logs  # noqa: E402
 
 def plan(args):
     runs = []
-    for gpus in args.gpus:
-        for name, flags in args.variant:
-            for i in range(args.runs):
+    for gpus in args.gpus:  # variants interleaved run by run, so that drifts in the machine hit them alike
+        for i in range(args.runs):
+            for name, flags in args.variant:
                 log = os.path.join(args.campaign, f"{name}_g{gpus}_r{i}.txt")
                 cmd = (["mpirun", "-np", str(gpus)] + shlex.split(args.mpirun_args) if gpus > 1 else [])
                 cmd += shlex.split(args.trainer) + args.common + shlex.split(flags)

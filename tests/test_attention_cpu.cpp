@@ -68,6 +68,10 @@ int main() {
     km.doc_ids = docs ? doc.data() : nullptr;
     attn::MaskBounds b = attn::make_bounds(km, T);
     int mismatches = 0, bad_skip = 0, bad_full = 0, out_of_range = 0;
+    long long pairs = 0;  // brute force, against kept_pairs
+    for (int q = 0; q < T; q++)
+      for (int k = 0; k < T; k++) pairs += ref::keep(rm, q, k);
+    CHECK(attn::kept_pairs(b) == pairs, "trial %d: kept_pairs %lld, brute force %lld", trial, attn::kept_pairs(b), pairs);
     const int tile = trial % 2 ? 64 : 128;
     for (int q0 = 0; q0 < T; q0 += tile)
       for (int k0 = 0; k0 < T; k0 += tile) {

@@ -8,6 +8,7 @@ import os
 import struct
 import subprocess
 import sys
+import shutil
 import tempfile
 
 import numpy as np
@@ -41,7 +42,6 @@ rc, out, err = run(TRAIN, "--heads", "3")
 check("impossible head size: exit 2 naming the flag", rc == 2 and "--heads" in (out + err), out + err)
 rc, out, err = run(TRAIN, "--layers", "3")
 check("odd layer count: exit 2 naming the flag", rc == 2 and "--layers" in (out + err), out + err)
-import shutil  # noqa: E402
 if shutil.which("nvidia-smi") is None:  # CI and this machine: no GPU
     rc, out, err = run(TRAIN, "--steps", "1")
     check("training without a GPU: a clear error", rc == 1 and "no CUDA GPU" in err, out + err)
@@ -58,6 +58,31 @@ rc, out, err = run(TRAIN, "--no-such-flag")
 check("unknown flag: exit 2 naming it", rc == 2 and "--no-such-flag" in (out + err), out + err)
 rc, out, err = run(TRAIN, "--vocab-size", "0", "--check-data")
 check("out-of-range value: exit 2 naming the flag", rc == 2 and "--vocab-size" in (out + err), out + err)
+rc, out, err = run(TRAIN, "--grad-sync", "sometimes")
+check("unknown --grad-sync: exit 2 naming the flag", rc == 2 and "--grad-sync" in (out + err), out + err)
+rc, out, err = run(TRAIN, "--fault", "1:2:explode")
+check("malformed --fault: exit 2 naming the flag", rc == 2 and "--fault" in (out + err), out + err)
+rc, out, err = run(TRAIN, "--timeout", "0")
+check("--timeout 0: exit 2 naming the flag", rc == 2 and "--timeout" in (out + err), out + err)
+# under mpirun (OpenMPI, installed by the set-up): the global batch must split over the ranks,
+# checked on every rank before any GPU is needed
+if shutil.which("mpirun"):
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+    r = subprocess.run(["mpirun", "-np", "3", TRAIN, "--preset", "tiny"], capture_output=True, text=True, timeout=120, env=env)
+    msg = r.stdout + r.stderr
+    check("mpirun -np 3 with 8 sequences a step: refused, naming the flag and the GPU counts that work",
+          r.returncode == 2 and "--seqs-per-step" in msg and "1, 2, 4, 8" in msg, msg)
+    r = subprocess.run(["mpirun", "-np", "2", TRAIN, "--preset", "tiny", "--seqs-per-step", "6", "--help"], capture_output=True,
+                       text=True, timeout=120, env=env)
+    check("mpirun -np 2 ./train_gpt --help: exit 0, help printed once", r.returncode == 0 and r.stdout.count("--grad-sync") == 1,
+          r.stdout + r.stderr)
+    if shutil.which("nvidia-smi") is None:
+        r = subprocess.run(["mpirun", "-np", "2", TRAIN, "--preset", "tiny"], capture_output=True, text=True, timeout=120, env=env)
+        msg = r.stdout + r.stderr
+        check("mpirun -np 2 without a GPU: the job ends, each error names its rank",
+              r.returncode != 0 and "of 2: error: no CUDA GPU" in msg, msg)
+else:
+    print("note: mpirun not found; the multi-process checks were skipped")
 
 docs = [b"Hello world. This is the first document.\n",
         "Second document: caf\u00e9, na\u00efve, 123 numbers, emoji \U0001F600!\n".encode(),

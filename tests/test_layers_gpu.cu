@@ -7,12 +7,14 @@
 // fp32 output 1e-5. Cross-entropy: loss 1e-5 (fp32 over 50304 terms), dz 4e-3 (bf16 output).
 // Embedding backward and Adam work in fp32: 1e-5. Muon's Newton-Schulz runs in bf16: its update
 // must be within twice the error of a CPU emulation of the same bf16 iteration (each matmul
-// accumulated exactly then rounded to bf16, each stored tensor rounded), plus 1e-3.
+// accumulated exactly then rounded to bf16, each stored tensor rounded), plus 1e-3; its staged
+// path (the data-parallel one) must give muon_step's bits. The replica checksum is integer: exact.
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "layers/adam.cuh"
+#include "layers/checksum.cuh"
 #include "layers/embedding.cuh"
 #include "layers/matmul.cuh"
 #include "layers/muon.cuh"
@@ -383,7 +385,17 @@ int main() {
         CUDA_OK(cudaMemcpy(dw, w.data(), n * sizeof(float), cudaMemcpyHostToDevice));
         CUDA_OK(cudaMemcpy(dg, g.data(), n * sizeof(float), cudaMemcpyHostToDevice));
         CUDA_OK(cudaMemset(dbuf, 0, n * sizeof(float)));
-        CUDA_OK(layers::muon_step(mm, scratch, dw, nullptr, dg, dbuf, rows, cols, lr, mom));
+        if (rep == 0) {
+          CUDA_OK(layers::muon_step(mm, scratch, dw, nullptr, dg, dbuf, rows, cols, lr, mom));
+        } else {  // the three stages the data-parallel optimiser calls, X in a buffer of its own
+          bf16* X;
+          CUDA_OK(cudaMalloc(&X, n * sizeof(bf16)));
+          CUDA_OK(layers::muon_momentum(scratch, dg, dbuf, n, mom, true));
+          CUDA_OK(layers::muon_orthogonalize(mm, scratch, X, rows, cols));
+          CUDA_OK(layers::muon_apply(dw, nullptr, X, rows, cols, lr));
+          CUDA_OK(cudaDeviceSynchronize());
+          CUDA_OK(cudaFree(X));
+        }
         out[rep].resize(n);
         CUDA_OK(cudaDeviceSynchronize());
         CUDA_OK(cudaMemcpy(out[rep].data(), dw, n * sizeof(float), cudaMemcpyDeviceToHost));
@@ -391,16 +403,40 @@ int main() {
         CUDA_OK(cudaMemcpy(hb.data(), dbuf, n * sizeof(float), cudaMemcpyDeviceToHost));
         double be = 0;
         for (size_t i = 0; i < n; i++) be = std::max(be, std::fabs(hb[i] - (1 - (double)mom) * g[i]));
-        if (rep == 0) CHECK(be < 1e-6, "muon momentum buffer err %.2e", be);
+        CHECK(be < 1e-6, "muon momentum buffer err %.2e (path %d)", be, rep);
         for (void* q : {(void*)dw, (void*)dg, (void*)dbuf}) CUDA_OK(cudaFree(q));
       }
       std::vector<double> upd(n);
       for (size_t i = 0; i < n; i++) upd[i] = (double)w[i] - out[0][i];
       const double e = rel_err(upd, upd_ref);
       CHECK(e <= 2 * e16 + 1e-3, "muon %dx%d: update rel err %.2e > 2 x bf16 emulation %.2e + 1e-3", rows, cols, e, e16);
-      CHECK(out[0] == out[1], "muon %dx%d: not deterministic", rows, cols);
+      CHECK(out[0] == out[1], "muon %dx%d: the staged path (momentum, orthogonalize, apply) differs from muon_step", rows, cols);
       std::printf("muon %dx%d: update rel err %.2e (bf16 emulation of Newton-Schulz: %.2e)\n", rows, cols, e, e16);
     }
+  }
+  // ---- replica checksum: equal to the CPU reference, changed by one flipped bit
+  {
+    const size_t n = 3000001;  // not a multiple of the block or grid size
+    std::vector<float> h(n);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    for (auto& v : h) v = nd(rng);
+    float* d;
+    unsigned long long* dsum;
+    CUDA_OK(cudaMalloc(&d, n * sizeof(float)));
+    CUDA_OK(cudaMalloc(&dsum, sizeof(unsigned long long)));
+    CUDA_OK(cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    unsigned long long g1 = 0, g2 = 0;
+    CUDA_OK(layers::checksum(d, n * sizeof(float), dsum));
+    CUDA_OK(cudaMemcpy(&g1, dsum, sizeof(g1), cudaMemcpyDeviceToHost));
+    CHECK(g1 == layers::checksum_cpu(h.data(), n * sizeof(float)), "checksum %016llx differs from the CPU reference", g1);
+    h[n / 2] = std::nextafter(h[n / 2], 1e30f);  // one bit
+    CUDA_OK(cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_OK(layers::checksum(d, n * sizeof(float), dsum));
+    CUDA_OK(cudaMemcpy(&g2, dsum, sizeof(g2), cudaMemcpyDeviceToHost));
+    CHECK(g2 != g1 && g2 == layers::checksum_cpu(h.data(), n * sizeof(float)), "checksum after a one-bit change: %016llx", g2);
+    std::printf("checksum: %016llx, one bit later %016llx (CPU reference agrees)\n", g1, g2);
+    CUDA_OK(cudaFree(d));
+    CUDA_OK(cudaFree(dsum));
   }
   return test_summary("layers-gpu");
 }

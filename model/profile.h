@@ -1,0 +1,71 @@
+// Where a training step's GPU time goes, by category, from CUDA events recorded at section
+// boundaries on the compute stream (train_gpt --profile). The time between one mark and the next
+// belongs to the first mark's category; a kHost mark before a point where the host waits (a
+// loss read back, the next sequence loaded) counts the GPU's idle time there as host time.
+// Marks are no-ops when the profiler is off, so the normal run pays nothing.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace gpt {
+
+class Profiler {
+ public:
+  enum Cat { kEmbed, kNormMix, kMatmul, kAttnFwd, kAttnBwd, kHead, kOptimizer, kComm, kHost, kCount };
+  static const char* name(int c) {
+    static const char* n[kCount] = {"embeddings (fwd+bwd)",         "norms, rotary, ReLU^2, mixes", "block matmuls (fwd+bwd)",
+                                    "attention forward",            "attention backward",           "lm head + softcapped CE",
+                                    "optimizer (Adam, Muon)",       "waiting for gradient all-reduce", "GPU idle: host work"};
+    return n[c];
+  }
+  bool on = false;
+  ~Profiler() {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+  void mark(int cat) {
+    if (!on) return;
+    if (used_ == events_.size()) {
+      cudaEvent_t e;
+      if (cudaEventCreate(&e) != cudaSuccess) return;
+      events_.push_back(e);
+      cats_.push_back(0);
+    }
+    cudaEventRecord(events_[used_], 0);
+    cats_[used_++] = cat;
+  }
+  // After the stream is synchronised: adds the marks' intervals to the totals.
+  void collect() {
+    if (!on) return;
+    for (size_t i = 1; i < used_; i++) {
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, events_[i - 1], events_[i]) == cudaSuccess) ms_[cats_[i - 1]] += ms;
+    }
+    used_ = 0;
+    steps_++;
+  }
+  // The table: milliseconds per step and share, by category.
+  std::string table() const {
+    double total = 0;
+    for (double m : ms_) total += m;
+    std::string s = "profile: GPU time per step by category, over " + std::to_string(steps_) + " steps\n";
+    char b[160];
+    for (int c = 0; c < kCount; c++) {
+      std::snprintf(b, sizeof(b), "  %-34s %9.2f ms  %5.1f%%\n", name(c), steps_ ? ms_[c] / steps_ : 0.0, total ? 100 * ms_[c] / total : 0.0);
+      s += b;
+    }
+    std::snprintf(b, sizeof(b), "  %-34s %9.2f ms\n", "total", steps_ ? total / steps_ : 0.0);
+    return s + b;
+  }
+
+ private:
+  std::vector<cudaEvent_t> events_;
+  std::vector<int> cats_;
+  size_t used_ = 0;
+  int steps_ = 0;
+  double ms_[kCount] = {};
+};
+
+}  // namespace gpt

@@ -1,0 +1,166 @@
+"""Whole training runs on the GPU (part of make test-gpu): reproducibility, resume, masks, and
+with two or more GPUs the data-parallel trainer and its fault handling.
+
+    python3 tests/test_training_gpu.py TRAIN_PATTERN VAL_PATTERN [TRAINER]
+
+All runs use the tiny preset (2 layers, width 128, 1024-token sequences, 8 a step) on the
+given shards. Losses are compared from the JSON-lines logs, where they are written with 17
+significant digits, so "equal" below means equal to the bit.
+  1 GPU: the same seed twice gives the same losses; another seed does not. A run resumed from
+  its step-20 checkpoint gives the uninterrupted run's losses for steps 21-30 and an identical
+  final checkpoint file; a checkpoint of another configuration is refused. With causal on, the
+  uni and bi windows give the same losses; with causal off they differ.
+  2 GPUs (mpirun, when two are visible): --check-replicas passes (weights bit-identical across
+  ranks after every step); the loss of step 1 equals the 1-GPU run's to 1e-6 relative (same
+  weights and sequences; only the order of the mean's sum differs) and every later step is
+  within 1% relative: the gradient sums are rounded in another order (fp32), after which bf16
+  weights can differ by an ulp (2^-8 relative) and the runs drift apart slowly, as any two
+  orders do. --grad-sync end gives the overlap run's losses to the bit (a two-rank sum is one
+  addition, whatever the bucketing). A rank that is killed, crashes or hangs ends the whole job
+  within a bounded time with a message naming the rank.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import check, finish  # noqa: E402
+
+TRAIN_PAT, VAL_PAT = sys.argv[1], sys.argv[2]
+TRAINER = os.path.abspath(sys.argv[3] if len(sys.argv) > 3 else "./train_gpt")
+TMP = tempfile.mkdtemp(prefix="train_test_")
+MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+BASE = ["--preset", "tiny", "--train-data", TRAIN_PAT, "--val-data", VAL_PAT]
+
+
+def gpu_count():
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout
+        return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+    except OSError:
+        return 0
+
+
+def train(name, *flags, gpus=1, timeout=600):
+    """Runs the trainer; returns (exit code, output, {step: (train_loss, val_loss)} from the JSONL log)."""
+    log = os.path.join(TMP, name + ".txt")
+    cmd = ([] if gpus == 1 else ["mpirun", "-np", str(gpus)]) + [TRAINER] + BASE + list(flags) + ["--log-file", log]
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=MPI_ENV)
+    out = r.stdout + r.stderr
+    losses = {}
+    jl = os.path.join(TMP, name + ".jsonl")
+    if os.path.exists(jl):
+        for line in open(jl):
+            e = json.loads(line)
+            if e.get("event") in ("step", "val"):
+                tl, vl = losses.get(e["step"], (None, None))
+                losses[e["step"]] = (e.get("train_loss", tl), e.get("val_loss", vl))
+    print(f"  {name}: exit {r.returncode} in {time.time() - t0:.1f} s, {len(losses)} steps logged", flush=True)
+    return r.returncode, out, losses
+
+
+def train_losses(losses, steps):
+    return [losses.get(s, (None, None))[0] for s in steps]
+
+
+# ---------------------------------------------------------------------------- one GPU
+rc, out_a, a = train("a", "--steps", "30", "--val-every", "10", "--seed", "7", "--checkpoint-dir", os.path.join(TMP, "ck_a"),
+                     "--checkpoint-every", "10", "--profile", "5")
+check("30-step run: exit 0, every step logged", rc == 0 and all(s in a for s in range(31)), out_a[-2000:])
+check("the run prints MFU, tokens/s and peak memory", "MFU" in out_a and "tokens/s" in out_a and "peak GPU memory" in out_a, out_a[-1500:])
+check("--profile prints the per-category table", "profile: GPU time per step" in out_a and "attention backward" in out_a, out_a[-1500:])
+check("checkpoints at 10, 20 and at the end", all(os.path.exists(os.path.join(TMP, "ck_a", f"ckpt_{s:06d}.bin")) for s in (10, 20, 30)))
+rc, _, c = train("c", "--steps", "30", "--val-every", "10", "--seed", "7")
+check("same seed, same flags: the same losses to the bit", rc == 0 and train_losses(c, range(1, 31)) == train_losses(a, range(1, 31)))
+rc, _, d = train("d", "--steps", "5", "--val-every", "10", "--seed", "8")
+check("another seed: other losses", rc == 0 and train_losses(d, range(1, 6)) != train_losses(a, range(1, 6)))
+
+rc, out_b, b = train("b", "--steps", "30", "--val-every", "10", "--seed", "7", "--checkpoint-dir", os.path.join(TMP, "ck_b"),
+                     "--resume", os.path.join(TMP, "ck_a", "ckpt_000020.bin"))
+check("resume from step 20: exit 0, starts at 20", rc == 0 and min(b) == 20 and "resumed from" in out_b, out_b[-1500:])
+same = [s for s in range(21, 31) if b.get(s) == a.get(s)] + ([20] if b.get(20, (0, 0))[1] == a.get(20, (1, 1))[1] else [])
+check("resumed losses (val at 20 and 30, train 21-30) equal the uninterrupted run's to the bit", len(same) == 11,
+      f"equal at {same}; a={[a.get(s) for s in range(20, 31)]} b={[b.get(s) for s in range(20, 31)]}")
+fa, fb = (open(os.path.join(TMP, k, "ckpt_000030.bin"), "rb").read() for k in ("ck_a", "ck_b"))
+check("the resumed run's final checkpoint is byte-identical to the uninterrupted run's", fa == fb)
+rc, out, _ = train("wrong", "--steps", "30", "--seed", "7", "--width", "256", "--heads", "2",
+                   "--resume", os.path.join(TMP, "ck_a", "ckpt_000020.bin"))
+check("a checkpoint of another configuration is refused, naming it", rc != 0 and "ckpt_000020.bin" in out and "width" in out, out[-800:])
+
+rc1, _, uni = train("uni", "--steps", "10", "--val-every", "5", "--window-blocks", "2", "--window-mask", "uni")
+rc2, _, bi = train("bi", "--steps", "10", "--val-every", "5", "--window-blocks", "2", "--window-mask", "bi")
+check("causal on: uni and bi windows give the same losses to the bit", rc1 == 0 and rc2 == 0 and uni == bi and len(uni) == 11)
+rc1, _, uni0 = train("uni_nc", "--steps", "5", "--window-blocks", "2", "--window-mask", "uni", "--causal", "0")
+rc2, _, bi0 = train("bi_nc", "--steps", "5", "--window-blocks", "2", "--window-mask", "bi", "--causal", "0")
+check("causal off: uni and bi windows differ", rc1 == 0 and rc2 == 0 and train_losses(uni0, range(1, 6)) != train_losses(bi0, range(1, 6)))
+
+# ---------------------------------------------------------------------------- two GPUs
+if gpu_count() >= 2 and shutil.which("mpirun"):
+    steps = range(1, 21)
+    rc, out1, one = train("g1", "--steps", "20", "--val-every", "10", "--seed", "11")
+    rc2, out2, two = train("g2", "--steps", "20", "--val-every", "10", "--seed", "11", "--check-replicas", gpus=2)
+    check("2 GPUs: exit 0, replicas identical after every step", rc2 == 0 and "replicas identical on all 2 rank(s)" in out2, out2[-2500:])
+    l1, l2 = train_losses(one, steps), train_losses(two, steps)
+    if rc == 0 and rc2 == 0 and None not in l1 + l2:
+        rel = [abs(x - y) / abs(x) for x, y in zip(l1, l2)]
+        print(f"  1 vs 2 GPUs: step-1 rel diff {rel[0]:.2e}, max over 20 steps {max(rel):.2e} (step {1 + rel.index(max(rel))})")
+        check("2 GPUs: step 1 loss equals 1 GPU's to 1e-6", rel[0] <= 1e-6, f"{rel[0]:.3e}")
+        check("2 GPUs: every step's loss within 1% of 1 GPU's", max(rel) <= 1e-2, f"{rel}")
+        v1, v2 = one[20][1], two[20][1]
+        check("2 GPUs: final validation loss within 1% of 1 GPU's", abs(v1 - v2) <= 1e-2 * abs(v1), f"{v1} vs {v2}")
+    else:
+        check("1 and 2 GPU runs logged every step", False, out2[-2000:])
+    rc, oute, end = train("g2_end", "--steps", "20", "--val-every", "10", "--seed", "11", "--grad-sync", "end", gpus=2)
+    check("2 GPUs: --grad-sync end gives the overlap run's losses to the bit", rc == 0 and end == two, oute[-1500:])
+    check("2 GPUs: the run reports the all-reduce time and the part hidden", "hidden" in out2, out2[-1500:])
+
+    # faults: every case must end the job, non-zero, naming the rank, well within the limit
+    for kind, flags, want in [
+        ("crash", ["--fault", "1:3:crash"], r"rank 1 of 2: error: injected fault at step 3"),
+        ("exit", ["--fault", "1:3:exit"], r"rank 1|exited|exit code"),
+        ("hang", ["--fault", "1:3:hang", "--timeout", "10"], r"rank 0 of 2: error: .*no progress for 10 s"),
+    ]:
+        t0 = time.time()
+        try:
+            rc, out, _ = train("fault_" + kind, "--steps", "200", *flags, gpus=2, timeout=120)
+            elapsed = time.time() - t0
+        except subprocess.TimeoutExpired as e:
+            rc, out, elapsed = None, str(e), 999
+        check(f"2 GPUs, rank 1 {kind}: the job ends (exit {rc}) in {elapsed:.0f} s < 90 s, naming the rank",
+              rc not in (0, None) and elapsed < 90 and re.search(want, out) is not None, out[-2500:])
+    # a rank killed from outside (SIGKILL): mpirun ends the job and names it
+    log = os.path.join(TMP, "killed.txt")
+    p = subprocess.Popen(["mpirun", "-np", "2", TRAINER] + BASE + ["--steps", "2000", "--log-file", log], env=MPI_ENV,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pid, text, t0 = None, "", time.time()
+    for line in p.stdout:
+        text += line
+        m = re.search(r"rank 1 of 2: pid (\d+)", line)
+        if m:
+            pid = int(m.group(1))
+        if pid and re.match(r"step:5/", line):
+            break
+    if pid:
+        os.kill(pid, signal.SIGKILL)
+        t0 = time.time()
+    try:
+        text += p.communicate(timeout=90)[0]
+    except subprocess.TimeoutExpired:
+        p.kill()
+        text += "\n(mpirun still running after 90 s)"
+    elapsed = time.time() - t0
+    check(f"2 GPUs, rank 1 killed (SIGKILL) at step 5: the job ends in {elapsed:.0f} s, naming rank 1 and the signal",
+          pid is not None and p.returncode not in (0, None) and elapsed < 90 and re.search(r"rank 1.*(signal 9|Killed)", text, re.S) is not None,
+          text[-2500:])
+else:
+    print("note: fewer than two GPUs (or no mpirun): the data-parallel checks were skipped")
+
+shutil.rmtree(TMP, ignore_errors=True)
+finish("training-gpu")

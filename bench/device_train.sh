@@ -3,7 +3,9 @@
 # the whole-run training tests (1 and 2 GPUs, faults), then the speedrun-size step benchmark on
 # 1 and 2 GPUs (overlapped and end-of-backward gradient all-reduce) with the per-category profile.
 #   carry: .devdata (GCIDE shards in .devdata/gcide, GPT-2 files)
-# Full logs go to $OUT/logs.tgz; a summary is printed last. SKIP_TESTS=1 runs the benchmark only.
+# Full logs go to $OUT/logs.tgz; a summary is printed last. SKIP_TESTS=1 runs the benchmark only;
+# TRAINING_TESTS_ONLY=1 skips the kernel tests; SKIP_TORCH=1 the PyTorch model check; ABLATION=1
+# then runs bench/mask_ablation.sh in the time left (DEADLINE seconds from the start, 575).
 set -u -o pipefail
 OUT=${OUT:-/tmp/device_out}
 LOG=/tmp/device_logs
@@ -29,7 +31,9 @@ if [ -n "${TRAINING_TESTS_ONLY:-}" ]; then
 elif [ -z "${SKIP_TESTS:-}" ]; then
   step test-layers; timeout 120 build/tests/test_layers_gpu > "$LOG/test_layers.log" 2>&1; tail -1 "$LOG/test_layers.log"
   step test-model; timeout 120 build/tests/test_model_gpu > "$LOG/test_model.log" 2>&1; tail -1 "$LOG/test_model.log"
-  step test-torch; timeout 120 python3 tests/torch_model_check.py build > "$LOG/test_torch.log" 2>&1; tail -1 "$LOG/test_torch.log"
+  if [ -z "${SKIP_TORCH:-}" ]; then
+    step test-torch; timeout 120 python3 tests/torch_model_check.py build > "$LOG/test_torch.log" 2>&1; tail -1 "$LOG/test_torch.log"
+  fi
   step test-training; timeout 330 python3 tests/test_training_gpu.py "$TR" "$VA" ./train_gpt > "$LOG/test_training.log" 2>&1
   tail -1 "$LOG/test_training.log"
 fi
@@ -38,8 +42,17 @@ step bench-1gpu
 timeout 150 ./train_gpt $SR --profile 10 --log-file "$LOG/speedrun_g1.txt" > "$LOG/bench_g1.log" 2>&1
 step bench-2gpu-overlap
 timeout 100 mpirun -np 2 ./train_gpt $SR --profile 10 --log-file "$LOG/speedrun_g2.txt" > "$LOG/bench_g2.log" 2>&1
-step bench-2gpu-end
-timeout 100 mpirun -np 2 ./train_gpt $SR --grad-sync end --log-file "$LOG/speedrun_g2_end.txt" > "$LOG/bench_g2_end.log" 2>&1
+[ -n "${SKIP_END:-}" ] || step bench-2gpu-end
+[ -n "${SKIP_END:-}" ] || timeout 100 mpirun -np 2 ./train_gpt $SR --grad-sync end --log-file "$LOG/speedrun_g2_end.txt" > "$LOG/bench_g2_end.log" 2>&1
+if [ -n "${ABLATION:-}" ]; then  # the mask campaign (bench/mask_ablation.sh) in the time left, if the kernels passed
+  if grep -q "layers-gpu: [0-9]* passed, 0 failed" "$LOG/test_layers.log" && grep -q "model-gpu: [0-9]* passed, 0 failed" "$LOG/test_model.log"; then
+    step ablation
+    TRAIN="$TR" VAL="$VA" timeout $((${DEADLINE:-575} - SECONDS)) bash bench/mask_ablation.sh > "$LOG/ablation.log" 2>&1
+    echo "ablation exit $?"; tar -czf "$OUT/ablation.tgz" logs/mask
+  else
+    echo "ablation skipped: a kernel test failed"
+  fi
+fi
 echo "== summary"
 grep -h -E "FAIL|passed" "$LOG"/test_*.log 2>/dev/null | tail -30
 grep -h -E "^  1 vs 2|^  [a-z_0-9]+: exit" "$LOG/test_training.log" 2>/dev/null | tail -40

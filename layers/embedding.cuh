@@ -1,18 +1,30 @@
 // Token and value embeddings (SPEC section 3):
 //   forward:  out[t][:] = table[tokens[t]][:]                 table: bf16 [V][C]; out: bf16 [T][C]
 //   backward: dtable[v][:] += sum over t with tokens[t] = v of dout[t][:]    dtable: fp32 [V][C]
-// The backward is deterministic: the host groups the positions of each distinct token
-// (TokenIndex, a counting sort of the batch, which the host holds anyway) and one block sums
-// one token's rows in position order, then adds once to the fp32 gradient. No atomics.
+// C a multiple of 8 (16-byte rows of 8 bf16), at most 8192.
+// The backward is deterministic and balanced: the host groups the positions of each distinct
+// token (TokenIndex, a counting sort of the batch, which the host holds anyway) and cuts each
+// token's positions into chunks of at most kChunk. One block sums one chunk's rows in position
+// order (fp32); a token with one chunk adds that sum to its gradient row directly, a token with
+// several (a frequent one: a space, "the") writes each chunk's sum to a slot, and a second
+// kernel adds its slots in chunk order. No atomics, and no block walks thousands of rows alone.
 #pragma once
 #include <cuda_bf16.h>
 
 #include <vector>
 
+#include "layers/common.cuh"
+
 namespace layers {
 
-struct TokenIndex {  // CSR: positions[offsets[i] .. offsets[i+1]) hold token unique[i]
-  std::vector<int> unique, offsets, positions;
+struct TokenIndex {
+  static constexpr int kChunk = 64;
+  std::vector<int> unique, offsets, positions;  // CSR: positions[offsets[i] .. offsets[i+1]) hold token unique[i]
+  std::vector<int> chunk_start;                 // chunk j: positions[chunk_start[j] .. chunk_start[j+1])
+  std::vector<int> chunk_token;                 // chunk j belongs to unique[chunk_token[j]]
+  std::vector<int> chunk_slot;                  // -1 (its token's only chunk) or its partial-sum slot
+  std::vector<int> multi_token;                 // tokens of several chunks (index into unique) ...
+  std::vector<int> multi_slot;                  // ... and their slots [multi_slot[m], multi_slot[m+1])
   TokenIndex(const int* tokens, int T, int V) {
     std::vector<int> count(V + 1, 0);
     for (int t = 0; t < T; t++) count[tokens[t] + 1]++;
@@ -26,40 +38,107 @@ struct TokenIndex {  // CSR: positions[offsets[i] .. offsets[i+1]) hold token un
         offsets.push_back(count[v]);
       }
     offsets.push_back(T);
+    int slots = 0;
+    multi_slot.push_back(0);
+    for (int i = 0; i < (int)unique.size(); i++) {
+      const int b = offsets[i], e = offsets[i + 1], n = (e - b + kChunk - 1) / kChunk;
+      for (int k = 0; k < n; k++) {
+        chunk_start.push_back(b + k * kChunk);
+        chunk_token.push_back(i);
+        chunk_slot.push_back(n == 1 ? -1 : slots++);
+      }
+      if (n > 1) {
+        multi_token.push_back(i);
+        multi_slot.push_back(slots);
+      }
+    }
+    chunk_start.push_back(T);
+  }
+  int slots() const { return multi_slot.back(); }
+  // Every array in one buffer (one upload): the layout view() expects.
+  std::vector<int> packed() const {
+    std::vector<int> p;
+    for (const std::vector<int>* a : {&unique, &positions, &chunk_start, &chunk_token, &chunk_slot, &multi_token, &multi_slot})
+      p.insert(p.end(), a->begin(), a->end());
+    return p;
+  }
+  // Upper bounds for buffers sized once for T tokens: packed() ints and slots().
+  static size_t max_packed(int T) { return 7 * (size_t)T + 2; }
+  static size_t max_slots(int T) { return 2 * (size_t)T / kChunk + 1; }
+};
+
+// Device view of a packed TokenIndex, and the fp32 scratch for partial sums (slots() x C).
+struct TokenIndexView {
+  const int *unique = nullptr, *positions = nullptr, *chunk_start = nullptr, *chunk_token = nullptr, *chunk_slot = nullptr,
+            *multi_token = nullptr, *multi_slot = nullptr;
+  int n_chunks = 0, n_multi = 0;
+  float* partial = nullptr;
+  TokenIndexView() = default;
+  TokenIndexView(const TokenIndex& ix, const int* packed_dev, float* partial_dev) : partial(partial_dev) {
+    const int* p = packed_dev;
+    unique = p, p += ix.unique.size();
+    positions = p, p += ix.positions.size();
+    chunk_start = p, p += ix.chunk_start.size();
+    chunk_token = p, p += ix.chunk_token.size();
+    chunk_slot = p, p += ix.chunk_slot.size();
+    multi_token = p, p += ix.multi_token.size();
+    multi_slot = p;
+    n_chunks = (int)ix.chunk_token.size();
+    n_multi = (int)ix.multi_token.size();
   }
 };
 
-__global__ void embedding_forward_kernel(const __nv_bfloat16* __restrict__ table, const int* __restrict__ tokens,
-                                         __nv_bfloat16* __restrict__ out, int T, int C) {
+// one block a token, one thread 8 columns
+__global__ void embedding_forward_kernel(const bf16* __restrict__ table, const int* __restrict__ tokens, bf16* __restrict__ out,
+                                         int C) {
   const int t = blockIdx.x;
-  const __nv_bfloat16* src = table + (size_t)tokens[t] * C;
-  for (int c = threadIdx.x; c < C; c += blockDim.x) out[(size_t)t * C + c] = src[c];
+  const bf16* src = table + (size_t)tokens[t] * C;
+  for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) store8(out + (size_t)t * C + c, load8(src + c));
 }
 
-__global__ void embedding_backward_kernel(const __nv_bfloat16* __restrict__ dout, const int* __restrict__ unique,
-                                          const int* __restrict__ offsets, const int* __restrict__ positions,
-                                          float* __restrict__ dtable, int C) {
-  const int i = blockIdx.x, begin = offsets[i], end = offsets[i + 1];
-  float* dst = dtable + (size_t)unique[i] * C;
+__global__ void embedding_chunk_kernel(const bf16* __restrict__ dout, TokenIndexView ix, float* __restrict__ dtable, int C) {
+  const int j = blockIdx.x, b = ix.chunk_start[j], e = ix.chunk_start[j + 1], slot = ix.chunk_slot[j];
+  float* dst = slot < 0 ? dtable + (size_t)ix.unique[ix.chunk_token[j]] * C : ix.partial + (size_t)slot * C;
+  for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) {
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int p = b; p < e; p++) {
+      const Pack8 v = load8(dout + (size_t)ix.positions[p] * C + c);
+#pragma unroll
+      for (int k = 0; k < 8; k++) s[k] += v.get(k);
+    }
+    float4* d4 = reinterpret_cast<float4*>(dst + c);
+    float4 lo = d4[0], hi = d4[1];
+    if (slot < 0) {  // add to the gradient
+      lo.x += s[0], lo.y += s[1], lo.z += s[2], lo.w += s[3], hi.x += s[4], hi.y += s[5], hi.z += s[6], hi.w += s[7];
+    } else {  // the chunk's partial sum
+      lo = make_float4(s[0], s[1], s[2], s[3]), hi = make_float4(s[4], s[5], s[6], s[7]);
+    }
+    d4[0] = lo, d4[1] = hi;
+  }
+}
+
+__global__ void embedding_combine_kernel(TokenIndexView ix, float* __restrict__ dtable, int C) {
+  const int m = blockIdx.x, b = ix.multi_slot[m], e = ix.multi_slot[m + 1];
+  float* dst = dtable + (size_t)ix.unique[ix.multi_token[m]] * C;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     float s = 0.f;
-    for (int p = begin; p < end; p++) s += __bfloat162float(dout[(size_t)positions[p] * C + c]);
+    for (int k = b; k < e; k++) s += ix.partial[(size_t)k * C + c];
     dst[c] += s;
   }
 }
 
-inline cudaError_t embedding_forward(const __nv_bfloat16* table, const int* tokens, __nv_bfloat16* out, int T, int C,
-                                     cudaStream_t stream = 0) {
+inline cudaError_t embedding_forward(const bf16* table, const int* tokens, bf16* out, int T, int C, cudaStream_t stream = 0) {
+  if (C % 8 || C > 8192) return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
-  embedding_forward_kernel<<<T, 256, 0, stream>>>(table, tokens, out, T, C);
+  embedding_forward_kernel<<<T, std::min(C / 8, 256), 0, stream>>>(table, tokens, out, C);
   return cudaGetLastError();
 }
 
-// unique, offsets, positions: device copies of a TokenIndex's arrays; n_unique = unique.size().
-inline cudaError_t embedding_backward(const __nv_bfloat16* dout, const int* unique, const int* offsets, const int* positions,
-                                      int n_unique, float* dtable, int C, cudaStream_t stream = 0) {
-  if (n_unique == 0) return cudaSuccess;
-  embedding_backward_kernel<<<n_unique, 256, 0, stream>>>(dout, unique, offsets, positions, dtable, C);
+inline cudaError_t embedding_backward(const bf16* dout, const TokenIndexView& ix, float* dtable, int C, cudaStream_t stream = 0) {
+  if (C % 8 || C > 8192) return cudaErrorInvalidValue;
+  if (ix.n_chunks == 0) return cudaSuccess;
+  embedding_chunk_kernel<<<ix.n_chunks, std::min(C / 8, 256), 0, stream>>>(dout, ix, dtable, C);
+  if (ix.n_multi) embedding_combine_kernel<<<ix.n_multi, 256, 0, stream>>>(ix, dtable, C);
   return cudaGetLastError();
 }
 

@@ -75,8 +75,9 @@ class Model {
     const float one = 1.f;
     cuda_check(cudaMemcpy(one_, &one, sizeof(float), cudaMemcpyHostToDevice), "constant");
     alloc(&ws_, attn::backward_workspace_bytes(T, cfg.heads));
-    for (int** p : {&tokens_, &targets_, &doc_, &ix_unique_, &ix_positions_}) alloc(p, (size_t)T * sizeof(int));
-    alloc(&ix_offsets_, (size_t)(T + 1) * sizeof(int));
+    for (int** p : {&tokens_, &targets_, &doc_}) alloc(p, (size_t)T * sizeof(int));
+    alloc(&ix_buf_, layers::TokenIndex::max_packed(T) * sizeof(int));
+    alloc(&ix_partial_, layers::TokenIndex::max_slots(T) * cfg.width * sizeof(float));
     alloc(&bad_, sizeof(int));
     auto tab = layers::rotary_table(T, cfg.head_dim());
     alloc(&rot_, tab.size() * sizeof(float2));
@@ -142,13 +143,12 @@ class Model {
       doc[t] = (c += tokens[t] == bos_);
     }
     layers::TokenIndex ix(tokens.data(), T, V);
-    n_unique_ = (int)ix.unique.size();
+    const std::vector<int> packed = ix.packed();
     cuda_check(cudaMemcpy(tokens_, tokens.data(), T * sizeof(int), cudaMemcpyHostToDevice), "tokens");
     cuda_check(cudaMemcpy(targets_, targets.data(), T * sizeof(int), cudaMemcpyHostToDevice), "targets");
     cuda_check(cudaMemcpy(doc_, doc.data(), T * sizeof(int), cudaMemcpyHostToDevice), "doc ids");
-    cuda_check(cudaMemcpy(ix_unique_, ix.unique.data(), ix.unique.size() * sizeof(int), cudaMemcpyHostToDevice), "index");
-    cuda_check(cudaMemcpy(ix_offsets_, ix.offsets.data(), ix.offsets.size() * sizeof(int), cudaMemcpyHostToDevice), "index");
-    cuda_check(cudaMemcpy(ix_positions_, ix.positions.data(), ix.positions.size() * sizeof(int), cudaMemcpyHostToDevice), "index");
+    cuda_check(cudaMemcpy(ix_buf_, packed.data(), packed.size() * sizeof(int), cudaMemcpyHostToDevice), "token index");
+    ixv_ = layers::TokenIndexView(ix, ix_buf_, ix_partial_);
     cuda_check(cudaMemset(bad_, 0, sizeof(int)), "flag");
     const float eps = (float)cfg_.eps;
 
@@ -267,7 +267,7 @@ class Model {
       copy(t1_, dv_, TC);
       ok(layers::scale(t1_, S(p + "attn_lambda"), 1, TC));
       prof_.mark(Profiler::kEmbed);
-      ok(layers::embedding_backward(t1_, ix_unique_, ix_offsets_, ix_positions_, n_unique_, G(ve_name(i)), C));
+      ok(layers::embedding_backward(t1_, ixv_, G(ve_name(i)), C));
       prof_.mark(Profiler::kNormMix);
       ok(layers::scale(dv_, S(p + "attn_lambda"), 0, TC));
       ok(layers::rmsnorm_forward(a.x_mix, t2_, a.rstd_h, T, C, (float)cfg_.eps));  // h, the forward's bits again
@@ -297,7 +297,7 @@ class Model {
     ok(layers::skip_add(dx_, dx0_, one_, 0, TC));
     ok(layers::rmsnorm_backward(emb_, rstd_e_, dx_, t1_, T, C, false));
     prof_.mark(Profiler::kEmbed);
-    ok(layers::embedding_backward(t1_, ix_unique_, ix_offsets_, ix_positions_, n_unique_, G("embed"), C));
+    ok(layers::embedding_backward(t1_, ixv_, G("embed"), C));
     if (ready) ready(-1);
     prof_.mark(Profiler::kHost);
     cuda_check(cudaStreamSynchronize(0), "backward");  // the compute stream only: a gradient exchange may still run
@@ -358,7 +358,7 @@ class Model {
 
   model_ref::Config cfg_;
   model_ref::Params layout_;  // names, shapes and offsets only
-  int T_, bos_, chunk_, n_unique_ = 0;
+  int T_, bos_, chunk_;
   layers::Matmul mm_;
   Profiler prof_;
   std::vector<void*> buffers_;
@@ -367,7 +367,9 @@ class Model {
   bf16 *w16_, *emb_, *x0_, *x_, *hf_, *dhf_, *dx_, *dx0_, *dh_, *dy_, *dq_, *dk_, *dv_, *t1_, *t2_, *dr_, *du_, *dz_;
   float *w32_, *g32_, *rstd_e_, *rstd_f_, *loss_, *z_, *partial_, *one_;
   void* ws_;
-  int *tokens_, *targets_, *doc_, *ix_unique_, *ix_offsets_, *ix_positions_, *bad_;
+  int *tokens_, *targets_, *doc_, *ix_buf_, *bad_;
+  float* ix_partial_;
+  layers::TokenIndexView ixv_;  // the last forward's token index
   float2* rot_;
 };
 

@@ -17,7 +17,9 @@
 #include "layers/checksum.cuh"
 #include "layers/embedding.cuh"
 #include "layers/matmul.cuh"
+#include "layers/mix.cuh"
 #include "layers/muon.cuh"
+#include "layers/reduce.cuh"
 #include "layers/relu2.cuh"
 #include "layers/softcap_ce.cuh"
 #include "model/optimizer_reference.h"
@@ -145,9 +147,10 @@ int main() {
   }
   CHECK(layers::rmsnorm_forward(nullptr, nullptr, nullptr, 4, 100, 0.f) == cudaErrorInvalidValue, "n not a multiple of 8 accepted");
 
-  // ---- rotary at the speedrun's length (angles up to 65535 rad), forward and transpose
-  {
-    const int T = 65536, H = 2, D = 128;
+  // ---- rotary at the speedrun's length (angles up to 65535 rad), forward and transpose; D = 128
+  // takes the 4-wide path, D = 6 the one-pair-a-thread path
+  for (int D : {128, 6}) {
+    const int T = 65536, H = 2;
     std::vector<double> x = random_bf16((size_t)T * H * D), y(x.size()), back(x.size());
     model_ref::rotary(x.data(), y.data(), T, H, D, 1.0);
     auto table = layers::rotary_table(T, D);
@@ -160,9 +163,9 @@ int main() {
     const double e = rel_err(got, y);
     CUDA_OK(layers::rotary(dxr, dt, T, H, D, -1.f));
     const double eb = rel_err(from_device(dxr, x.size()), x);
-    CHECK(e < 4e-3, "rotary forward rel err %.2e", e);
-    CHECK(eb < 8e-3, "rotary forward then transpose: %.2e from the input (two roundings)", eb);
-    std::printf("rotary T=%d: forward %.2e, round trip %.2e\n", T, e, eb);
+    CHECK(e < 4e-3, "rotary D=%d forward rel err %.2e", D, e);
+    CHECK(eb < 8e-3, "rotary D=%d forward then transpose: %.2e from the input (two roundings)", D, eb);
+    std::printf("rotary T=%d D=%d: forward %.2e, round trip %.2e\n", T, D, e, eb);
     CUDA_OK(cudaFree(dt));
     CUDA_OK(cudaFree(dxr));
   }
@@ -287,15 +290,18 @@ int main() {
     for (int t = 0; t < T; t++)
       for (int c = 0; c < C; c++) want[(size_t)tok[t] * C + c] += dout[(size_t)t * C + c];
     layers::TokenIndex ix(tok.data(), T, V);
-    int *dtok, *du, *doff, *dpos;
+    int *dtok, *dix;
+    float* dpart;
+    const std::vector<int> packed = ix.packed();
+    CHECK(ix.slots() > 0 && ix.slots() <= (int)layers::TokenIndex::max_slots(T) && packed.size() <= layers::TokenIndex::max_packed(T),
+          "token index: %d partial-sum slots (frequent tokens cut into chunks of %d), %zu packed ints", ix.slots(),
+          layers::TokenIndex::kChunk, packed.size());
     CUDA_OK(cudaMalloc(&dtok, T * sizeof(int)));
-    CUDA_OK(cudaMalloc(&du, ix.unique.size() * sizeof(int)));
-    CUDA_OK(cudaMalloc(&doff, ix.offsets.size() * sizeof(int)));
-    CUDA_OK(cudaMalloc(&dpos, ix.positions.size() * sizeof(int)));
+    CUDA_OK(cudaMalloc(&dix, packed.size() * sizeof(int)));
+    CUDA_OK(cudaMalloc(&dpart, std::max(ix.slots(), 1) * (size_t)C * sizeof(float)));
     CUDA_OK(cudaMemcpy(dtok, tok.data(), T * sizeof(int), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(du, ix.unique.data(), ix.unique.size() * sizeof(int), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(doff, ix.offsets.data(), ix.offsets.size() * sizeof(int), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dpos, ix.positions.data(), ix.positions.size() * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dix, packed.data(), packed.size() * sizeof(int), cudaMemcpyHostToDevice));
+    const layers::TokenIndexView ixv(ix, dix, dpart);
     bf16 *dtable = to_device(table), *dout_d = to_device(dout), *demb = poisoned((size_t)T * C);
     CUDA_OK(layers::embedding_forward(dtable, dtok, demb, T, C));
     std::vector<double> emb = from_device(demb, (size_t)T * C);
@@ -308,7 +314,7 @@ int main() {
       float* dg;
       CUDA_OK(cudaMalloc(&dg, dtab0.size() * sizeof(float)));
       CUDA_OK(cudaMemcpy(dg, dtab0.data(), dtab0.size() * sizeof(float), cudaMemcpyHostToDevice));
-      CUDA_OK(layers::embedding_backward(dout_d, du, doff, dpos, (int)ix.unique.size(), dg, C));
+      CUDA_OK(layers::embedding_backward(dout_d, ixv, dg, C));
       got[rep].resize(dtab0.size());
       CUDA_OK(cudaDeviceSynchronize());
       CUDA_OK(cudaMemcpy(got[rep].data(), dg, dtab0.size() * sizeof(float), cudaMemcpyDeviceToHost));
@@ -317,8 +323,9 @@ int main() {
     const double e = rel_err(std::vector<double>(got[0].begin(), got[0].end()), want);
     CHECK(e < 1e-5, "embedding backward rel err %.2e", e);
     CHECK(got[0] == got[1], "embedding backward is not deterministic");
-    std::printf("embedding: %zu distinct tokens of %d, backward %.2e, deterministic\n", ix.unique.size(), T, e);
-    for (void* p : {(void*)dtok, (void*)du, (void*)doff, (void*)dpos, (void*)dtable, (void*)dout_d, (void*)demb}) CUDA_OK(cudaFree(p));
+    std::printf("embedding: %zu distinct tokens of %d (%d chunk sums of frequent tokens), backward %.2e, deterministic\n",
+                ix.unique.size(), T, ix.slots(), e);
+    for (void* p : {(void*)dtok, (void*)dix, (void*)dpart, (void*)dtable, (void*)dout_d, (void*)demb}) CUDA_OK(cudaFree(p));
   }
 
   // ---- Adam against the reference optimiser's Adam group (embed, lr 0.6), three steps
@@ -413,6 +420,44 @@ int main() {
       CHECK(out[0] == out[1], "muon %dx%d: the staged path (momentum, orthogonalize, apply) differs from muon_step", rows, cols);
       std::printf("muon %dx%d: update rel err %.2e (bf16 emulation of Newton-Schulz: %.2e)\n", rows, cols, e, e16);
     }
+  }
+  // ---- mixes and the deterministic dot, on the 8-wide path (n % 8 == 0) and the scalar one
+  for (size_t n : {(size_t)1 << 21, (size_t)1000003}) {
+    std::vector<double> x = random_bf16(n), y = random_bf16(n);
+    const float sc[2] = {0.75f, -1.25f};
+    float *dsc, *dpart, *dout;
+    CUDA_OK(cudaMalloc(&dsc, sizeof(sc)));
+    CUDA_OK(cudaMalloc(&dpart, layers::kDotBlocks * sizeof(float)));
+    CUDA_OK(cudaMalloc(&dout, sizeof(float)));
+    CUDA_OK(cudaMemcpy(dsc, sc, sizeof(sc), cudaMemcpyHostToDevice));
+    bf16 *dx = to_device(x), *dy = to_device(y), *dm = poisoned(n);
+    std::vector<double> mix(n), skip(n), scaled(n);
+    double dot_ref = 0;
+    for (size_t i = 0; i < n; i++) {
+      mix[i] = sc[0] * x[i] + sc[1] * y[i];
+      skip[i] = x[i] + sc[1] * y[i];
+      scaled[i] = sc[0] * x[i];
+      dot_ref += x[i] * y[i];
+    }
+    CUDA_OK(layers::lambda_mix(dx, dy, dm, dsc, n));
+    const double em = rel_err(from_device(dm, n), mix);
+    float d1 = 0, d2 = 0;
+    CUDA_OK(layers::dot(dx, dy, n, dout, dpart, false));
+    CUDA_OK(cudaMemcpy(&d1, dout, sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_OK(layers::dot(dx, dy, n, dout, dpart, false));
+    CUDA_OK(cudaMemcpy(&d2, dout, sizeof(float), cudaMemcpyDeviceToHost));
+    double xx = 0, yy = 0;
+    for (size_t i = 0; i < n; i++) xx += x[i] * x[i], yy += y[i] * y[i];
+    const double ed = std::fabs(d1 - dot_ref) / std::sqrt(xx * yy);  // relative to |x||y|: fp32 sums
+    CUDA_OK(layers::skip_add(dx, dy, dsc, 1, n));  // x += s[1] y
+    const double es = rel_err(from_device(dx, n), skip);
+    bf16* dx2 = to_device(x);
+    CUDA_OK(layers::scale(dx2, dsc, 0, n));
+    const double ec = rel_err(from_device(dx2, n), scaled);
+    CHECK(em < 4e-3 && es < 4e-3 && ec < 4e-3, "n=%zu: lambda_mix %.2e, skip_add %.2e, scale %.2e (bf16 output: 4e-3)", n, em, es, ec);
+    CHECK(ed < 1e-5 && d1 == d2, "n=%zu: dot err %.2e relative to |x||y| (fp32: 1e-5), repeat equal %d", n, ed, d1 == d2);
+    std::printf("mixes n=%zu: lambda_mix %.2e, skip_add %.2e, scale %.2e; dot %.2e, deterministic\n", n, em, es, ec, ed);
+    for (void* q : {(void*)dsc, (void*)dpart, (void*)dout, (void*)dx, (void*)dy, (void*)dm, (void*)dx2}) CUDA_OK(cudaFree(q));
   }
   // ---- replica checksum: equal to the CPU reference, changed by one flipped bit
   {

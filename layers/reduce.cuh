@@ -19,18 +19,25 @@ constexpr int kDotBlocks = 1024;  // partial: kDotBlocks floats of scratch (enou
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 
+// s[0] = the sum of v over the block's N threads (N a power of two), by a fixed pairwise tree:
+// the same order every run.
+template <int N>
+__device__ __forceinline__ void block_tree_sum(float v, float* s) {
+  s[threadIdx.x] = v;
+  __syncthreads();
+  for (int o = N / 2; o > 0; o >>= 1) {
+    if (threadIdx.x < o) s[threadIdx.x] += s[threadIdx.x + o];
+    __syncthreads();
+  }
+}
+
 template <typename T>
 __global__ void dot_partial_kernel(const T* __restrict__ a, const T* __restrict__ b, size_t n, float* __restrict__ partial) {
   __shared__ float s[256];
   float acc = 0.f;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
     acc += to_float(a[i]) * to_float(b[i]);
-  s[threadIdx.x] = acc;
-  __syncthreads();
-  for (int o = 128; o > 0; o >>= 1) {
-    if (threadIdx.x < o) s[threadIdx.x] += s[threadIdx.x + o];
-    __syncthreads();
-  }
+  block_tree_sum<256>(acc, s);
   if (threadIdx.x == 0) partial[blockIdx.x] = s[0];
 }
 
@@ -44,23 +51,13 @@ __global__ void dot_partial8_kernel(const __nv_bfloat16* __restrict__ a, const _
 #pragma unroll
     for (int k = 0; k < 8; k++) acc += x.get(k) * y.get(k);
   }
-  s[threadIdx.x] = acc;
-  __syncthreads();
-  for (int o = 128; o > 0; o >>= 1) {
-    if (threadIdx.x < o) s[threadIdx.x] += s[threadIdx.x + o];
-    __syncthreads();
-  }
+  block_tree_sum<256>(acc, s);
   if (threadIdx.x == 0) partial[blockIdx.x] = s[0];
 }
 
 __global__ void dot_final_kernel(const float* __restrict__ partial, float* __restrict__ out, bool accumulate) {
   __shared__ float s[kDotBlocks];
-  s[threadIdx.x] = partial[threadIdx.x];
-  __syncthreads();
-  for (int o = kDotBlocks / 2; o > 0; o >>= 1) {
-    if (threadIdx.x < o) s[threadIdx.x] += s[threadIdx.x + o];
-    __syncthreads();
-  }
+  block_tree_sum<kDotBlocks>(partial[threadIdx.x], s);
   if (threadIdx.x == 0) out[0] = (accumulate ? out[0] : 0.f) + s[0];
 }
 

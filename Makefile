@@ -40,7 +40,7 @@ TOOLS := $(BUILD)/prepare $(BUILD)/tokenize
 ATTN_OBJS := $(BUILD)/attention/attention_fwd.o $(BUILD)/attention/attention_bwd.o
 CPU_TESTS := $(BUILD)/tests/test_data $(BUILD)/tests/test_attention_cpu $(BUILD)/tests/test_model_cpu \
              $(BUILD)/tests/test_optimizer_cpu $(BUILD)/tests/test_loader_log $(BUILD)/tests/test_checkpoint \
-             $(BUILD)/tests/test_dist
+             $(BUILD)/tests/test_dist $(BUILD)/tests/test_grad_buckets
 MODEL_REF_OBJS := $(BUILD)/model/reference_model.o $(BUILD)/model/optimizer_reference.o $(BUILD)/attention/reference.o
 GPU_TESTS := $(BUILD)/tests/test_attention_gpu $(BUILD)/tests/test_layers_gpu $(BUILD)/tests/test_model_gpu
 
@@ -95,6 +95,9 @@ $(BUILD)/tests/test_loader_log: $(BUILD)/tests/test_loader_log.o $(BUILD)/data/d
 
 $(BUILD)/tests/test_checkpoint: $(BUILD)/tests/test_checkpoint.o $(BUILD)/train/checkpoint.o
 	$(CXX) $^ -o $@
+
+$(BUILD)/tests/test_grad_buckets: $(BUILD)/tests/test_grad_buckets.o $(BUILD)/model/reference_model.o $(BUILD)/attention/reference.o
+	$(CXX) -fopenmp $^ -o $@
 
 $(BUILD)/tests/test_dist: $(BUILD)/tests/test_dist.o $(BUILD)/train/dist.o
 	$(CXX) $^ -o $@ $(shell $(if $(filter 1,$(USE_MPI)),mpicxx --showme:link,true))

@@ -306,9 +306,9 @@ static int run_training(const Options& o, const dist::Context& ctx) {
   layers::Matmul mm;
   std::unique_ptr<train::DataParallel> dp;
   if (ctx.world > 1) {
-    std::vector<int> points;
-    for (auto& t : model.layout().tensors) points.push_back(model.ready_point(t));
-    dp = std::make_unique<train::DataParallel>(ctx, model.layout(), points, model.grads(), o.grad_sync == "overlap", o.timeout);
+    const bool overlap = o.grad_sync == "overlap";
+    dp = std::make_unique<train::DataParallel>(ctx, train::grad_buckets(model.layout(), o.layers, overlap), model.grads(), overlap,
+                                               o.timeout);
   }
   data::TrainSchedule ts{o.seqs_per_step, ctx.world, ctx.rank};
   const size_t n_params = model.layout().size();

@@ -220,7 +220,8 @@ class Model {
 
   // Backward of the last forward (which must have had grad_scale != 0); adds into the gradients.
   // ready(i), when given, is called once layer i's gradients are final (enqueued on the compute
-  // stream, in order L-1 .. 0), and ready(-1) at the end: the data-parallel exchange starts there.
+  // stream, in order L-1 .. 0), and ready(-1) at the end: the data-parallel exchange starts there
+  // (which tensors are final at which call: train/grad_buckets.h).
   void backward(const std::function<void(int)>& ready = {}) {
     const int T = T_, C = cfg_.width, H = cfg_.heads, Dh = cfg_.head_dim(), L = cfg_.layers, F = cfg_.hidden;
     const size_t TC = (size_t)T * C;
@@ -301,19 +302,6 @@ class Model {
     if (ready) ready(-1);
     prof_.mark(Profiler::kHost);
     cuda_check(cudaStreamSynchronize(0), "backward");  // the compute stream only: a gradient exchange may still run
-  }
-
-  // The point after which tensor t's gradient is final, in backward()'s ready() numbering: L for
-  // the head (its backward runs inside the forward), i for layer i's tensors and for
-  // value_embed.i (used by layers i and L-1-i, and i comes later), L/2 for the skip weights
-  // (written by layers L/2 .. L-1), -1 for the token embedding.
-  int ready_point(const model_ref::Tensor& t) const {
-    const int L = cfg_.layers;
-    if (t.name == "head") return L;
-    if (t.name == "skip") return L / 2;
-    if (t.name.rfind("value_embed.", 0) == 0) return std::stoi(t.name.substr(12));
-    if (t.name.rfind("layer", 0) == 0) return std::stoi(t.name.substr(5));
-    return -1;
   }
 
   // Section marks of the step (train_gpt --profile); the trainer adds the optimiser's.

@@ -6,7 +6,7 @@
 // last micro-step each tensor is reduced as soon as the backward has produced its final value:
 // the model calls ready(point) after the lm head (point L, in the forward), after each layer
 // (point i, layers L-1 .. 0) and at the end (point -1); the tensors final at a point
-// (gpt::Model::ready_point) are summed in place on a communication stream of their own, which
+// (train/grad_buckets.h) are summed in place on a communication stream of their own, which
 // waits for an event of the compute stream, so the reduction of late layers runs while earlier
 // layers still compute. wait() makes the compute stream wait for all of it before the optimiser.
 // With overlap off (--grad-sync end) one all-reduce of the whole buffer runs after the backward.
@@ -31,8 +31,8 @@
 #include <thread>
 #include <vector>
 
-#include "model/reference_model.h"
 #include "train/dist.h"
+#include "train/grad_buckets.h"
 
 namespace train {
 
@@ -44,25 +44,15 @@ class DataParallel {
     int root;
   };
 
-  // points[t]: the ready point of layout tensor t. timeout_s: longest wait for a collective.
-  DataParallel(const dist::Context& ctx, const model_ref::Params& layout, const std::vector<int>& points, float* grads, bool overlap,
-               double timeout_s)
-      : ctx_(ctx), grads_(grads), overlap_(overlap), timeout_s_(timeout_s) {
+  // buckets: train::grad_buckets of the model's layout. timeout_s: longest wait for a collective.
+  DataParallel(const dist::Context& ctx, const Buckets& buckets, float* grads, bool overlap, double timeout_s)
+      : ctx_(ctx), grads_(grads), overlap_(overlap), timeout_s_(timeout_s), ranges_(buckets) {
     ncclUniqueId id;
     if (ctx.rank == 0) nccl_ok(ncclGetUniqueId(&id), "ncclGetUniqueId");
     dist::broadcast(ctx, &id, sizeof(id), 0);
     nccl_ok(ncclCommInitRank(&comm_, ctx.world, id, ctx.rank), "ncclCommInitRank");
     cuda_ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "communication stream");
     for (cudaEvent_t* e : {&compute_done_, &comm_done_, &host_wait_}) cuda_ok(cudaEventCreate(e), "event");
-    // contiguous runs of tensors that share a ready point (the layout keeps a layer's together)
-    const auto& ts = layout.tensors;
-    for (size_t i = 0; i < ts.size(); i++) {
-      const int p = overlap ? points[i] : -1;
-      auto& runs = ranges_[p];
-      const size_t end = ts[i].offset + ts[i].size();
-      if (!runs.empty() && i > 0 && (overlap ? points[i - 1] : -1) == p) runs.back().second = end - runs.back().first;
-      else runs.push_back({ts[i].offset, ts[i].size()});
-    }
     for (auto& kv : ranges_) {
       Timing& t = timing_[kv.first];
       cuda_ok(cudaEventCreate(&t.start), "event");
@@ -200,7 +190,7 @@ class DataParallel {
   double timeout_s_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  std::map<int, std::vector<std::pair<size_t, size_t>>> ranges_;  // point -> (offset, count) runs
+  Buckets ranges_;  // point -> (offset, count) runs
   std::map<int, Timing> timing_;
   std::vector<cudaEvent_t> pool_;
   size_t pool_used_ = 0;

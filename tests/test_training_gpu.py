@@ -19,6 +19,7 @@ significant digits, so "equal" below means equal to the bit.
   addition, whatever the bucketing). A rank that is killed, crashes or hangs ends the whole job
   within a bounded time with a message naming the rank.
 """
+import glob
 import json
 import os
 import re
@@ -33,6 +34,12 @@ sys.path.insert(0, os.path.dirname(__file__))
 from harness import check, finish  # noqa: E402
 
 TRAIN_PAT, VAL_PAT = sys.argv[1], sys.argv[2]
+for what, pat in (("training", TRAIN_PAT), ("validation", VAL_PAT)):
+    if not glob.glob(pat):
+        print(f"test_training_gpu: no {what} shards match {pat!r}: run `make data` first, or point TEST_TRAIN_DATA / "
+              "TEST_VAL_DATA at other shards")
+        print("training-gpu: 0 passed, 1 failed")
+        sys.exit(1)
 TRAINER = os.path.abspath(sys.argv[3] if len(sys.argv) > 3 else "./train_gpt")
 TMP = tempfile.mkdtemp(prefix="train_test_")
 MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")

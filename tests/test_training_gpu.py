@@ -11,7 +11,8 @@ significant digits, so "equal" below means equal to the bit.
   final checkpoint file; a checkpoint of another configuration is refused. With causal on, the
   uni and bi windows give the same losses; with causal off they differ.
   2 GPUs (mpirun, when two are visible): --check-replicas passes (weights bit-identical across
-  ranks after every step); the loss of step 1 equals the 1-GPU run's to 1e-6 relative (same
+  ranks after every step); a 2-GPU run resumed from its step-10 checkpoint (written by rank 0,
+  read by every rank) gives the same losses and final checkpoint as the uninterrupted run; the loss of step 1 equals the 1-GPU run's to 1e-6 relative (same
   weights and sequences; only the order of the mean's sum differs) and every later step is
   within 1% relative: the gradient sums are rounded in another order (fp32), after which bf16
   weights can differ by an ulp (2^-8 relative) and the runs drift apart slowly, as any two
@@ -112,7 +113,8 @@ check("causal off: uni and bi windows differ", rc1 == 0 and rc2 == 0 and train_l
 if gpu_count() >= 2 and shutil.which("mpirun"):
     steps = range(1, 21)
     rc, out1, one = train("g1", "--steps", "20", "--val-every", "10", "--seed", "11")
-    rc2, out2, two = train("g2", "--steps", "20", "--val-every", "10", "--seed", "11", "--check-replicas", gpus=2)
+    rc2, out2, two = train("g2", "--steps", "20", "--val-every", "10", "--seed", "11", "--check-replicas",
+                           "--checkpoint-dir", os.path.join(TMP, "ck_g2"), "--checkpoint-every", "10", gpus=2)
     check("2 GPUs: exit 0, replicas identical after every step", rc2 == 0 and "replicas identical on all 2 rank(s)" in out2, out2[-2500:])
     l1, l2 = train_losses(one, steps), train_losses(two, steps)
     if rc == 0 and rc2 == 0 and None not in l1 + l2:
@@ -124,6 +126,16 @@ if gpu_count() >= 2 and shutil.which("mpirun"):
         check("2 GPUs: final validation loss within 1% of 1 GPU's", abs(v1 - v2) <= 1e-2 * abs(v1), f"{v1} vs {v2}")
     else:
         check("1 and 2 GPU runs logged every step", False, out2[-2000:])
+    # every rank resumes from rank 0's checkpoint: the same losses and final checkpoint as the run
+    rc, outr, res2 = train("g2_resumed", "--steps", "20", "--val-every", "10", "--seed", "11", "--check-replicas",
+                           "--checkpoint-dir", os.path.join(TMP, "ck_g2r"), "--resume", os.path.join(TMP, "ck_g2", "ckpt_000010.bin"),
+                           gpus=2)
+    same = [k for k in range(11, 21) if res2.get(k) == two.get(k)]
+    check("2 GPUs resumed from step 10: losses of steps 11-20 equal the uninterrupted run's to the bit",
+          rc == 0 and len(same) == 10 and res2.get(10, (0, 0))[1] == two.get(10, (1, 1))[1], outr[-1500:])
+    g2_final = [os.path.join(TMP, k, "ckpt_000020.bin") for k in ("ck_g2", "ck_g2r")]
+    check("2 GPUs resumed: final checkpoint byte-identical to the uninterrupted run's",
+          all(os.path.exists(f) for f in g2_final) and open(g2_final[0], "rb").read() == open(g2_final[1], "rb").read())
     rc, oute, end = train("g2_end", "--steps", "20", "--val-every", "10", "--seed", "11", "--grad-sync", "end", gpus=2)
     check("2 GPUs: --grad-sync end gives the overlap run's losses to the bit", rc == 0 and end == two, oute[-1500:])
     check("2 GPUs: the run reports the all-reduce time and the part hidden", "hidden" in out2, out2[-1500:])

@@ -138,13 +138,26 @@ ATTN_HD void query_range(const MaskBounds& b, int k0, int k1, int& q_lo, int& q_
   }
 }
 
-// Kept (q, k) pairs of the whole mask. For one query every term bounds k to an interval, so
-// key_range of a one-query tile is exact. Host side, O(T log T): the trainer's FLOP count (MFU).
+// Kept (q, k) pairs of the whole mask. For one query every term bounds k to an interval: the
+// window and causal terms from key_range of a one-query tile, the document from the run of equal
+// ids around q (found by one forward scan, so the whole count is O(T)). Host side: the trainer's
+// FLOP count (MFU), 65536 tokens in well under a millisecond.
 inline long long kept_pairs(const MaskBounds& b) {
+  MaskBounds no_doc = b;
+  no_doc.doc = nullptr;
   long long n = 0;
+  int first = 0, last = -1;  // the document of q: [first, last]
   for (int q = 0; q < b.T; q++) {
     int lo, hi;
-    key_range(b, q, q + 1, lo, hi);
+    key_range(no_doc, q, q + 1, lo, hi);
+    if (b.doc) {
+      if (q > last) {  // ids are nondecreasing: q starts the next document
+        first = last = q;
+        while (last + 1 < b.T && b.doc[last + 1] == b.doc[q]) last++;
+      }
+      lo = imax(lo, first);
+      hi = imin(hi, last);
+    }
     if (hi >= lo) n += hi - lo + 1;
   }
   return n;

@@ -11,15 +11,16 @@
 // ----------------------------------------------------------------------------------- CPU utilities
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <thread>
-#include <memory>
-#include <algorithm>
-#include <unistd.h>
 
 #include "data/dataloader.h"
 #include "data/shard.h"

@@ -1,7 +1,9 @@
 // Matrix products through cuBLASLt in bf16 with fp32 accumulation (SPEC section 3), row-major:
 //   C[m][n] (+)= op(A)[m][k] * op(B)[k][n]
 //   A is stored [m][k], or [k][m] when trans_a;  B is stored [k][n], or [n][k] when trans_b;
-//   C is bf16, or fp32 when c_fp32 (the lm head's logits); accumulate adds to C (beta = 1).
+//   C is bf16, or fp32 when c_fp32 (gradients); accumulate adds to C (beta = 1).
+//   add(): D = C + op(A) op(B) in bf16 with C and D separate buffers (a residual connection
+//   written to a new tensor without a copy), or the same one.
 // Forward y = x W is (x, W); backward dx = dy W^T is (dy, W, trans_b) and dW = x^T dy is
 // (x, dy, trans_a). cuBLASLt is column-major, so the call computes C^T = op(B)^T op(A)^T.
 // Errors come back as a message naming the shape, never as a raw status code. Each shape's
@@ -40,6 +42,15 @@ class Matmul {
     const Plan& p = plan(m, n, k, trans_a, trans_b, c_fp32);
     const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
     check(cublasLtMatmul(handle_, p.op, &alpha, B, p.lx, A, p.ly, &beta, C, p.lz, C, p.lz, &p.algo, workspace_, ws_bytes_, stream),
+          shape_name(m, n, k));
+  }
+  void add(const __nv_bfloat16* A, const __nv_bfloat16* B, const __nv_bfloat16* C, __nv_bfloat16* D, int m, int n, int k,
+           bool trans_a, bool trans_b, cudaStream_t stream = 0) {
+    if (((uintptr_t)A | (uintptr_t)B | (uintptr_t)C | (uintptr_t)D) % 16)
+      throw std::runtime_error(shape_name(m, n, k) + ": operands must be 16-byte aligned for cuBLASLt");
+    const Plan& p = plan(m, n, k, trans_a, trans_b, false);
+    const float alpha = 1.f, beta = 1.f;
+    check(cublasLtMatmul(handle_, p.op, &alpha, B, p.lx, A, p.ly, &beta, C, p.lz, D, p.lz, &p.algo, workspace_, ws_bytes_, stream),
           shape_name(m, n, k));
   }
 

@@ -1,47 +1,62 @@
 // Softcapped cross-entropy on a chunk of the lm head's output (SPEC section 3), fused so that no
-// fp32 logits tensor outlives its chunk:
+// logits tensor outlives its chunk:
 //   logits = 30 tanh(z / 30);  loss[r] = logsumexp(logits[r]) - logits[r][target[r]]
 //   dz[r] = grad_scale * (softmax(logits[r]) - onehot(target[r])) * (1 - tanh^2(z / 30))
-//   z: fp32 [rows][V] (the head matmul's output for this chunk); dz: bf16 [rows][V], ready for
-//   the head's backward matmuls; loss: fp32 [rows]; grad_scale = 1 / (tokens in the batch).
-// One block per row; three passes over the row (max, sum, write), all in fp32.
-// Targets outside [0, V) are reported through bad_target (set to 1), not read.
+//   z: bf16 [rows][V] (the head matmul's bf16 output, as the PyTorch record's lm head gives it);
+//   dz: bf16 [rows][V], written over z (in place) or nowhere (dz == nullptr: loss only);
+//   loss: fp32 [rows]; grad_scale = 1 / (tokens in the batch). All arithmetic in fp32.
+// The logits are bounded by 30, so the log-sum-exp needs no max pass. With e = exp(2z/30) and
+// r = 1 / (1 + e): tanh(z/30) = 1 - 2r, logit - 30 = -60 r, 1 - tanh^2 = 4 r (1 - r), where 1 - r
+// is taken as e r when e < 1 (no cancellation for either sign of z). exp(logit - 30) = exp(-60 r)
+// lies in [e^-60, 1], so its sum S over a row is a normal fp32 number for any V < 2^100; then
+// lse = 30 + log S, loss = log S + 60 r_t and softmax = exp(-60 r) / S. Two passes over the row:
+// the sum, then dz (the row, 2V bytes, is still in L2 for the second). One block per row;
+// 16-byte accesses when V % 8 == 0.
+// Targets outside [0, V) are reported through bad_target (set to 1), not read; their row's
+// loss is NaN and its dz is left as it was.
 #pragma once
 #include <cuda_bf16.h>
+
+#include <cstdint>
 
 namespace layers {
 
 constexpr float kSoftcap = 30.f;
 
 template <int THREADS>
-__device__ __forceinline__ float block_reduce(float v, bool is_max, float* scratch) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const float w = __shfl_xor_sync(0xffffffff, v, o);
-    v = is_max ? fmaxf(v, w) : v + w;
-  }
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
   if ((threadIdx.x & 31) == 0) scratch[threadIdx.x / 32] = v;
   __syncthreads();
   if (threadIdx.x < 32) {
-    v = threadIdx.x < THREADS / 32 ? scratch[threadIdx.x] : (is_max ? -INFINITY : 0.f);
-    for (int o = 16; o > 0; o >>= 1) {
-      const float w = __shfl_xor_sync(0xffffffff, v, o);
-      v = is_max ? fmaxf(v, w) : v + w;
-    }
+    v = threadIdx.x < THREADS / 32 ? scratch[threadIdx.x] : 0.f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
     if (threadIdx.x == 0) scratch[0] = v;
   }
   __syncthreads();
-  v = scratch[0];
-  __syncthreads();
-  return v;
+  return scratch[0];
 }
 
-template <int THREADS>
-__global__ void __launch_bounds__(THREADS) softcap_ce_kernel(const float* __restrict__ z, const int* __restrict__ targets,
-                                                             __nv_bfloat16* __restrict__ dz, float* __restrict__ loss, int V,
+// e = exp(2z/30) and r = 1 / (1 + e) of one head output z (see the top comment)
+struct SoftcapTerms {
+  float e, r;
+  __device__ __forceinline__ explicit SoftcapTerms(float z) {
+    e = exp2f(z * (2.f / kSoftcap * 1.4426950408889634f));
+    r = __fdividef(1.f, 1.f + e);  // e = inf gives r = 0, the right limit
+  }
+  __device__ __forceinline__ float q() const { return exp2f(r * (-2.f * kSoftcap * 1.4426950408889634f)); }  // exp(logit - 30)
+  // 1 - tanh^2(z / 30) = 4 r (1 - r), with 1 - r = e r when e < 1 (no cancellation near r = 1;
+  // e = inf, where e r is NaN, takes the other branch)
+  __device__ __forceinline__ float dtanh() const { return 4.f * r * (e < 1.f ? e * r : 1.f - r); }
+};
+
+template <int THREADS, bool VEC>
+__global__ void __launch_bounds__(THREADS) softcap_ce_kernel(__nv_bfloat16* z, const int* __restrict__ targets,
+                                                             __nv_bfloat16* dz, float* __restrict__ loss, int V,
                                                              float grad_scale, int* bad_target) {
   __shared__ float scratch[32];
   const int row = blockIdx.x;
-  const float* zr = z + (size_t)row * V;
+  __nv_bfloat16* zr = z + (size_t)row * V;
   const int target = targets[row];
   if (target < 0 || target >= V) {
     if (threadIdx.x == 0) {
@@ -50,26 +65,62 @@ __global__ void __launch_bounds__(THREADS) softcap_ce_kernel(const float* __rest
     }
     return;
   }
-  float mx = -INFINITY;
-  for (int i = threadIdx.x; i < V; i += THREADS) mx = fmaxf(mx, kSoftcap * tanhf(zr[i] / kSoftcap));
-  mx = block_reduce<THREADS>(mx, true, scratch);
+  const float zt = __bfloat162float(zr[target]);  // read before any thread overwrites the row
   float sum = 0.f;
-  for (int i = threadIdx.x; i < V; i += THREADS) sum += expf(kSoftcap * tanhf(zr[i] / kSoftcap) - mx);
-  sum = block_reduce<THREADS>(sum, false, scratch);
-  const float lse = mx + logf(sum);
-  for (int i = threadIdx.x; i < V; i += THREADS) {
-    const float th = tanhf(zr[i] / kSoftcap);
-    const float p = expf(kSoftcap * th - lse);
-    dz[(size_t)row * V + i] = __float2bfloat16(grad_scale * (p - (i == target ? 1.f : 0.f)) * (1.f - th * th));
+  if (VEC) {
+    const uint4* zv = reinterpret_cast<const uint4*>(zr);
+    for (int j = threadIdx.x; j < V / 8; j += THREADS) {
+      const uint4 u = zv[j];
+      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        const float2 f = __bfloat1622float2(h[k]);
+        sum += SoftcapTerms(f.x).q() + SoftcapTerms(f.y).q();
+      }
+    }
+  } else {
+    for (int i = threadIdx.x; i < V; i += THREADS) sum += SoftcapTerms(__bfloat162float(zr[i])).q();
   }
-  if (threadIdx.x == 0) loss[row] = lse - kSoftcap * tanhf(zr[target] / kSoftcap);
+  sum = block_sum<THREADS>(sum, scratch);  // its barriers also order every read of zt and pass 1 before pass 2's writes
+  if (threadIdx.x == 0) loss[row] = logf(sum) + 2.f * kSoftcap * SoftcapTerms(zt).r;
+  if (dz == nullptr) return;
+  __nv_bfloat16* dr = dz + (size_t)row * V;
+  const float inv = 1.f / sum;
+  auto grad = [&](float zf, int i) {
+    const SoftcapTerms s(zf);
+    return grad_scale * (s.q() * inv - (i == target ? 1.f : 0.f)) * s.dtanh();
+  };
+  if (VEC) {
+    const uint4* zv = reinterpret_cast<const uint4*>(zr);
+    uint4* dv = reinterpret_cast<uint4*>(dr);
+    for (int j = threadIdx.x; j < V / 8; j += THREADS) {
+      const uint4 u = zv[j];
+      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+      uint4 o;
+      __nv_bfloat162* oh = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        const float2 f = __bfloat1622float2(h[k]);
+        oh[k] = __floats2bfloat162_rn(grad(f.x, 8 * j + 2 * k), grad(f.y, 8 * j + 2 * k + 1));
+      }
+      dv[j] = o;
+    }
+  } else {
+    for (int i = threadIdx.x; i < V; i += THREADS) dr[i] = __float2bfloat16(grad(__bfloat162float(zr[i]), i));
+  }
 }
 
-inline cudaError_t softcap_ce(const float* z, const int* targets, __nv_bfloat16* dz, float* loss, int rows, int V,
+// dz may equal z (in place) or be nullptr (loss only).
+inline cudaError_t softcap_ce(__nv_bfloat16* z, const int* targets, __nv_bfloat16* dz, float* loss, int rows, int V,
                               float grad_scale, int* bad_target, cudaStream_t stream = 0) {
   if (rows < 0 || V < 1) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
-  softcap_ce_kernel<512><<<rows, 512, 0, stream>>>(z, targets, dz, loss, V, grad_scale, bad_target);
+  constexpr int kThreads = 512;
+  const bool vec = V % 8 == 0 && (uintptr_t)z % 16 == 0 && (dz == nullptr || (uintptr_t)dz % 16 == 0);
+  if (vec)
+    softcap_ce_kernel<kThreads, true><<<rows, kThreads, 0, stream>>>(z, targets, dz, loss, V, grad_scale, bad_target);
+  else
+    softcap_ce_kernel<kThreads, false><<<rows, kThreads, 0, stream>>>(z, targets, dz, loss, V, grad_scale, bad_target);
   return cudaGetLastError();
 }
 

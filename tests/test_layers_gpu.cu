@@ -25,6 +25,8 @@
 #include "model/optimizer_reference.h"
 #include "layers/rmsnorm.cuh"
 #include "layers/rotary.cuh"
+#include "layers/qk_norm_rotary.cuh"
+#include "layers/mix_backward.cuh"
 #include "model/reference_layers.h"
 #include "tests/check.h"
 #include "tests/cuda_check.h"
@@ -147,6 +149,120 @@ int main() {
   }
   CHECK(layers::rmsnorm_forward(nullptr, nullptr, nullptr, 4, 100, 0.f) == cudaErrorInvalidValue, "n not a multiple of 8 accepted");
 
+  // ---- q/k norm + rotary, fused (layers/qk_norm_rotary.cuh), against rmsnorm then rotary in
+  // fp64 (model/reference_layers.h), and its backward against rotary^T then rmsnorm_bwd; at the
+  // speedrun's length (angles up to 65535 rad), H = 3 so rows do not align with warps.
+  // Tolerances: bf16 outputs rounded once from fp32 math, 4e-3 relative (rms); rstd fp32, 1e-5.
+  for (int D : {128, 64}) {
+    const int T = 65536, H = 3;
+    const size_t n = (size_t)T * H * D;
+    const double eps = 1.0 / 128;
+    std::vector<double> x = random_bf16(n, 3.0), dy = random_bf16(n), nrm(n), y(n), rstd((size_t)T * H), dn(n), dx(n, 0.0);
+    model_ref::rmsnorm(x.data(), nrm.data(), rstd.data(), T * H, D, eps);
+    model_ref::rotary(nrm.data(), y.data(), T, H, D, 1.0);
+    model_ref::rotary(dy.data(), dn.data(), T, H, D, -1.0);
+    model_ref::rmsnorm_bwd(x.data(), rstd.data(), dn.data(), dx.data(), T * H, D);
+    auto table = layers::rotary_table(T, D);
+    float2* dt;
+    float* drstd;
+    CUDA_OK(cudaMalloc(&dt, table.size() * sizeof(float2)));
+    CUDA_OK(cudaMemcpy(dt, table.data(), table.size() * sizeof(float2), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMalloc(&drstd, (size_t)T * H * sizeof(float)));
+    CUDA_OK(cudaMemset(drstd, 0xFF, (size_t)T * H * sizeof(float)));
+    bf16 *dxin = to_device(x), *ddy = to_device(dy), *dyo = poisoned(n), *ddx = poisoned(n);
+    CUDA_OK(layers::qk_norm_rotary_forward(dxin, dyo, drstd, dt, T, H, D, (float)eps));
+    CUDA_OK(layers::qk_norm_rotary_backward(dxin, drstd, ddy, ddx, dt, T, H, D));
+    std::vector<float> hr((size_t)T * H);
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(hr.data(), drstd, hr.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    double rerr = 0;
+    for (size_t i = 0; i < hr.size(); i++) rerr = std::max(rerr, std::fabs(hr[i] - rstd[i]) / rstd[i]);
+    const double ey = rel_err(from_device(dyo, n), y), ex = rel_err(from_device(ddx, n), dx);
+    CHECK(rerr < 1e-5 && ey < 4e-3 && ex < 4e-3, "qk norm+rotary D=%d: rstd %.2e y %.2e dx %.2e", D, rerr, ey, ex);
+    std::printf("qk norm+rotary T=%d H=%d D=%d: rstd %.1e, y %.2e, dx %.2e\n", T, H, D, rerr, ey, ex);
+    CHECK(layers::qk_norm_rotary_forward(dxin, dyo, drstd, dt, T, H, 96, 0.f) == cudaErrorInvalidValue, "qk norm+rotary: D=96 accepted");
+    for (void* q : {(void*)dt, (void*)drstd, (void*)dxin, (void*)ddy, (void*)dyo, (void*)ddx}) CUDA_OK(cudaFree(q));
+  }
+  // ---- fused mix backward and value-embedding mix: the bits of the unfused kernels they replace
+  // (dot, scale, skip_add; embedding_forward then lambda_mix), and the fp64 references
+  {
+    const int T = 4099, C = 768, V = 1000;
+    const size_t n = (size_t)T * C;
+    std::vector<double> g = random_bf16(n), a = random_bf16(n), b = random_bf16(n), gb0 = random_bf16(n), table = random_bf16((size_t)V * C);
+    std::vector<int> tok(T);
+    for (auto& t : tok) t = (int)(rng() % V);
+    const float c[2] = {0.7f, -1.3f};
+    float *dc, *dgc, *dpart;
+    int* dtok;
+    CUDA_OK(cudaMalloc(&dc, sizeof(c)));
+    CUDA_OK(cudaMalloc(&dgc, 4 * sizeof(float)));
+    CUDA_OK(cudaMalloc(&dpart, 2 * layers::kDotBlocks * sizeof(float)));
+    CUDA_OK(cudaMalloc(&dtok, T * sizeof(int)));
+    CUDA_OK(cudaMemcpy(dc, c, sizeof(c), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dtok, tok.data(), T * sizeof(int), cudaMemcpyHostToDevice));
+    const float gc0[4] = {0.5f, -0.25f, 0.5f, -0.25f};  // the gradients accumulate onto these
+    CUDA_OK(cudaMemcpy(dgc, gc0, sizeof(gc0), cudaMemcpyHostToDevice));
+    for (const bool acc : {false, true}) {
+      bf16 *dg1 = to_device(g), *dg2 = to_device(g), *da = to_device(a), *db = to_device(b);
+      bf16 *dgb1 = acc ? to_device(gb0) : poisoned(n), *dgb2 = acc ? to_device(gb0) : to_device(g);
+      CUDA_OK(layers::mix_backward(dg1, da, db, dgb1, acc, dc, dgc, n, dpart));
+      // unfused: dots of the original g, then gb = c1 g (copy + scale) or gb += c1 g, then g *= c0
+      CUDA_OK(layers::dot(dg2, da, n, dgc + 2, dpart, true));
+      CUDA_OK(layers::dot(dg2, db, n, dgc + 3, dpart, true));
+      if (acc) CUDA_OK(layers::skip_add(dgb2, dg2, dc, 1, n));
+      else CUDA_OK(layers::scale(dgb2, dc, 1, n));
+      CUDA_OK(layers::scale(dg2, dc, 0, n));
+      float got[4];
+      CUDA_OK(cudaDeviceSynchronize());
+      CUDA_OK(cudaMemcpy(got, dgc, sizeof(got), cudaMemcpyDeviceToHost));
+      double ra = 0, rb = 0, aa = 0, bb = 0, gg = 0;
+      std::vector<double> wg(n), wgb(n);
+      for (size_t i = 0; i < n; i++) {
+        ra += g[i] * a[i], rb += g[i] * b[i], aa += a[i] * a[i], bb += b[i] * b[i], gg += g[i] * g[i];
+        wg[i] = c[0] * g[i];
+        wgb[i] = (acc ? gb0[i] : 0.0) + c[1] * g[i];
+      }
+      const std::vector<double> hg1 = from_device(dg1, n), hgb1 = from_device(dgb1, n);
+      const double eg = rel_err(hg1, wg), egb = rel_err(hgb1, wgb);
+      CHECK(got[0] == got[2] && got[1] == got[3] && hg1 == from_device(dg2, n) && hgb1 == from_device(dgb2, n),
+            "mix backward (accumulate %d): differs from dot + scale + skip_add (sums %.9g %.9g vs %.9g %.9g)", acc, got[0], got[1], got[2],
+            got[3]);
+      CHECK(eg < 4e-3 && egb < 4e-3, "mix backward (accumulate %d): g %.2e gb %.2e", acc, eg, egb);
+      if (!acc) {  // the sums against fp64, relative to |g||a| (fp32 sums: 1e-5)
+        const double ea = std::fabs(got[0] - gc0[0] - ra) / std::sqrt(gg * aa), eb = std::fabs(got[1] - gc0[1] - rb) / std::sqrt(gg * bb);
+        CHECK(ea < 1e-5 && eb < 1e-5, "mix backward: sums %.2e %.2e from fp64", ea, eb);
+        std::printf("mix backward: sums %.1e %.1e, g %.2e, gb %.2e; the unfused kernels' bits\n", ea, eb, eg, egb);
+      }
+      for (void* q : {(void*)dg1, (void*)dg2, (void*)da, (void*)db, (void*)dgb1, (void*)dgb2}) CUDA_OK(cudaFree(q));
+    }
+    // value_embed_mix == embedding_forward then lambda_mix, and the fp64 mix of the gathered rows
+    bf16 *dvl = to_device(a), *dtab = to_device(table), *dve = poisoned(n), *dv1 = poisoned(n), *dv2 = poisoned(n);
+    {  // mix_backward_gather == mix_backward on the gathered rows, to the bit
+      bf16 *g1 = to_device(g), *g2 = to_device(g), *gb1 = poisoned(n), *gb2 = poisoned(n);
+      CUDA_OK(layers::embedding_forward(dtab, dtok, dve, T, C));
+      CUDA_OK(cudaMemset(dgc, 0, 4 * sizeof(float)));
+      CUDA_OK(layers::mix_backward(g1, dvl, dve, gb1, false, dc, dgc, n, dpart));
+      CUDA_OK(layers::mix_backward_gather(g2, dvl, dtab, dtok, T, C, gb2, false, dc, dgc + 2, dpart));
+      float got[4];
+      CUDA_OK(cudaDeviceSynchronize());
+      CUDA_OK(cudaMemcpy(got, dgc, sizeof(got), cudaMemcpyDeviceToHost));
+      CHECK(got[0] == got[2] && got[1] == got[3] && from_device(g1, n) == from_device(g2, n) && from_device(gb1, n) == from_device(gb2, n),
+            "mix_backward_gather differs from mix_backward on the gathered rows");
+      for (void* q : {(void*)g1, (void*)g2, (void*)gb1, (void*)gb2}) CUDA_OK(cudaFree(q));
+    }
+    CUDA_OK(layers::value_embed_mix(dvl, dtab, dtok, dv1, dc, T, C));
+    CUDA_OK(layers::embedding_forward(dtab, dtok, dve, T, C));
+    CUDA_OK(layers::lambda_mix(dvl, dve, dv2, dc, n));
+    std::vector<double> want(n);
+    for (int t = 0; t < T; t++)
+      for (int k = 0; k < C; k++) want[(size_t)t * C + k] = c[0] * a[(size_t)t * C + k] + c[1] * table[(size_t)tok[t] * C + k];
+    const std::vector<double> hv1 = from_device(dv1, n);
+    const double ev = rel_err(hv1, want);
+    CHECK(hv1 == from_device(dv2, n) && ev < 4e-3, "value_embed_mix: rel err %.2e, or differs from embedding_forward + lambda_mix", ev);
+    std::printf("value_embed_mix: %.2e, the unfused kernels' bits\n", ev);
+    for (void* q : {(void*)dc, (void*)dgc, (void*)dpart, (void*)dtok, (void*)dvl, (void*)dtab, (void*)dve, (void*)dv1, (void*)dv2})
+      CUDA_OK(cudaFree(q));
+  }
   // ---- rotary at the speedrun's length (angles up to 65535 rad), forward and transpose; D = 128
   // takes the 4-wide path, D = 6 the one-pair-a-thread path
   for (int D : {128, 6}) {
@@ -180,16 +296,21 @@ int main() {
     CUDA_OK(layers::relu2_forward(du_, dr_out, n));
     CUDA_OK(layers::relu2_backward(du_, ddr, ddu, n));
     const double e1 = rel_err(from_device(dr_out, n), r), e2 = rel_err(from_device(ddu, n), du);
-    CHECK(e1 < 4e-3 && e2 < 4e-3, "relu2: forward %.2e backward %.2e", e1, e2);
-    std::printf("relu2: forward %.2e, backward %.2e\n", e1, e2);
-    for (void* p : {(void*)du_, (void*)ddr, (void*)dr_out, (void*)ddu}) CUDA_OK(cudaFree(p));
+    // from the stored output r (bf16): sqrt(r) is max(u, 0) within 2^-9, then du is rounded
+    bf16* ddu_r = poisoned(n);
+    CUDA_OK(layers::relu2_backward_from_r(dr_out, ddr, ddu_r, n));
+    const double e3 = rel_err(from_device(ddu_r, n), du);
+    CHECK(e1 < 4e-3 && e2 < 4e-3 && e3 < 4e-3, "relu2: forward %.2e backward %.2e backward from r %.2e", e1, e2, e3);
+    std::printf("relu2: forward %.2e, backward %.2e, backward from r %.2e\n", e1, e2, e3);
+    for (void* p : {(void*)du_, (void*)ddr, (void*)dr_out, (void*)ddu, (void*)ddu_r}) CUDA_OK(cudaFree(p));
   }
   // ---- matmul: forward, both backward forms, accumulate, fp32 output
   {
     layers::Matmul mm;
     struct Shape { int m, n, k; bool ta, tb, acc, f32; } shapes[] = {
         {256, 768, 768, false, false, false, false}, {128, 3072, 768, false, true, false, false},
-        {768, 512, 256, true, false, true, false},   {64, 1024, 768, false, false, false, true}};
+        {768, 512, 256, true, false, true, false},   {64, 1024, 768, false, false, false, true},
+        {256, 768, 3072, false, false, true, false}};  // the residual add of the MLP's output projection
     for (auto sh : shapes) {
       std::vector<double> A = random_bf16((size_t)sh.m * sh.k), B = random_bf16((size_t)sh.k * sh.n), C0 = random_bf16((size_t)sh.m * sh.n);
       std::vector<double> want = sh.acc ? C0 : std::vector<double>((size_t)sh.m * sh.n, 0.0);
@@ -215,8 +336,20 @@ int main() {
       } else {
         bf16* dC = sh.acc ? to_device(C0) : poisoned(want.size());
         mm(dA, dB, dC, sh.m, sh.n, sh.k, sh.ta, sh.tb, sh.acc, false);
-        e = rel_err(from_device(dC, want.size()), want);
+        const std::vector<double> got = from_device(dC, want.size());
+        e = rel_err(got, want);
         CUDA_OK(cudaFree(dC));
+        if (sh.acc) {  // add(): D = C + AB into another buffer (cuBLASLt's out-of-place epilogue: not
+                       // the in-place call's bits on H200), C untouched; same bf16 tolerance
+          bf16 *dCin = to_device(C0), *dD = poisoned(want.size());
+          mm.add(dA, dB, dCin, dD, sh.m, sh.n, sh.k, sh.ta, sh.tb);
+          const double ea = rel_err(from_device(dD, want.size()), want);
+          CHECK(ea < 4e-3 && from_device(dCin, want.size()) == C0, "matmul add m=%d n=%d k=%d: rel err %.2e, or C changed", sh.m, sh.n,
+                sh.k, ea);
+          std::printf("matmul add (D = C + AB, D another buffer) m=%d n=%d k=%d: %.2e\n", sh.m, sh.n, sh.k, ea);
+          CUDA_OK(cudaFree(dCin));
+          CUDA_OK(cudaFree(dD));
+        }
       }
       CHECK(e < (sh.f32 ? 1e-5 : 4e-3), "matmul m=%d n=%d k=%d ta=%d tb=%d acc=%d fp32=%d: rel err %.2e", sh.m, sh.n, sh.k, sh.ta, sh.tb,
             sh.acc, sh.f32, e);
@@ -226,14 +359,17 @@ int main() {
     }
   }
 
-  // ---- softcapped cross-entropy over the real vocabulary, logits large enough to saturate
-  {
-    const int rows = 48, V = 50304;
-    std::vector<float> z((size_t)rows * V);
-    std::normal_distribution<float> nd(0.f, 20.f);
-    for (auto& v : z) v = nd(rng);
+  // ---- softcapped cross-entropy: the real vocabulary (16-byte path) and an odd one (scalar
+  // path); logits large enough to saturate, and a few extreme ones (+-8192, where tanh is +-1).
+  // Tolerances: the loss is fp32 arithmetic on bf16 inputs the reference sees too: 1e-5
+  // relative; dz is rounded to bf16 once: 4e-3 relative (rms), as every bf16 output here.
+  for (const int V : {50304, 1001}) {
+    const int rows = 48;
+    std::vector<double> z = random_bf16((size_t)rows * V, 20.0);
+    z[7] = 8192, z[V + 9] = -8192;  // exact in bf16
     std::vector<int> tg(rows);
     for (int r = 0; r < rows; r++) tg[r] = (int)(rng() % V);
+    tg[0] = 7, tg[1] = 9;  // targets on the extreme logits
     const double scale = 1.0 / 1000;
     std::vector<double> loss_ref(rows), dz_ref(z.size());
     for (int r = 0; r < rows; r++) {
@@ -247,33 +383,46 @@ int main() {
         dz_ref[(size_t)r * V + i] = scale * (std::exp(30 * th - lse) - (i == tg[r])) * (1 - th * th);
       }
     }
-    float *dzin, *dloss;
+    float* dloss;
     int *dtg, *dbad;
-    bf16* ddz = poisoned(z.size());
-    CUDA_OK(cudaMalloc(&dzin, z.size() * sizeof(float)));
+    bf16 *dzin = to_device(z), *ddz = poisoned(z.size());
     CUDA_OK(cudaMalloc(&dloss, rows * sizeof(float)));
     CUDA_OK(cudaMalloc(&dtg, rows * sizeof(int)));
     CUDA_OK(cudaMalloc(&dbad, sizeof(int)));
     CUDA_OK(cudaMemset(dbad, 0, sizeof(int)));
-    CUDA_OK(cudaMemcpy(dzin, z.data(), z.size() * sizeof(float), cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(dtg, tg.data(), rows * sizeof(int), cudaMemcpyHostToDevice));
+    auto losses = [&]() {
+      std::vector<float> hl(rows);
+      CUDA_OK(cudaDeviceSynchronize());
+      CUDA_OK(cudaMemcpy(hl.data(), dloss, rows * sizeof(float), cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemset(dloss, 0xFF, rows * sizeof(float)));  // poisoned for the next call
+      return hl;
+    };
+    // out of place, then loss only, then in place (as the model calls it)
+    CUDA_OK(cudaMemset(dloss, 0xFF, rows * sizeof(float)));
     CUDA_OK(layers::softcap_ce(dzin, dtg, ddz, dloss, rows, V, (float)scale, dbad));
-    std::vector<float> hl(rows);
+    const std::vector<float> hl = losses();
+    CUDA_OK(layers::softcap_ce(dzin, dtg, nullptr, dloss, rows, V, (float)scale, dbad));
+    const std::vector<float> hl_only = losses();
+    CUDA_OK(layers::softcap_ce(dzin, dtg, dzin, dloss, rows, V, (float)scale, dbad));
+    const std::vector<float> hl_inplace = losses();
     int bad = -1;
-    CUDA_OK(cudaDeviceSynchronize());
-    CUDA_OK(cudaMemcpy(hl.data(), dloss, rows * sizeof(float), cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(&bad, dbad, sizeof(int), cudaMemcpyDeviceToHost));
     double le = 0;
     for (int r = 0; r < rows; r++) le = std::max(le, std::fabs(hl[r] - loss_ref[r]) / loss_ref[r]);
-    const double de = rel_err(from_device(ddz, z.size()), dz_ref);
-    CHECK(le < 1e-5 && de < 4e-3 && bad == 0, "softcap CE: loss %.2e dz %.2e bad flag %d", le, de, bad);
-    std::printf("softcap CE (V=%d): loss %.2e, dz %.2e\n", V, le, de);
+    const std::vector<double> dz_out = from_device(ddz, z.size()), dz_in = from_device(dzin, z.size());
+    const double de = rel_err(dz_out, dz_ref);
+    CHECK(le < 1e-5 && de < 4e-3 && bad == 0, "softcap CE (V=%d): loss %.2e dz %.2e bad flag %d", V, le, de, bad);
+    CHECK(hl_only == hl && hl_inplace == hl && dz_in == dz_out, "softcap CE (V=%d): loss-only or in-place call differs", V);
+    std::printf("softcap CE (V=%d): loss %.2e, dz %.2e; loss-only and in-place calls give the same bits\n", V, le, de);
+    CUDA_OK(cudaFree(dzin));
+    dzin = to_device(z);  // the in-place call overwrote z
     tg[5] = V + 3;  // a target out of range is reported, not read
     CUDA_OK(cudaMemcpy(dtg, tg.data(), rows * sizeof(int), cudaMemcpyHostToDevice));
     CUDA_OK(layers::softcap_ce(dzin, dtg, ddz, dloss, rows, V, (float)scale, dbad));
-    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<float> hl_bad = losses();
     CUDA_OK(cudaMemcpy(&bad, dbad, sizeof(int), cudaMemcpyDeviceToHost));
-    CHECK(bad == 1, "out-of-range target not reported");
+    CHECK(bad == 1 && std::isnan(hl_bad[5]) && hl_bad[4] == hl[4], "softcap CE (V=%d): out-of-range target not reported", V);
     for (void* p : {(void*)dzin, (void*)dloss, (void*)dtg, (void*)dbad, (void*)ddz}) CUDA_OK(cudaFree(p));
   }
 
@@ -449,8 +598,13 @@ int main() {
     double xx = 0, yy = 0;
     for (size_t i = 0; i < n; i++) xx += x[i] * x[i], yy += y[i] * y[i];
     const double ed = std::fabs(d1 - dot_ref) / std::sqrt(xx * yy);  // relative to |x||y|: fp32 sums
+    bf16* dso = poisoned(n);
+    CUDA_OK(layers::skip_add(dso, dx, dy, dsc, 1, n));  // out = x + s[1] y, x untouched
+    CHECK(from_device(dx, n) == x, "n=%zu: out-of-place skip_add changed its input", n);
     CUDA_OK(layers::skip_add(dx, dy, dsc, 1, n));  // x += s[1] y
     const double es = rel_err(from_device(dx, n), skip);
+    CHECK(from_device(dso, n) == from_device(dx, n), "n=%zu: out-of-place skip_add differs from in place", n);
+    CUDA_OK(cudaFree(dso));
     bf16* dx2 = to_device(x);
     CUDA_OK(layers::scale(dx2, dsc, 0, n));
     const double ec = rel_err(from_device(dx2, n), scaled);

@@ -5,13 +5,18 @@
 // Forward, per SPEC section 3, on T tokens of one packed sequence:
 //   x = norm(E[tok]); x0 = x; per layer: U-net skip, lambda mix, attention (q, k per-head norm,
 //   rotary, value-embedding mix, fused masked attention), MLP (ReLU^2); the lm head in chunks
-//   of rows whose fp32 logits live only inside the chunk (fused softcapped cross-entropy).
-//   With gradients on, each chunk's backward (dz -> d(norm(x)), dWhead) runs right there, so no
-//   T x vocab tensor outlives its chunk; backward() then walks the layers in reverse.
+//   of rows whose bf16 head outputs live only inside the chunk (fused softcapped cross-entropy,
+//   fp32 arithmetic, dz written over z). With gradients on, each chunk's backward
+//   (dz -> d(norm(x)), dWhead) runs right there, so no T x vocab tensor outlives its chunk;
+//   backward() then walks the layers in reverse.
 // Gradients accumulate (+=) until zero_grad(), as gradient accumulation over micro-steps needs.
-// Activations kept for the backward: about (11 C + 2 hidden) x T bf16 a layer; the norms' outputs
-// h and h2, the value embedding ve and the mixed v are recomputed in the backward (cheap
-// element-wise passes that give the forward's bits), which saves 4 C x T a layer.
+// Activations kept for the backward: (11 C + 1 hidden) x T bf16 a layer (plus C x T for the
+// layers that take a U-net skip): x_mix, h, q, k, qn, kn, v_lin, v, y, x_attn, h2 and r =
+// relu(u)^2. The MLP's pre-activation u (4 C) is not kept: its backward needs only
+// max(u, 0) = sqrt(r). The value embedding ve is gathered from its table again where needed.
+// Element-wise work is fused where a tensor would otherwise make two round trips to memory
+// (q/k norm + rotary, value embedding + mix, the mixes' backwards with their scalar gradients),
+// and residual adds are written by the matmul (D = C + AB) instead of copies.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -24,6 +29,8 @@
 #include "layers/embedding.cuh"
 #include "layers/matmul.cuh"
 #include "layers/mix.cuh"
+#include "layers/mix_backward.cuh"
+#include "layers/qk_norm_rotary.cuh"
 #include "layers/reduce.cuh"
 #include "layers/relu2.cuh"
 #include "layers/rmsnorm.cuh"
@@ -55,10 +62,10 @@ class Model {
     for (bf16** p : {&emb_, &x0_, &x_, &hf_, &dhf_, &dx_, &dx0_, &dh_, &dy_, &dq_, &dk_, &dv_, &t1_, &t2_}) alloc(p, TC * sizeof(bf16));
     for (bf16** p : {&dr_, &du_}) alloc(p, TF * sizeof(bf16));
     acts_.resize(cfg.layers);
-    for (auto& a : acts_) {
-      for (bf16** p : {&a.x_in, &a.x_mix, &a.q, &a.k, &a.qn, &a.kn, &a.v_lin, &a.y, &a.x_attn})
-        alloc(p, TC * sizeof(bf16));
-      alloc(&a.u, TF * sizeof(bf16));
+    for (int i = 0; i < cfg.layers; i++) {
+      Acts& a = acts_[i];
+      if (i >= cfg.layers / 2) alloc(&a.x_in_own, TC * sizeof(bf16));  // x_prev + s pushed; others alias (forward)
+      for (bf16** p : {&a.x_mix, &a.h, &a.q, &a.k, &a.qn, &a.kn, &a.v_lin, &a.v, &a.y, &a.x_attn, &a.h2}) alloc(p, TC * sizeof(bf16));
       alloc(&a.r, TF * sizeof(bf16));
       for (float** p : {&a.rstd_h, &a.rstd_h2}) alloc(p, (size_t)T * sizeof(float));
       for (float** p : {&a.rstd_q, &a.rstd_k, &a.lse}) alloc(p, TH * sizeof(float));
@@ -68,9 +75,8 @@ class Model {
     for (auto& p : pushed_) alloc(&p, TC * sizeof(bf16));
     for (auto& p : dpushed_) alloc(&p, TC * sizeof(bf16));
     for (float** p : {&rstd_e_, &rstd_f_, &loss_}) alloc(p, (size_t)T * sizeof(float));
-    alloc(&z_, (size_t)chunk_ * cfg.vocab * sizeof(float));
-    alloc(&dz_, (size_t)chunk_ * cfg.vocab * sizeof(bf16));
-    alloc(&partial_, layers::kDotBlocks * sizeof(float));
+    alloc(&z_, (size_t)chunk_ * cfg.vocab * sizeof(bf16));  // z, then dz in place
+    alloc(&partial_, 2 * layers::kDotBlocks * sizeof(float));
     alloc(&one_, sizeof(float));
     const float one = 1.f;
     cuda_check(cudaMemcpy(one_, &one, sizeof(float), cudaMemcpyHostToDevice), "constant");
@@ -131,7 +137,8 @@ class Model {
 
   // Mean loss over the T tokens. grad_scale != 0 also runs the head's backward for a loss
   // scaled by grad_scale (1 / T for the mean of one sequence; 1 / (T * micro-steps * ranks) for
-  // a step). z_out, when given, receives the head's output before the softcap, fp32 [T][vocab].
+  // a step). z_out, when given, receives the head's output before the softcap (bf16 values),
+  // [T][vocab].
   double forward(const std::vector<int>& tokens, const std::vector<int>& targets, float grad_scale = 0.f,
                  std::vector<float>* z_out = nullptr) {
     const int T = T_, C = cfg_.width, H = cfg_.heads, Dh = cfg_.head_dim(), L = cfg_.layers, F = cfg_.hidden, V = cfg_.vocab;
@@ -156,55 +163,57 @@ class Model {
     ok(layers::embedding_forward(W("embed"), tokens_, emb_, T, C));
     prof_.mark(Profiler::kNormMix);
     ok(layers::rmsnorm_forward(emb_, x0_, rstd_e_, T, C, eps));
-    copy(x_, x0_, TC);
+    // The residual stream is written by the matmuls' adds (D = C + AB) straight into the tensor
+    // that keeps it, never copied: layer i < L/2 writes its output into pushed_[i] (the U-net
+    // skip source, and layer i+1's input); later layers write x_, which the next layer's skip
+    // add reads into its own x_in.
+    const bf16* x = x0_;  // the stream entering layer i
     for (int i = 0; i < L; i++) {
       const std::string p = "layer" + std::to_string(i) + ".";
       Acts& a = acts_[i];
-      if (i >= L / 2) ok(layers::skip_add(x_, pushed_[L - 1 - i], S("skip"), i - L / 2, TC));
-      copy(a.x_in, x_, TC);
+      if (i >= L / 2) ok(layers::skip_add(a.x_in_own, x, pushed_[L - 1 - i], S("skip"), i - L / 2, TC));
+      a.x_in = i >= L / 2 ? a.x_in_own : x;
       ok(layers::lambda_mix(a.x_in, x0_, a.x_mix, S(p + "lambda"), TC));
-      ok(layers::rmsnorm_forward(a.x_mix, t1_, a.rstd_h, T, C, eps));  // h: recomputed in the backward
+      ok(layers::rmsnorm_forward(a.x_mix, a.h, a.rstd_h, T, C, eps));
       prof_.mark(Profiler::kMatmul);
-      mm_(t1_, W(p + "wq"), a.q, T, C, C, false, false);
-      mm_(t1_, W(p + "wk"), a.k, T, C, C, false, false);
-      mm_(t1_, W(p + "wv"), a.v_lin, T, C, C, false, false);
-      prof_.mark(Profiler::kEmbed);
-      ok(layers::embedding_forward(W(ve_name(i)), tokens_, t1_, T, C));  // ve: recomputed in the backward
+      mm_(a.h, W(p + "wq"), a.q, T, C, C, false, false);
+      mm_(a.h, W(p + "wk"), a.k, T, C, C, false, false);
+      mm_(a.h, W(p + "wv"), a.v_lin, T, C, C, false, false);
       prof_.mark(Profiler::kNormMix);
-      ok(layers::lambda_mix(a.v_lin, t1_, t2_, S(p + "attn_lambda"), TC));  // v: recomputed in the backward
-      ok(layers::rmsnorm_forward(a.q, a.qn, a.rstd_q, T * H, Dh, eps));
-      ok(layers::rmsnorm_forward(a.k, a.kn, a.rstd_k, T * H, Dh, eps));
-      ok(layers::rotary(a.qn, rot_, T, H, Dh, 1.f));
-      ok(layers::rotary(a.kn, rot_, T, H, Dh, 1.f));
+      ok(layers::value_embed_mix(a.v_lin, W(ve_name(i)), tokens_, a.v, S(p + "attn_lambda"), T, C));
+      ok(layers::qk_norm_rotary_forward(a.q, a.qn, a.rstd_q, rot_, T, H, Dh, eps));
+      ok(layers::qk_norm_rotary_forward(a.k, a.kn, a.rstd_k, rot_, T, H, Dh, eps));
       prof_.mark(Profiler::kAttnFwd);
-      ok(attn::attention_forward(a.qn, a.kn, t2_, a.y, a.lse, T, H, Dh, mask()));
+      ok(attn::attention_forward(a.qn, a.kn, a.v, a.y, a.lse, T, H, Dh, mask()));
       prof_.mark(Profiler::kMatmul);
-      copy(x_, a.x_mix, TC);
-      mm_(a.y, W(p + "wo"), x_, T, C, C, false, false, /*accumulate=*/true);
+      mm_.add(a.y, W(p + "wo"), a.x_mix, a.x_attn, T, C, C, false, false);  // x_attn = x_mix + y Wo
       prof_.mark(Profiler::kNormMix);
-      copy(a.x_attn, x_, TC);
-      ok(layers::rmsnorm_forward(a.x_attn, t1_, a.rstd_h2, T, C, eps));  // h2: recomputed in the backward
+      ok(layers::rmsnorm_forward(a.x_attn, a.h2, a.rstd_h2, T, C, eps));
       prof_.mark(Profiler::kMatmul);
-      mm_(t1_, W(p + "wfc"), a.u, T, F, C, false, false);
+      mm_(a.h2, W(p + "wfc"), dr_, T, F, C, false, false);  // u: dr_ is free until the backward
       prof_.mark(Profiler::kNormMix);
-      ok(layers::relu2_forward(a.u, a.r, (size_t)T * F));
+      ok(layers::relu2_forward(dr_, a.r, (size_t)T * F));  // only r is kept
       prof_.mark(Profiler::kMatmul);
-      mm_(a.r, W(p + "wproj"), x_, T, C, F, false, false, /*accumulate=*/true);
+      bf16* out = i < L / 2 ? pushed_[i] : x_;
+      mm_.add(a.r, W(p + "wproj"), a.x_attn, out, T, C, F, false, false);  // x_attn + r Wproj
       prof_.mark(Profiler::kNormMix);
-      if (i < L / 2) copy(pushed_[i], x_, TC);
+      x = out;
     }
-    ok(layers::rmsnorm_forward(x_, hf_, rstd_f_, T, C, eps));
+    ok(layers::rmsnorm_forward(x, hf_, rstd_f_, T, C, eps));  // x is x_ (L is even, at least 2)
     prof_.mark(Profiler::kHead);
     if (z_out) z_out->resize((size_t)T * V);
     for (int r0 = 0; r0 < T; r0 += chunk_) {
       const int rows = std::min(chunk_, T - r0);
-      mm_(hf_ + (size_t)r0 * C, W("head"), z_, rows, V, C, false, false, false, /*c_fp32=*/true);
-      if (z_out)
-        cuda_check(cudaMemcpy(z_out->data() + (size_t)r0 * V, z_, (size_t)rows * V * sizeof(float), cudaMemcpyDeviceToHost), "z");
-      ok(layers::softcap_ce(z_, targets_ + r0, dz_, loss_ + r0, rows, V, grad_scale, bad_));
-      if (grad_scale != 0.f) {  // the head's backward for this chunk
-        mm_(dz_, W("head"), dhf_ + (size_t)r0 * C, rows, C, V, false, true);
-        mm_(hf_ + (size_t)r0 * C, dz_, G("head"), C, V, rows, true, false, true, true);
+      mm_(hf_ + (size_t)r0 * C, W("head"), z_, rows, V, C, false, false);
+      if (z_out) {
+        std::vector<bf16> zh((size_t)rows * V);
+        cuda_check(cudaMemcpy(zh.data(), z_, zh.size() * sizeof(bf16), cudaMemcpyDeviceToHost), "z");
+        for (size_t i = 0; i < zh.size(); i++) (*z_out)[(size_t)r0 * V + i] = __bfloat162float(zh[i]);
+      }
+      ok(layers::softcap_ce(z_, targets_ + r0, grad_scale != 0.f ? z_ : nullptr, loss_ + r0, rows, V, grad_scale, bad_));
+      if (grad_scale != 0.f) {  // the head's backward for this chunk; z_ now holds dz
+        mm_(z_, W("head"), dhf_ + (size_t)r0 * C, rows, C, V, false, true);
+        mm_(hf_ + (size_t)r0 * C, z_, G("head"), C, V, rows, true, false, true, true);
       }
     }
     prof_.mark(Profiler::kHost);
@@ -234,59 +243,43 @@ class Model {
       Acts& a = acts_[i];
       if (i < L / 2) ok(layers::skip_add(dx_, dpushed_[i], one_, 0, TC));
       // MLP: x = x_attn + relu(norm(x_attn) Wfc)^2 Wproj
-      ok(layers::rmsnorm_forward(a.x_attn, t1_, a.rstd_h2, T, C, (float)cfg_.eps));  // h2, the forward's bits again
       prof_.mark(Profiler::kMatmul);
       mm_(dx_, W(p + "wproj"), dr_, T, F, C, false, true);
       mm_(a.r, dx_, G(p + "wproj"), F, C, T, true, false, true, true);
       prof_.mark(Profiler::kNormMix);
-      ok(layers::relu2_backward(a.u, dr_, du_, (size_t)T * F));
+      ok(layers::relu2_backward_from_r(a.r, dr_, du_, (size_t)T * F));
       prof_.mark(Profiler::kMatmul);
       mm_(du_, W(p + "wfc"), dh_, T, C, F, false, true);
-      mm_(t1_, du_, G(p + "wfc"), C, F, T, true, false, true, true);
+      mm_(a.h2, du_, G(p + "wfc"), C, F, T, true, false, true, true);
       prof_.mark(Profiler::kNormMix);
       ok(layers::rmsnorm_backward(a.x_attn, a.rstd_h2, dh_, dx_, T, C, true));
       // attention: x_attn = x_mix + y Wo
       prof_.mark(Profiler::kMatmul);
       mm_(dx_, W(p + "wo"), dy_, T, C, C, false, true);
       mm_(a.y, dx_, G(p + "wo"), C, C, T, true, false, true, true);
-      // ve and v = a0 v_lin + a1 ve, recomputed (the forward's bits) into dq_ and dk_, free until
-      // the q and k norms' backward below
-      prof_.mark(Profiler::kEmbed);
-      ok(layers::embedding_forward(W(ve_name(i)), tokens_, dq_, T, C));
-      prof_.mark(Profiler::kNormMix);
-      ok(layers::lambda_mix(a.v_lin, dq_, dk_, S(p + "attn_lambda"), TC));
       prof_.mark(Profiler::kAttnBwd);
-      ok(attn::attention_backward(a.qn, a.kn, dk_, a.y, dy_, a.lse, t1_, t2_, dv_, ws_, T, H, Dh, mask()));
+      ok(attn::attention_backward(a.qn, a.kn, a.v, a.y, dy_, a.lse, t1_, t2_, dv_, ws_, T, H, Dh, mask()));
       prof_.mark(Profiler::kNormMix);
-      // v = a0 v_lin + a1 ve
-      ok(layers::dot(dv_, a.v_lin, TC, G(p + "attn_lambda"), partial_, true));
-      ok(layers::dot(dv_, dq_, TC, G(p + "attn_lambda") + 1, partial_, true));
-      ok(layers::rotary(t1_, rot_, T, H, Dh, -1.f));
-      ok(layers::rotary(t2_, rot_, T, H, Dh, -1.f));
-      ok(layers::rmsnorm_backward(a.q, a.rstd_q, t1_, dq_, T * H, Dh, false));
-      ok(layers::rmsnorm_backward(a.k, a.rstd_k, t2_, dk_, T * H, Dh, false));
-      copy(t1_, dv_, TC);
-      ok(layers::scale(t1_, S(p + "attn_lambda"), 1, TC));
+      // v = a0 v_lin + a1 ve (ve gathered from its table again): dv_ becomes d v_lin, dk_ d ve
+      ok(layers::mix_backward_gather(dv_, a.v_lin, W(ve_name(i)), tokens_, T, C, dk_, false, S(p + "attn_lambda"), G(p + "attn_lambda"),
+                                     partial_));
       prof_.mark(Profiler::kEmbed);
-      ok(layers::embedding_backward(t1_, ixv_, G(ve_name(i)), C));
+      ok(layers::embedding_backward(dk_, ixv_, G(ve_name(i)), C));
       prof_.mark(Profiler::kNormMix);
-      ok(layers::scale(dv_, S(p + "attn_lambda"), 0, TC));
-      ok(layers::rmsnorm_forward(a.x_mix, t2_, a.rstd_h, T, C, (float)cfg_.eps));  // h, the forward's bits again
+      ok(layers::qk_norm_rotary_backward(a.q, a.rstd_q, t1_, dq_, rot_, T, H, Dh));
+      ok(layers::qk_norm_rotary_backward(a.k, a.rstd_k, t2_, dk_, rot_, T, H, Dh));
       // q, k, v = h Wq, h Wk, h Wv
       prof_.mark(Profiler::kMatmul);
       mm_(dq_, W(p + "wq"), dh_, T, C, C, false, true);
       mm_(dk_, W(p + "wk"), dh_, T, C, C, false, true, true);
       mm_(dv_, W(p + "wv"), dh_, T, C, C, false, true, true);
-      mm_(t2_, dq_, G(p + "wq"), C, C, T, true, false, true, true);
-      mm_(t2_, dk_, G(p + "wk"), C, C, T, true, false, true, true);
-      mm_(t2_, dv_, G(p + "wv"), C, C, T, true, false, true, true);
+      mm_(a.h, dq_, G(p + "wq"), C, C, T, true, false, true, true);
+      mm_(a.h, dk_, G(p + "wk"), C, C, T, true, false, true, true);
+      mm_(a.h, dv_, G(p + "wv"), C, C, T, true, false, true, true);
       prof_.mark(Profiler::kNormMix);
       ok(layers::rmsnorm_backward(a.x_mix, a.rstd_h, dh_, dx_, T, C, true));
-      // x_mix = l0 x_in + l1 x0
-      ok(layers::dot(dx_, a.x_in, TC, G(p + "lambda"), partial_, true));
-      ok(layers::dot(dx_, x0_, TC, G(p + "lambda") + 1, partial_, true));
-      ok(layers::skip_add(dx0_, dx_, S(p + "lambda"), 1, TC));
-      ok(layers::scale(dx_, S(p + "lambda"), 0, TC));
+      // x_mix = l0 x_in + l1 x0: dx_ becomes d x_in, dx0_ gathers d x0
+      ok(layers::mix_backward(dx_, a.x_in, x0_, dx0_, true, S(p + "lambda"), G(p + "lambda"), TC, partial_));
       // x_in = x_prev + s_j pushed
       if (i >= L / 2) {
         const int j = i - L / 2, src = L - 1 - i;
@@ -309,7 +302,8 @@ class Model {
 
  private:
   struct Acts {  // what the backward needs of one layer
-    bf16 *x_in, *x_mix, *q, *k, *qn, *kn, *v_lin, *y, *x_attn, *u, *r;  // h, h2, ve, v: recomputed
+    const bf16* x_in;  // x0_, pushed_[i - 1] or x_in_own
+    bf16 *x_in_own = nullptr, *x_mix, *h, *q, *k, *qn, *kn, *v_lin, *v, *y, *x_attn, *h2, *r;  // u, ve: not kept
     float *rstd_h, *rstd_q, *rstd_k, *rstd_h2, *lse;
   };
   template <typename P>
@@ -352,8 +346,8 @@ class Model {
   std::vector<void*> buffers_;
   std::vector<Acts> acts_;
   std::vector<bf16*> pushed_, dpushed_;
-  bf16 *w16_, *emb_, *x0_, *x_, *hf_, *dhf_, *dx_, *dx0_, *dh_, *dy_, *dq_, *dk_, *dv_, *t1_, *t2_, *dr_, *du_, *dz_;
-  float *w32_, *g32_, *rstd_e_, *rstd_f_, *loss_, *z_, *partial_, *one_;
+  bf16 *w16_, *emb_, *x0_, *x_, *hf_, *dhf_, *dx_, *dx0_, *dh_, *dy_, *dq_, *dk_, *dv_, *t1_, *t2_, *dr_, *du_, *z_;
+  float *w32_, *g32_, *rstd_e_, *rstd_f_, *loss_, *partial_, *one_;
   void* ws_;
   int *tokens_, *targets_, *doc_, *ix_buf_, *bad_;
   float* ix_partial_;

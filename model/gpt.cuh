@@ -30,6 +30,7 @@
 #include "layers/matmul.cuh"
 #include "layers/mix.cuh"
 #include "layers/mix_backward.cuh"
+#include "layers/norm_mix.cuh"
 #include "layers/qk_norm_rotary.cuh"
 #include "layers/reduce.cuh"
 #include "layers/relu2.cuh"
@@ -173,8 +174,7 @@ class Model {
       Acts& a = acts_[i];
       if (i >= L / 2) ok(layers::skip_add(a.x_in_own, x, pushed_[L - 1 - i], S("skip"), i - L / 2, TC));
       a.x_in = i >= L / 2 ? a.x_in_own : x;
-      ok(layers::lambda_mix(a.x_in, x0_, a.x_mix, S(p + "lambda"), TC));
-      ok(layers::rmsnorm_forward(a.x_mix, a.h, a.rstd_h, T, C, eps));
+      ok(layers::mix_rmsnorm_forward(a.x_in, x0_, S(p + "lambda"), a.x_mix, a.h, a.rstd_h, T, C, eps));
       prof_.mark(Profiler::kMatmul);
       mm_(a.h, W(p + "wq"), a.q, T, C, C, false, false);
       mm_(a.h, W(p + "wk"), a.k, T, C, C, false, false);
@@ -277,9 +277,8 @@ class Model {
       mm_(a.h, dk_, G(p + "wk"), C, C, T, true, false, true, true);
       mm_(a.h, dv_, G(p + "wv"), C, C, T, true, false, true, true);
       prof_.mark(Profiler::kNormMix);
-      ok(layers::rmsnorm_backward(a.x_mix, a.rstd_h, dh_, dx_, T, C, true));
-      // x_mix = l0 x_in + l1 x0: dx_ becomes d x_in, dx0_ gathers d x0
-      ok(layers::mix_backward(dx_, a.x_in, x0_, dx0_, true, S(p + "lambda"), G(p + "lambda"), TC, partial_));
+      // h = norm(x_mix), x_mix = l0 x_in + l1 x0: dx_ becomes d x_in, dx0_ gathers d x0
+      ok(layers::rmsnorm_mix_backward(a.x_mix, a.rstd_h, dh_, dx_, a.x_in, x0_, dx0_, S(p + "lambda"), G(p + "lambda"), T, C, partial_));
       // x_in = x_prev + s_j pushed
       if (i >= L / 2) {
         const int j = i - L / 2, src = L - 1 - i;

@@ -1,0 +1,112 @@
+// The block's lambda mix fused with the RMS norm that follows it (SPEC section 3), rows of C:
+//   forward:  x_mix = l[0] x_in + l[1] x0 (bf16);  h = x_mix * rstd,  rstd = 1 / sqrt(mean(x_mix^2) + eps)
+//   backward: g = dx + rstd dh - rstd^3 x_mix (dh . x_mix) / C     (the norm's backward, added to
+//             the gradient dx that reaches x_mix by the residual path; rounded to bf16)
+//             gl[0] += sum g x_in,  gl[1] += sum g x0,  dx0 += l[1] g,  dx = l[0] g
+// x_in, x0, x_mix, h, dh, dx, dx0: bf16 [T][C], C a multiple of 8, 16-byte aligned; rstd fp32 [T].
+// Each gives the bits of the unfused kernels it replaces (lambda_mix then rmsnorm_forward;
+// rmsnorm_backward then mix_backward) except the two scalar sums, which are added in another
+// fixed order (per row, then per block, then the blocks in order): deterministic as well.
+// One warp per row, rows strided over a fixed grid of kDotBlocks blocks of 8 warps. The saving
+// is one pass over a T x C tensor in the forward (x_mix is not read back) and two in the
+// backward (g is not written and read back).
+#pragma once
+#include <initializer_list>
+
+#include "layers/common.cuh"
+#include "layers/reduce.cuh"
+
+namespace layers {
+
+__global__ void mix_rmsnorm_forward_kernel(const bf16* __restrict__ x_in, const bf16* __restrict__ x0, const float* __restrict__ l,
+                                           bf16* __restrict__ x_mix, bf16* __restrict__ h, float* __restrict__ rstd, int T, int C,
+                                           float eps) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+  if (row >= T) return;
+  const size_t base = (size_t)row * C;
+  const float a = l[0], b = l[1];
+  float ss = 0.f;
+  for (int i = lane * 8; i < C; i += 256) {  // rmsnorm_forward's order of additions
+    const Pack8 u = load8(x_in + base + i), v = load8(x0 + base + i);
+    Pack8 o;
+#pragma unroll
+    for (int k = 0; k < 8; k++) o.set(k, a * u.get(k) + b * v.get(k));
+#pragma unroll
+    for (int k = 0; k < 8; k++) ss += o.get(k) * o.get(k);
+    store8(x_mix + base + i, o);
+  }
+  const float r = rsqrtf(warp_sum(ss) / C + eps);
+  for (int i = lane * 8; i < C; i += 256) {  // the lane's own x_mix, just written (L1)
+    const Pack8 v = load8(x_mix + base + i);
+    Pack8 o;
+#pragma unroll
+    for (int k = 0; k < 8; k++) o.set(k, v.get(k) * r);
+    store8(h + base + i, o);
+  }
+  if (lane == 0) rstd[row] = r;
+}
+
+__global__ void rmsnorm_mix_backward_kernel(const bf16* __restrict__ x_mix, const float* __restrict__ rstd, const bf16* __restrict__ dh,
+                                            bf16* __restrict__ dx, const bf16* __restrict__ x_in, const bf16* __restrict__ x0,
+                                            bf16* __restrict__ dx0, const float* __restrict__ l, int T, int C, float* __restrict__ partial) {
+  __shared__ float s[256];
+  const int warps = blockDim.x / 32, lane = threadIdx.x & 31;
+  const float l0 = l[0], l1 = l[1];
+  float acc_a = 0.f, acc_b = 0.f;
+  for (int row = blockIdx.x * warps + threadIdx.x / 32; row < T; row += gridDim.x * warps) {
+    const size_t base = (size_t)row * C;
+    float dot = 0.f;
+    for (int i = lane * 8; i < C; i += 256) {  // rmsnorm_backward's order
+      const Pack8 a = load8(x_mix + base + i), g = load8(dh + base + i);
+#pragma unroll
+      for (int k = 0; k < 8; k++) dot += a.get(k) * g.get(k);
+    }
+    dot = warp_sum(dot);
+    const float r = rstd[row], c = r * r * r * dot / C;
+    for (int i = lane * 8; i < C; i += 256) {
+      const Pack8 a = load8(x_mix + base + i), g = load8(dh + base + i), prev = load8(dx + base + i);
+      const Pack8 xi = load8(x_in + base + i), xz = load8(x0 + base + i), p0 = load8(dx0 + base + i);
+      Pack8 gr, o, o0;
+#pragma unroll
+      for (int k = 0; k < 8; k++) gr.set(k, prev.get(k) + r * g.get(k) - c * a.get(k));  // g, rounded to bf16
+#pragma unroll
+      for (int k = 0; k < 8; k++) {
+        const float gk = gr.get(k);
+        acc_a += gk * xi.get(k);
+        acc_b += gk * xz.get(k);
+        o0.set(k, p0.get(k) + l1 * gk);
+        o.set(k, l0 * gk);
+      }
+      store8(dx0 + base + i, o0);
+      store8(dx + base + i, o);
+    }
+  }
+  block_tree_sum<256>(acc_a, s);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s[0];
+  __syncthreads();
+  block_tree_sum<256>(acc_b, s);
+  if (threadIdx.x == 0) partial[kDotBlocks + blockIdx.x] = s[0];
+}
+
+inline bool norm_mix_ok(int T, int C, std::initializer_list<const void*> ptrs) {
+  uintptr_t a = 0;
+  for (const void* p : ptrs) a |= (uintptr_t)p;
+  return C % 8 == 0 && T >= 0 && a % 16 == 0;
+}
+inline cudaError_t mix_rmsnorm_forward(const bf16* x_in, const bf16* x0, const float* l, bf16* x_mix, bf16* h, float* rstd, int T, int C,
+                                       float eps, cudaStream_t st = 0) {
+  if (!norm_mix_ok(T, C, {x_in, x0, x_mix, h})) return cudaErrorInvalidValue;
+  if (T) mix_rmsnorm_forward_kernel<<<(T + 7) / 8, 256, 0, st>>>(x_in, x0, l, x_mix, h, rstd, T, C, eps);
+  return cudaGetLastError();
+}
+// partial: 2 * kDotBlocks floats of scratch; gl: the two scalar gradients (added to)
+inline cudaError_t rmsnorm_mix_backward(const bf16* x_mix, const float* rstd, const bf16* dh, bf16* dx, const bf16* x_in, const bf16* x0,
+                                        bf16* dx0, const float* l, float* gl, int T, int C, float* partial, cudaStream_t st = 0) {
+  if (!norm_mix_ok(T, C, {x_mix, dh, dx, x_in, x0, dx0})) return cudaErrorInvalidValue;
+  rmsnorm_mix_backward_kernel<<<kDotBlocks, 256, 0, st>>>(x_mix, rstd, dh, dx, x_in, x0, dx0, l, T, C, partial);
+  dot_final_kernel<<<1, kDotBlocks, 0, st>>>(partial, gl, true);
+  dot_final_kernel<<<1, kDotBlocks, 0, st>>>(partial + kDotBlocks, gl + 1, true);
+  return cudaGetLastError();
+}
+
+}  // namespace layers

@@ -204,10 +204,13 @@ static std::string shell_line(const char* cmd) {
   return out;
 }
 
-// The source's commit, or "unknown" where the tree is not a git checkout.
+// The source's commit, with "-dirty" when tracked files differ from it (a run of modified code
+// must not pass for the commit's), or "unknown" where the tree is not a git checkout.
 static std::string git_commit() {
   std::string c = shell_line("git rev-parse --short HEAD 2>/dev/null");
-  return c.empty() ? "unknown" : c;
+  if (c.empty()) return "unknown";
+  if (!shell_line("git status --porcelain --untracked-files=no 2>/dev/null").empty()) c += "-dirty";
+  return c;
 }
 
 // Dense bf16 tensor-core peak of the GPU (no sparsity), for MFU; 0 when unknown.

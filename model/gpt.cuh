@@ -15,7 +15,8 @@
 // relu(u)^2. The MLP's pre-activation u (4 C) is not kept: its backward needs only
 // max(u, 0) = sqrt(r). The value embedding ve is gathered from its table again where needed.
 // Element-wise work is fused where a tensor would otherwise make two round trips to memory
-// (q/k norm + rotary, value embedding + mix, the mixes' backwards with their scalar gradients),
+// (q/k norm + rotary, value embedding + mix, lambda mix + norm, the mixes' backwards with their
+// scalar gradients),
 // and residual adds are written by the matmul (D = C + AB) instead of copies.
 #pragma once
 #include <cuda_runtime.h>
@@ -319,9 +320,6 @@ class Model {
     buffers_.push_back(*p);
   }
   static void ok(cudaError_t e) { cuda_check(e, "kernel launch"); }
-  static void copy(bf16* dst, const bf16* src, size_t n) {
-    cuda_check(cudaMemcpyAsync(dst, src, n * sizeof(bf16), cudaMemcpyDeviceToDevice), "copy");
-  }
   std::string ve_name(int i) const {
     const int L = cfg_.layers;
     return "value_embed." + std::to_string(i < L / 2 ? i : L - 1 - i);

@@ -16,8 +16,7 @@
 // max(u, 0) = sqrt(r). The value embedding ve is gathered from its table again where needed.
 // Element-wise work is fused where a tensor would otherwise make two round trips to memory
 // (q/k norm + rotary, value embedding + mix, lambda mix + norm, the mixes' backwards with their
-// scalar gradients),
-// and residual adds are written by the matmul (D = C + AB) instead of copies.
+// scalar gradients), and residual adds are written by the matmul (D = C + AB) instead of copies.
 #pragma once
 #include <cuda_runtime.h>
 

@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "attention/attention.h"
+#include "attention/attention_sm90.h"
 #include "attention/mma.cuh"
 #include "attention/softmax.cuh"
 
@@ -255,6 +256,7 @@ static cudaError_t launch_bwd(const bf16* q, const bf16* k, const bf16* v, const
   attention_bwd_drow_kernel<D><<<(T * H + warps - 1) / warps, warps * 32, 0, stream>>>(o, dout, drow, T, H);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
+  if (use_sm90_kernels()) return attention_backward_sm90(q, k, v, o, dout, lse, dq, dk, dv, drow, T, H, D, mask, stream);
 
   const size_t smem_dkdv = (size_t)6 * kBwdBlock * D * sizeof(bf16) + 4 * kBwdBlock * sizeof(float);
   err = cudaFuncSetAttribute(attention_bwd_dkdv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dkdv);

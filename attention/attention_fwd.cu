@@ -14,6 +14,7 @@
 #include <cstdlib>
 
 #include "attention/attention.h"
+#include "attention/attention_sm90.h"
 #include "attention/mma.cuh"
 #include "attention/softmax.cuh"
 
@@ -164,6 +165,7 @@ static cudaError_t launch_fwd(const bf16* q, const bf16* k, const bf16* v, bf16*
 cudaError_t attention_forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, int T, int H, int D,
                               const MaskDesc& mask, cudaStream_t stream) {
   if (T < 1 || H < 1 || mask.window < 0) return cudaErrorInvalidValue;
+  if ((D == 64 || D == 128) && use_sm90_kernels()) return attention_forward_sm90(q, k, v, o, lse, T, H, D, mask, stream);
   if (D == 64) return launch_fwd<64>(q, k, v, o, lse, T, H, mask, stream);
   if (D == 128) return launch_fwd<128>(q, k, v, o, lse, T, H, mask, stream);
   return cudaErrorInvalidValue;

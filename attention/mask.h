@@ -13,7 +13,8 @@
 // From the intervals and the document ids, for a tile [q0, q1) x [k0, k1):
 //   classify_tile  -> kSkip (no kept pair: never loaded), kFull (all kept: no per-element test)
 //                     or kPartial (per-element test);
-//   key_range / query_range -> the keys a query tile can see, the queries a key tile can see.
+//   key_range / query_range -> the keys a query tile can see, the queries a key tile can see;
+//   row_keys / col_queries  -> exactly the keys one query keeps (an interval), and the reverse.
 // Host and device code share this header; the CPU reference (reference.h) does not use it.
 #pragma once
 #include <cstdint>
@@ -136,6 +137,19 @@ ATTN_HD void query_range(const MaskBounds& b, int k0, int k1, int& q_lo, int& q_
     q_lo = imax(q_lo, doc_first(b.doc, b.T, b.doc[k0]));
     q_hi = imin(q_hi, doc_last(b.doc, b.T, b.doc[kb]));
   }
+}
+
+// For one query every term bounds the key to an interval (window, block window, causal, the
+// query's document, [0, T)), so the keys it keeps are exactly [lo, hi] (empty: lo > hi); and
+// likewise the queries one key is kept by. Kernels compute these once for the rows they own and
+// test a partial tile's elements with two compares instead of keep().
+ATTN_HD void row_keys(const MaskBounds& b, int q, int& lo, int& hi) {
+  if (q >= b.T) { lo = 1; hi = 0; return; }
+  key_range(b, q, q + 1, lo, hi);
+}
+ATTN_HD void col_queries(const MaskBounds& b, int k, int& lo, int& hi) {
+  if (k >= b.T) { lo = 1; hi = 0; return; }
+  query_range(b, k, k + 1, lo, hi);
 }
 
 // Kept (q, k) pairs of the whole mask. For one query every term bounds k to an interval: the

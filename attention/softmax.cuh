@@ -1,6 +1,7 @@
 // Score handling shared by the forward and dQ kernels, on one warp's 16 x 64 C-layout tile
 // (this thread: rows g and g+8, columns 2t, 2t+1 of each n8 block).
-//   apply_mask: masked elements -> -inf (only called on partial tiles).
+//   apply_mask: masked elements -> -inf (only called on partial tiles); apply_mask_interval the
+//   same from the rows' kept intervals.
 //   OnlineSoftmax: running max m (of scale * log2(e) * s) and sum l per row; rescales the output
 //   accumulator when the max grows and turns s into p = 2^(scale_log2 * s - m) in place (the
 //   scale rides in the exponent's FMA). A row that has kept nothing so far has
@@ -22,12 +23,27 @@ __device__ __forceinline__ void apply_mask(float (&s)[NB][4], const MaskBounds& 
       if (!keep(mb, row0 + 8 * (e >> 1), col0 + nb * 8 + (e & 1))) s[nb][e] = -INFINITY;
 }
 
+// Masked elements of a partial tile from the kept intervals of this thread's two rows
+// (mask.h row_keys / col_queries): column c is kept by row r when lo[r] <= c <= hi[r].
+template <int NB>
+__device__ __forceinline__ void apply_mask_interval(float (&s)[NB][4], const int (&lo)[2], const int (&hi)[2], int col0) {
+#pragma unroll
+  for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int c = col0 + nb * 8 + (e & 1), r = e >> 1;
+      if (c < lo[r] || c > hi[r]) s[nb][e] = -INFINITY;
+    }
+}
+
 struct OnlineSoftmax {
   float m[2] = {-INFINITY, -INFINITY};
   float l[2] = {0.f, 0.f};
 
-  template <int NB, int NO>
-  __device__ __forceinline__ void update(float (&s)[NB][4], float (&acc)[NO][4], float scale_log2) {
+  // Folds a tile of scores into the running max and sum; s becomes p in place; alpha (per row)
+  // is the factor by which the output accumulated so far must be rescaled.
+  template <int NB>
+  __device__ __forceinline__ void step(float (&s)[NB][4], float scale_log2, float (&alpha)[2]) {
 #pragma unroll
     for (int r = 0; r < 2; r++) {
       float mx = -INFINITY;
@@ -37,14 +53,9 @@ struct OnlineSoftmax {
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
       mx = fmaxf(m[r], mx * scale_log2);  // -inf * scale stays -inf
       const float base = mx == -INFINITY ? 0.f : mx;
-      const float alpha = exp2f(m[r] - base);
+      alpha[r] = exp2f(m[r] - base);
       m[r] = mx;
-      l[r] *= alpha;
-#pragma unroll
-      for (int nb = 0; nb < NO; nb++) {
-        acc[nb][2 * r] *= alpha;
-        acc[nb][2 * r + 1] *= alpha;
-      }
+      l[r] *= alpha[r];
 #pragma unroll
       for (int nb = 0; nb < NB; nb++) {
         s[nb][2 * r] = exp2f(fmaf(s[nb][2 * r], scale_log2, -base));
@@ -52,6 +63,24 @@ struct OnlineSoftmax {
         l[r] += s[nb][2 * r] + s[nb][2 * r + 1];
       }
     }
+  }
+
+  template <int NO>
+  __device__ __forceinline__ static void rescale(float (&acc)[NO][4], const float (&alpha)[2]) {
+#pragma unroll
+    for (int nb = 0; nb < NO; nb++) {
+      acc[nb][0] *= alpha[0];
+      acc[nb][1] *= alpha[0];
+      acc[nb][2] *= alpha[1];
+      acc[nb][3] *= alpha[1];
+    }
+  }
+
+  template <int NB, int NO>
+  __device__ __forceinline__ void update(float (&s)[NB][4], float (&acc)[NO][4], float scale_log2) {
+    float alpha[2];
+    step(s, scale_log2, alpha);
+    rescale(acc, alpha);
   }
 
   // 1/l (0 for an empty row) and lse in natural-log units.

@@ -17,21 +17,21 @@ fi
 tail -3 "$LOG/build.log"
 make -j16 train_gpt > "$LOG/build_train_gpt.log" 2>&1 && echo "train_gpt built" || { echo "train_gpt build FAILED"; tail -5 "$LOG/build_train_gpt.log"; }
 step test-gpu
-timeout 300 build/tests/test_attention_gpu > "$LOG/test_gpu.log" 2>&1; echo "exit $?" >> "$LOG/test_gpu.log"
+timeout 300 build/tests/test_attention_gpu ${TEST_ARGS:-} > "$LOG/test_gpu.log" 2>&1; echo "exit $?" >> "$LOG/test_gpu.log"
 cp attention_errors.txt "$LOG/" 2>/dev/null
 step attn-run
 timeout 120 python3 tests/test_attn_run.py attention/attn_run > "$LOG/attn_run.log" 2>&1
 step bench
 timeout 180 build/bench/bench_attention "$LOG/bench_attention.json" > "$LOG/bench.log" 2>&1
-step bench-blockn32
-ATTN_FWD_BLOCK_N=32 timeout 120 build/bench/bench_attention /tmp/bn32.json > "$LOG/bench_bn32.log" 2>&1
+step bench-sm80
+[ -z "${SKIP_SM80:-}" ] && ATTN_KERNELS=sm80 timeout 180 build/bench/bench_attention /tmp/sm80.json > "$LOG/bench_sm80.log" 2>&1
 step tiktoken
 [ -d .devdata ] && timeout 60 python3 scripts/make_tiktoken_fixture.py ids .devdata/gpt2 .devdata/tok_inputs.json > "$LOG/tiktoken_gpt2.json" 2> "$LOG/tiktoken.err"
 step flex
 [ -z "${SKIP_FLEX:-}" ] && timeout "${FLEX_TIMEOUT:-300}" python3 bench/compare_flex.py "$LOG/bench_attention.json" "$LOG/compare.md" > "$LOG/compare.log" 2>&1
 if [ -n "${PROFILE:-}" ] && command -v ncu >/dev/null; then
   step profile
-  for k in attention_fwd_kernel attention_bwd_dq_kernel attention_bwd_dkdv_kernel; do
+  for k in ${PROFILE_KERNELS:-attention_fwd_sm90_kernel attention_bwd_dq_sm90_kernel attention_bwd_dkdv_sm90_kernel}; do
     BENCH_ONLY="causal + window 1024" timeout 120 ncu --clock-control none -k "regex:$k" --launch-skip 5 --launch-count 1 \
       --section SpeedOfLight --section WarpStateStats --section Occupancy --section ComputeWorkloadAnalysis \
       --section MemoryWorkloadAnalysis --section LaunchStats build/bench/bench_attention /tmp/ncu_bench.json > "$LOG/ncu_$k.txt" 2>&1
@@ -43,5 +43,5 @@ echo "== summary"
 grep -E "FAIL|passed|sampled|exit" "$LOG/test_gpu.log" | tail -25
 tail -3 "$LOG/attn_run.log"
 cat "$LOG/bench.log"
-echo "-- forward with 32-wide key tiles (ATTN_FWD_BLOCK_N=32):"; cat "$LOG/bench_bn32.log"
+echo "-- the sm80 (mma.sync) kernels, ATTN_KERNELS=sm80:"; cat "$LOG/bench_sm80.log" 2>/dev/null
 tail -16 "$LOG/compare.log"

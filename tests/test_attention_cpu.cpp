@@ -94,6 +94,18 @@ int main() {
     CHECK(mismatches == 0, "trial %d: %d pairs where mask.h and the reference disagree", trial, mismatches);
     CHECK(bad_skip == 0 && bad_full == 0, "trial %d: %d skipped tiles keep pairs, %d full tiles miss pairs", trial, bad_skip, bad_full);
     CHECK(out_of_range == 0, "trial %d: %d kept pairs outside key_range/query_range", trial, out_of_range);
+    // one query keeps exactly an interval of keys, one key is kept by an interval of queries
+    int interval_mismatches = 0;
+    for (int q = 0; q < T + 3; q++)
+      for (int k = 0; k < T + 3; k++) {
+        int klo, khi, qlo, qhi;
+        attn::row_keys(b, q, klo, khi);
+        attn::col_queries(b, k, qlo, qhi);
+        const bool r = q < T && k < T && ref::keep(rm, q, k);
+        interval_mismatches += (r != (k >= klo && k <= khi)) + (r != (q >= qlo && q <= qhi));
+      }
+    CHECK(interval_mismatches == 0, "trial %d: %d disagreements of row_keys/col_queries with the reference", trial,
+          interval_mismatches);
     // with causal on, uni and bi normalise to the same bounds
     if (km.causal && km.window) {
       attn::MaskDesc other = km;

@@ -1,0 +1,326 @@
+// Backward of fused masked attention on Hopper (sm90a: wgmma), same math and the same
+// deterministic split as attention_bwd.cu (no atomics: every output written by one block):
+//
+//   P = exp(S - lse)  (S = scale Q K^T + mask, recomputed),  Drow = rowsum(dO * O) (pre-pass)
+//   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - Drow),  dQ = scale dS K,  dK = scale dS^T Q
+//   Q, K, V, dO, dQ, dK, dV: bf16 [T, H, D];  lse, Drow: fp32 [H, T];  D in {64, 128}.
+//
+// dK/dV: one block of two warpgroups owns 128 keys (64 a warpgroup) and walks the query tiles
+// of 64 that see them. Per tile, each warpgroup computes the transposed scores with keys as rows,
+//   S^T = K Q^T, dP^T = V dO^T          wgmma, all operands in shared memory
+//   P^T, dS^T                            registers (accumulator layout = next A fragment)
+//   dV += P^T dO, dK += dS^T Q           wgmma, A from registers, left running into the next tile
+// dQ: one block owns 128 queries and walks key tiles of 64:
+//   S = Q K^T, dP = dO V^T;  dS;  dQ += dS K.
+// Tiles stream through 3 shared buffers with cp.async, one tile ahead; a buffer is rewritten
+// two tiles after its use, when every warpgroup has passed the barrier that follows the wait
+// for the wgmmas reading it (wgmma.cuh has the layout and the ordering rules).
+#include <cmath>
+
+#include "attention/attention_sm90.h"
+#include "attention/softmax.cuh"
+#include "attention/wgmma.cuh"
+
+namespace attn {
+
+constexpr int kB90Own = 128, kB90Walk = 64, kB90Threads = 256, kB90Stages = 3;
+
+// lse in log2 units; a row that kept nothing (lse = -inf) gets +inf so that every p is 0.
+__device__ __forceinline__ float lse_log2_sm90(float lse) { return lse == -INFINITY ? INFINITY : lse * (float)M_LOG2E; }
+
+__device__ __forceinline__ unsigned char* align1024(unsigned char* p) {
+  return p + ((1024 - (sm80::smem_addr(p) & 1023)) & 1023);
+}
+
+// ---------------------------------------------------------------------------------- dK, dV
+template <int D>
+constexpr size_t dkdv_sm90_smem() {
+  return (size_t)(2 * kB90Own + 2 * kB90Stages * kB90Walk) * D * sizeof(bf16) + 2 * kB90Stages * kB90Walk * sizeof(float) + 1024;
+}
+
+template <int D>
+__global__ void __launch_bounds__(kB90Threads, 1)
+    attention_bwd_dkdv_sm90_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V,
+                                   const bf16* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ drow,
+                                   bf16* __restrict__ dK, bf16* __restrict__ dV, int T, int H, MaskBounds mb,
+                                   float scale_log2, float scale) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using namespace sm90;
+  constexpr int BK = kB90Own, BQ = kB90Walk, S = kB90Stages;
+  extern __shared__ unsigned char smem_raw[];
+  bf16* sK = reinterpret_cast<bf16*>(align1024(smem_raw));
+  bf16* sV = sK + BK * D;
+  bf16* sQ = sV + BK * D;         // S buffers
+  bf16* sdO = sQ + S * BQ * D;    // S buffers
+  float* sLse = reinterpret_cast<float*>(sdO + S * BQ * D);  // S x BQ
+  float* sDr = sLse + S * BQ;                                 // S x BQ
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
+  const int k0 = blockIdx.x * BK, h = blockIdx.y;
+
+  int q_lo, q_hi;
+  query_range(mb, k0, k0 + BK, q_lo, q_hi);
+  const int qt_end = q_hi >= q_lo ? q_hi / BQ + 1 : 0;
+  auto next_tile = [&](int qt) {
+    while (qt < qt_end && classify_tile(mb, qt * BQ, (qt + 1) * BQ, k0, k0 + BK) == kSkip) qt++;
+    return qt;
+  };
+  int qt = next_tile(q_lo / BQ);
+  int qt_load = qt, n_issued = 0;
+  auto issue_load = [&]() {
+    if (qt_load < qt_end) {
+      const int st = n_issued % S, qs = qt_load * BQ;
+      load_tile<D, BQ, kB90Threads>(sQ + st * BQ * D, Q, qs, T, H, h);
+      load_tile<D, BQ, kB90Threads>(sdO + st * BQ * D, dO, qs, T, H, h);
+      for (int i = threadIdx.x; i < 2 * BQ; i += kB90Threads) {
+        const int j = i % BQ, row = qs + j;
+        const float* src = (i < BQ ? LSE : drow) + (size_t)h * T + (row < T ? row : 0);
+        sm80::cp_async4(smem_addr((i < BQ ? sLse : sDr) + st * BQ + j), src, row < T);
+      }
+      qt_load = next_tile(qt_load + 1);
+    }
+    n_issued++;
+    sm80::cp_async_commit();
+  };
+  auto tile_ready = [&]() {  // the tile loaded last but one is in shared memory for every thread
+    sm80::cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    issue_load();
+  };
+  load_tile<D, BK, kB90Threads>(sK, K, k0, T, H, h);
+  load_tile<D, BK, kB90Threads>(sV, V, k0, T, H, h);
+  issue_load();
+
+  float dk[D / 8][4] = {}, dv[D / 8][4] = {};
+  const int key0 = k0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's keys: key0, key0 + 8
+  int q_lo2[2], q_hi2[2];  // the queries each key is kept by (mask.h col_queries)
+  col_queries(mb, key0, q_lo2[0], q_hi2[0]);
+  col_queries(mb, key0 + 8, q_lo2[1], q_hi2[1]);
+  uint32_t pa[BQ / 16][4], dsa[BQ / 16][4];  // P^T and dS^T of the previous tile
+  float s[BQ / 8][4], dp[BQ / 8][4];         // S^T and dP^T: keys as rows
+  // Per tile j (after the first): issue S^T_j, dP^T_j and the dV, dK updates of tile j - 1;
+  // P^T_j and dS^T_j are computed while the updates run.
+  int it = 0;
+  while (qt < qt_end) {
+    const int st = it % S, st_prev = (it + S - 1) % S;
+    tile_ready();
+    const bf16* q_tile = sQ + st * BQ * D;
+    const bf16* do_tile = sdO + st * BQ * D;
+    wgmma_fence();
+    gemm_ss<BQ, D / 16, BK>(s, sK, wg * 64, q_tile, false);
+    gemm_ss<BQ, D / 16, BK>(dp, sV, wg * 64, do_tile, false);
+    wgmma_commit();
+    if (it > 0) {
+      gemm_rs<D, BQ / 16, BQ>(dv, pa, sdO + st_prev * BQ * D);
+      gemm_rs<D, BQ / 16, BQ>(dk, dsa, sQ + st_prev * BQ * D);
+    }
+    wgmma_commit();
+    wgmma_wait<1>();  // S^T_j, dP^T_j
+    reg_fence(s);
+    reg_fence(dp);
+
+    const float* lse_t = sLse + st * BQ;
+    const float* dr_t = sDr + st * BQ;
+    const int q0 = qt * BQ;
+    if (classify_tile(mb, q0, q0 + BQ, k0, k0 + BK) != kFull) apply_mask_interval(s, q_lo2, q_hi2, q0 + 2 * (lane & 3));
+#pragma unroll
+    for (int nb = 0; nb < BQ / 8; nb++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int j = nb * 8 + 2 * (lane & 3) + (e & 1);  // query within the tile
+        const float p = exp2f(fmaf(s[nb][e], scale_log2, -lse_log2_sm90(lse_t[j])));
+        s[nb][e] = p;
+        dp[nb][e] = p * (dp[nb][e] - dr_t[j]);  // dS^T
+      }
+    wgmma_wait<0>();  // the updates of tile j - 1 (they read pa, dsa)
+    reg_fence(dk);
+    reg_fence(dv);
+#pragma unroll
+    for (int j = 0; j < BQ / 16; j++) {
+      sm80::c_to_a(pa[j], s[2 * j], s[2 * j + 1]);
+      sm80::c_to_a(dsa[j], dp[2 * j], dp[2 * j + 1]);
+    }
+    qt = next_tile(qt + 1);
+    it++;
+  }
+  if (it > 0) {
+    const int st = (it - 1) % S;
+    wgmma_fence();
+    gemm_rs<D, BQ / 16, BQ>(dv, pa, sdO + st * BQ * D);
+    gemm_rs<D, BQ / 16, BQ>(dk, dsa, sQ + st * BQ * D);
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(dk);
+    reg_fence(dv);
+  }
+  sm80::cp_async_wait<0>();
+  const size_t ld = (size_t)H * D;
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int key = key0 + 8 * r;
+    if (key >= T) continue;
+    const size_t off = (size_t)key * ld + (size_t)h * D + 2 * (lane & 3);
+#pragma unroll
+    for (int nb = 0; nb < D / 8; nb++) {
+      *reinterpret_cast<__nv_bfloat162*>(dK + off + nb * 8) = __floats2bfloat162_rn(dk[nb][2 * r] * scale, dk[nb][2 * r + 1] * scale);
+      *reinterpret_cast<__nv_bfloat162*>(dV + off + nb * 8) = __floats2bfloat162_rn(dv[nb][2 * r], dv[nb][2 * r + 1]);
+    }
+  }
+#else
+  __trap();  // built for another architecture: the launcher only picks this kernel on sm90
+#endif
+}
+
+// ---------------------------------------------------------------------------------- dQ
+template <int D>
+constexpr size_t dq_sm90_smem() {
+  return (size_t)(2 * kB90Own + 2 * kB90Stages * kB90Walk) * D * sizeof(bf16) + 1024;
+}
+
+template <int D>
+__global__ void __launch_bounds__(kB90Threads, 1)
+    attention_bwd_dq_sm90_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V,
+                                 const bf16* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ drow,
+                                 bf16* __restrict__ dQ, int T, int H, MaskBounds mb, float scale_log2, float scale) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using namespace sm90;
+  constexpr int BQ = kB90Own, BK = kB90Walk, S = kB90Stages;
+  extern __shared__ unsigned char smem_raw[];
+  bf16* sQ = reinterpret_cast<bf16*>(align1024(smem_raw));
+  bf16* sdO = sQ + BQ * D;
+  bf16* sK = sdO + BQ * D;       // S buffers
+  bf16* sV = sK + S * BK * D;    // S buffers
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
+  const int n_qt = (T + BQ - 1) / BQ;
+  const int q0 = (n_qt - 1 - blockIdx.x) * BQ, h = blockIdx.y;
+
+  int k_lo, k_hi;
+  key_range(mb, q0, q0 + BQ, k_lo, k_hi);
+  const int kt_end = k_hi >= k_lo ? k_hi / BK + 1 : 0;
+  auto next_tile = [&](int kt) {
+    while (kt < kt_end && classify_tile(mb, q0, q0 + BQ, kt * BK, (kt + 1) * BK) == kSkip) kt++;
+    return kt;
+  };
+  int kt = next_tile(k_lo / BK);
+  int kt_load = kt, n_issued = 0;
+  auto issue_load = [&]() {
+    if (kt_load < kt_end) {
+      const int st = n_issued % S;
+      load_tile<D, BK, kB90Threads>(sK + st * BK * D, K, kt_load * BK, T, H, h);
+      load_tile<D, BK, kB90Threads>(sV + st * BK * D, V, kt_load * BK, T, H, h);
+      kt_load = next_tile(kt_load + 1);
+    }
+    n_issued++;
+    sm80::cp_async_commit();
+  };
+  auto tile_ready = [&]() {  // the tile loaded last but one is in shared memory for every thread
+    sm80::cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    issue_load();
+  };
+  load_tile<D, BQ, kB90Threads>(sQ, Q, q0, T, H, h);
+  load_tile<D, BQ, kB90Threads>(sdO, dO, q0, T, H, h);
+  issue_load();
+
+  const int row0 = q0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's rows: row0, row0 + 8
+  float lse2[2], dr[2];
+  int key_lo[2], key_hi[2];  // the keys each row keeps (mask.h row_keys)
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int row = row0 + 8 * r;
+    lse2[r] = row < T ? lse_log2_sm90(LSE[(size_t)h * T + row]) : INFINITY;
+    dr[r] = row < T ? drow[(size_t)h * T + row] : 0.f;
+    row_keys(mb, row, key_lo[r], key_hi[r]);
+  }
+
+  float acc[D / 8][4] = {};
+  uint32_t dsa[BK / 16][4];  // dS of the previous tile
+  float s[BK / 8][4], dp[BK / 8][4];
+  // Per tile j (after the first): issue S_j, dP_j and dQ += dS_{j-1} K_{j-1}; dS_j is computed
+  // while the update runs.
+  int it = 0;
+  while (kt < kt_end) {
+    const int st = it % S, st_prev = (it + S - 1) % S;
+    tile_ready();
+    wgmma_fence();
+    gemm_ss<BK, D / 16, BQ>(s, sQ, wg * 64, sK + st * BK * D, false);
+    gemm_ss<BK, D / 16, BQ>(dp, sdO, wg * 64, sV + st * BK * D, false);
+    wgmma_commit();
+    if (it > 0) gemm_rs<D, BK / 16, BK>(acc, dsa, sK + st_prev * BK * D);
+    wgmma_commit();
+    wgmma_wait<1>();  // S_j, dP_j
+    reg_fence(s);
+    reg_fence(dp);
+
+    const int k0 = kt * BK;
+    if (classify_tile(mb, q0, q0 + BQ, k0, k0 + BK) != kFull) apply_mask_interval(s, key_lo, key_hi, k0 + 2 * (lane & 3));
+#pragma unroll
+    for (int nb = 0; nb < BK / 8; nb++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const float p = exp2f(fmaf(s[nb][e], scale_log2, -lse2[e >> 1]));
+        dp[nb][e] = p * (dp[nb][e] - dr[e >> 1]);  // dS
+      }
+    wgmma_wait<0>();  // the update of tile j - 1 (it reads dsa)
+    reg_fence(acc);
+#pragma unroll
+    for (int j = 0; j < BK / 16; j++) sm80::c_to_a(dsa[j], dp[2 * j], dp[2 * j + 1]);
+    kt = next_tile(kt + 1);
+    it++;
+  }
+  if (it > 0) {
+    wgmma_fence();
+    gemm_rs<D, BK / 16, BK>(acc, dsa, sK + ((it - 1) % S) * BK * D);
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(acc);
+  }
+  sm80::cp_async_wait<0>();
+  const size_t ld = (size_t)H * D;
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int row = row0 + 8 * r;
+    if (row >= T) continue;
+    bf16* out = dQ + (size_t)row * ld + (size_t)h * D + 2 * (lane & 3);
+#pragma unroll
+    for (int nb = 0; nb < D / 8; nb++)
+      *reinterpret_cast<__nv_bfloat162*>(out + nb * 8) = __floats2bfloat162_rn(acc[nb][2 * r] * scale, acc[nb][2 * r + 1] * scale);
+  }
+#else
+  __trap();  // built for another architecture: the launcher only picks this kernel on sm90
+#endif
+}
+
+template <int D>
+static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse,
+                                   bf16* dq, bf16* dk, bf16* dv, const float* drow, int T, int H, const MaskDesc& mask,
+                                   cudaStream_t stream) {
+  const MaskBounds mb = make_bounds(mask, T);
+  const float scale = (float)(1.0 / std::sqrt((double)D)), scale_log2 = (float)(M_LOG2E / std::sqrt((double)D));
+  const dim3 grid((T + kB90Own - 1) / kB90Own, H);
+
+  constexpr size_t smem_dkdv = dkdv_sm90_smem<D>();
+  cudaError_t err = cudaFuncSetAttribute(attention_bwd_dkdv_sm90_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dkdv);
+  if (err != cudaSuccess) return err;
+  attention_bwd_dkdv_sm90_kernel<D><<<grid, kB90Threads, smem_dkdv, stream>>>(q, k, v, dout, lse, drow, dk, dv, T, H, mb,
+                                                                               scale_log2, scale);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+
+  constexpr size_t smem_dq = dq_sm90_smem<D>();
+  err = cudaFuncSetAttribute(attention_bwd_dq_sm90_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dq);
+  if (err != cudaSuccess) return err;
+  attention_bwd_dq_sm90_kernel<D><<<grid, kB90Threads, smem_dq, stream>>>(q, k, v, dout, lse, drow, dq, T, H, mb, scale_log2, scale);
+  return cudaGetLastError();
+}
+
+cudaError_t attention_backward_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* /*o*/, const bf16* dout,
+                                    const float* lse, bf16* dq, bf16* dk, bf16* dv, float* drow, int T, int H, int D,
+                                    const MaskDesc& mask, cudaStream_t stream) {
+  if (D == 64) return launch_bwd_sm90<64>(q, k, v, dout, lse, dq, dk, dv, drow, T, H, mask, stream);
+  if (D == 128) return launch_bwd_sm90<128>(q, k, v, dout, lse, dq, dk, dv, drow, T, H, mask, stream);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace attn

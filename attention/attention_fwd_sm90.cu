@@ -1,0 +1,180 @@
+// Forward of fused masked attention on Hopper (sm90a: wgmma), same math as attention_fwd.cu:
+//
+//   S = scale * Q K^T (+ mask: -inf where not kept),  O = softmax(S) V,  lse = logsumexp(S)
+//   Q, K, V, O: bf16 [T, H, D];  lse: fp32 [H, T];  D in {64, 128}.
+//
+// One block of two warpgroups takes 128 queries of one head (64 rows a warpgroup) and walks the
+// key tiles of 128 that the mask lets them see (mask.h: key_range bounds the walk, classify_tile
+// skips empty tiles and spares full ones the per-element test). Per tile, each warpgroup:
+//   S[64 x 128] = Q K^T          wgmma, Q and K from shared memory
+//   mask, online softmax          registers (softmax.cuh, the same code as the sm80 kernels)
+//   O[64 x D] += P V             wgmma, P from registers, V from shared memory; left running
+//                                 while the next tile's S is issued and waited
+// K and V tiles stream through 3 shared buffers with cp.async, one tile ahead.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "attention/attention_sm90.h"
+#include "attention/softmax.cuh"
+#include "attention/wgmma.cuh"
+
+namespace attn {
+
+constexpr int kF90BlockM = 128, kF90BlockN = 128, kF90Threads = 256;
+
+template <int D, int kStages>
+constexpr size_t fwd_sm90_smem() {
+  return (size_t)(kF90BlockM + 2 * kStages * kF90BlockN) * D * sizeof(__nv_bfloat16) + 1024;
+}
+
+template <int D, int kStages>
+__global__ void __launch_bounds__(kF90Threads, 1)
+    attention_fwd_sm90_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V,
+                              bf16* __restrict__ O, float* __restrict__ LSE, int T, int H, MaskBounds mb, float scale_log2) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using namespace sm90;
+  constexpr int BM = kF90BlockM, BN = kF90BlockN, NB = BN / 8;
+  extern __shared__ unsigned char smem_raw[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
+  bf16* sK = sQ + BM * D;                // kStages buffers
+  bf16* sV = sK + kStages * BN * D;      // kStages buffers
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
+  const int n_qt = (T + BM - 1) / BM;
+  const int q0 = (n_qt - 1 - blockIdx.x) * BM, h = blockIdx.y;
+
+  int k_lo, k_hi;
+  key_range(mb, q0, q0 + BM, k_lo, k_hi);
+  const int kt_end = k_hi >= k_lo ? k_hi / BN + 1 : 0;
+  auto next_tile = [&](int kt) {
+    while (kt < kt_end && classify_tile(mb, q0, q0 + BM, kt * BN, (kt + 1) * BN) == kSkip) kt++;
+    return kt;
+  };
+  int kt = next_tile(k_lo / BN);
+  // Tile j + 1 is loaded while tile j is computed. A stage is rewritten two iterations after
+  // its tile was used: by then every warpgroup has waited for the wgmmas that read it (the
+  // barrier at the top of each iteration), so one barrier per tile suffices with 3 stages.
+  int kt_load = kt, n_issued = 0;
+  auto issue_load = [&]() {
+    if (kt_load < kt_end) {
+      const int st = n_issued % kStages;
+      load_tile<D, BN, kF90Threads>(sK + st * BN * D, K, kt_load * BN, T, H, h);
+      load_tile<D, BN, kF90Threads>(sV + st * BN * D, V, kt_load * BN, T, H, h);
+      kt_load = next_tile(kt_load + 1);
+    }
+    n_issued++;
+    sm80::cp_async_commit();
+  };
+  auto tile_ready = [&]() {  // the tile loaded last but one is in shared memory for every thread
+    sm80::cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    issue_load();
+  };
+  load_tile<D, BM, kF90Threads>(sQ, Q, q0, T, H, h);
+  issue_load();
+
+  const int row0 = q0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's rows: row0, row0 + 8
+  int key_lo[2], key_hi[2];  // the keys each row keeps (mask.h row_keys)
+  row_keys(mb, row0, key_lo[0], key_hi[0]);
+  row_keys(mb, row0 + 8, key_lo[1], key_hi[1]);
+  const int col = 2 * (lane & 3);
+  auto scores = [&](float (&s)[NB][4], int kt_) {  // mask and online softmax of a finished S
+    const int k0 = kt_ * BN;
+    if (classify_tile(mb, q0, q0 + BM, k0, k0 + BN) != kFull) apply_mask_interval(s, key_lo, key_hi, k0 + col);
+  };
+
+  float acc[D / 8][4] = {};
+  OnlineSoftmax sm;
+  uint32_t pa[BN / 16][4];  // P of the previous tile, as A fragments
+  float s[NB][4], alpha[2];
+  // Per tile j (after the first): issue S_j = Q K_j^T and O += P_{j-1} V_{j-1}; the softmax of
+  // S_j runs while the second wgmma does; then O is rescaled and P_j packed.
+  int it = 0;
+  while (kt < kt_end) {
+    const int st = it % kStages, st_prev = (it + kStages - 1) % kStages;
+    tile_ready();
+    wgmma_fence();
+    gemm_ss<BN, D / 16, BM>(s, sQ, wg * 64, sK + st * BN * D, false);
+    wgmma_commit();
+    if (it > 0) gemm_rs<D, BN / 16, BN>(acc, pa, sV + st_prev * BN * D);
+    wgmma_commit();
+    wgmma_wait<1>();  // S_j
+    reg_fence(s);
+    scores(s, kt);
+    sm.step(s, scale_log2, alpha);
+    wgmma_wait<0>();  // O += P_{j-1} V_{j-1}
+    reg_fence(acc);
+    OnlineSoftmax::rescale(acc, alpha);
+#pragma unroll
+    for (int j = 0; j < BN / 16; j++) sm80::c_to_a(pa[j], s[2 * j], s[2 * j + 1]);
+    kt = next_tile(kt + 1);
+    it++;
+  }
+  if (it > 0) {
+    wgmma_fence();
+    gemm_rs<D, BN / 16, BN>(acc, pa, sV + ((it - 1) % kStages) * BN * D);
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(acc);
+  }
+  sm80::cp_async_wait<0>();
+
+  // epilogue: O = acc / l, lse = (m + log2 l) * ln 2
+  float inv[2], lse[2];
+  sm.finish(inv, lse);
+  const size_t ld = (size_t)H * D;
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int row = row0 + 8 * r;
+    if (row >= T) continue;
+    bf16* orow = O + (size_t)row * ld + (size_t)h * D + 2 * (lane & 3);
+#pragma unroll
+    for (int nb = 0; nb < D / 8; nb++)
+      *reinterpret_cast<__nv_bfloat162*>(orow + nb * 8) = __floats2bfloat162_rn(acc[nb][2 * r] * inv[r], acc[nb][2 * r + 1] * inv[r]);
+    if ((lane & 3) == 0) LSE[(size_t)h * T + row] = lse[r];
+  }
+#else
+  __trap();  // built for another architecture: the launcher only picks this kernel on sm90
+#endif
+}
+
+template <int D>
+static cudaError_t launch_fwd_sm90(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, int T, int H,
+                                   const MaskDesc& mask, cudaStream_t stream) {
+  constexpr int kStages = 3;
+  constexpr size_t smem = fwd_sm90_smem<D, kStages>();
+  auto kernel = attention_fwd_sm90_kernel<D, kStages>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if (err != cudaSuccess) return err;
+  dim3 grid((T + kF90BlockM - 1) / kF90BlockM, H);
+  const float scale_log2 = (float)(M_LOG2E / std::sqrt((double)D));
+  kernel<<<grid, kF90Threads, smem, stream>>>(q, k, v, o, lse, T, H, make_bounds(mask, T), scale_log2);
+  return cudaGetLastError();
+}
+
+bool use_sm90_kernels() {
+  static int cached[64];  // per device: 0 unknown, 1 yes, 2 no
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  if (cached[dev] == 0) {
+    const char* e = std::getenv("ATTN_KERNELS");
+    int major = 0;
+    cudaFuncAttributes attr{};
+    const bool ok = !(e && std::strcmp(e, "sm80") == 0) &&
+                    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major == 9 &&
+                    // the binary holds sm90a code (not only PTX of an older architecture)
+                    cudaFuncGetAttributes(&attr, attention_fwd_sm90_kernel<128, 3>) == cudaSuccess && attr.ptxVersion >= 90;
+    cached[dev] = ok ? 1 : 2;
+  }
+  return cached[dev] == 1;
+}
+
+cudaError_t attention_forward_sm90(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, int T, int H,
+                                   int D, const MaskDesc& mask, cudaStream_t stream) {
+  if (D == 64) return launch_fwd_sm90<64>(q, k, v, o, lse, T, H, mask, stream);
+  if (D == 128) return launch_fwd_sm90<128>(q, k, v, o, lse, T, H, mask, stream);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace attn

@@ -1,0 +1,166 @@
+// sm90 (Hopper) building blocks for the attention tile loops: warpgroup MMA (wgmma) on tiles in
+// shared memory laid out as the 128-byte swizzle that wgmma (and TMA) read, loaded with cp.async.
+//
+// Tile layout ("SW128"): ROWS x D bf16 stored as D/64 column panels, each ROWS x 64 (128 bytes a
+// row); the 16-byte chunk c of row r sits at chunk c ^ (r % 8) of its row. Every tile starts on
+// a 1024-byte boundary (8 rows x 128 bytes: one swizzle atom).
+//
+// wgmma.m64nNk16 (one warpgroup = 4 warps, 128 threads): D[64 x N] (+)= A[64 x 16] B[16 x N].
+//   wgmma_ss: A and B from shared memory, both "K-major" (rows of A / rows of B^T contiguous in
+//             k): S = Q K^T with Q and K as stored.
+//   wgmma_rs: A from registers, B "MN-major" (rows of B contiguous in n): O += P V with V as
+//             stored ([key][d]: k = key, n = d).
+// Register fragments are those of mma.m16n8k16 (mma.cuh), warp w of the warpgroup holding rows
+// 16w..16w+15: accumulator d[j][0..3] = (row g, cols 8j+2t, +1), (row g+8, same); A fragment as
+// mma's A. So c_to_a turns two accumulator blocks into the A fragment of the next wgmma.
+//
+// Shared-memory descriptors (PTX ISA, "matrix descriptor"): start address, LBO, SBO (all >> 4),
+// swizzle mode 1 = 128B in bits 62-63. With 128B swizzle:
+//   K-major : 8 rows at 128 B, 8-row groups at SBO = 1024 B; LBO unused. The k16 step j inside a
+//             64-wide panel advances the start by 32 j bytes (the swizzle is applied on address
+//             bits, so this lands on the right chunks).
+//   MN-major: 64 n-elements contiguous (one 128 B row), the next 64 (next panel) at LBO, 8 k-rows
+//             at 128 B, 8-row groups at SBO = 1024 B.
+// Ordering: shared memory written by cp.async (generic proxy) needs fence.proxy.async before a
+// wgmma (async proxy) reads it; wgmma_fence before the first wgmma that reads registers written
+// by ordinary instructions; commit / wait to consume the results.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "attention/mma.cuh"
+
+namespace attn {
+namespace sm90 {
+
+typedef __nv_bfloat16 bf16;
+using sm80::cp_async16;
+using sm80::smem_addr;
+
+// Element offset of (row, 8-element chunk c) in an SW128 tile of ROWS rows.
+template <int ROWS>
+__device__ __forceinline__ int sw128(int row, int c) {
+  return (c >> 3) * ROWS * 64 + row * 64 + (((c & 7) ^ (row & 7)) << 3);
+}
+
+// Rows [row0, row0 + ROWS) of head h of a [T, H, D] tensor into an SW128 tile; rows past T are
+// zero-filled.
+template <int D, int ROWS, int THREADS>
+__device__ __forceinline__ void load_tile(bf16* tile, const bf16* x, int row0, int T, int H, int h) {
+  constexpr int kChunks = D / 8;
+  const size_t ld = (size_t)H * D;
+#pragma unroll
+  for (int idx = threadIdx.x % THREADS; idx < ROWS * kChunks; idx += THREADS) {
+    const int r = idx / kChunks, c = idx % kChunks, row = row0 + r;
+    const bool valid = row < T;
+    const bf16* src = x + (valid ? (size_t)row * ld : 0) + (size_t)h * D + c * 8;
+    cp_async16(smem_addr(tile + sw128<ROWS>(r, c)), src, valid);
+  }
+}
+
+__device__ __forceinline__ uint64_t desc(const bf16* p, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  return (uint64_t)((smem_addr(p) & 0x3FFFF) >> 4) | ((uint64_t)(lbo_bytes >> 4) << 16) |
+         ((uint64_t)(sbo_bytes >> 4) << 32) | (1ull << 62);
+}
+// K-major operand: rows r0.. (a multiple of 8) of an SW128 tile of ROWS rows, k16 step kk.
+template <int ROWS>
+__device__ __forceinline__ uint64_t desc_k(const bf16* tile, int r0, int kk) {
+  return desc(tile + (kk >> 2) * ROWS * 64 + r0 * 64 + (kk & 3) * 16, 16, 1024);
+}
+// MN-major operand: k rows 16 kk..16 kk+15 of an SW128 tile of ROWS rows, all of its columns.
+template <int ROWS>
+__device__ __forceinline__ uint64_t desc_mn(const bf16* tile, int kk) {
+  return desc(tile + kk * 16 * 64, ROWS * 128, 1024);
+}
+
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accesses of an accumulator across a wgmma issue or wait.
+template <int NB>
+__device__ __forceinline__ void reg_fence(float (&d)[NB][4]) {
+#pragma unroll
+  for (int i = 0; i < NB; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) asm volatile("" : "+f"(d[i][e])::"memory");
+}
+
+// D[64 x N] = (scale_d ? D : 0) + A B, A and B K-major descriptors.
+template <int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b, int scale_d);
+// D[64 x N] = (scale_d ? D : 0) + A B, A in registers, B an MN-major descriptor.
+template <int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b, int scale_d);
+
+#define ATTN_F4(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
+#define ATTN_D32 ATTN_F4(0), ATTN_F4(1), ATTN_F4(2), ATTN_F4(3), ATTN_F4(4), ATTN_F4(5), ATTN_F4(6), ATTN_F4(7)
+#define ATTN_D64 ATTN_D32, ATTN_F4(8), ATTN_F4(9), ATTN_F4(10), ATTN_F4(11), ATTN_F4(12), ATTN_F4(13), ATTN_F4(14), ATTN_F4(15)
+#define ATTN_R32                                                                                                    \
+  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30," \
+  "%31}"
+#define ATTN_R64                                                                                                    \
+  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30," \
+  "%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,"   \
+  "%59,%60,%61,%62,%63}"
+
+template <>
+__device__ __forceinline__ void wgmma_ss<64>(float (&d)[8][4], uint64_t a, uint64_t b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " ATTN_R32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : ATTN_D32
+      : "l"(a), "l"(b), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void wgmma_ss<128>(float (&d)[16][4], uint64_t a, uint64_t b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " ATTN_R64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : ATTN_D64
+      : "l"(a), "l"(b), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<64>(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " ATTN_R32 ", {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+      : ATTN_D32
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<128>(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " ATTN_R64 ", {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
+      : ATTN_D64
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
+}
+#undef ATTN_F4
+#undef ATTN_D32
+#undef ATTN_D64
+#undef ATTN_R32
+#undef ATTN_R64
+
+// Acc[64 x N] (+)= A B^T over K = KSTEPS * 16, A rows r0.. of an SW128 tile of AROWS rows, B an
+// SW128 tile of N rows (both K-major). Issues the wgmmas; the caller commits and waits.
+template <int N, int KSTEPS, int AROWS>
+__device__ __forceinline__ void gemm_ss(float (&acc)[N / 8][4], const bf16* a, int r0, const bf16* b, bool accumulate) {
+#pragma unroll
+  for (int kk = 0; kk < KSTEPS; kk++) wgmma_ss<N>(acc, desc_k<AROWS>(a, r0, kk), desc_k<N>(b, 0, kk), accumulate || kk > 0);
+}
+
+// Acc[64 x N] += P[64 x 16 KB] B, P as accumulator-layout scores in registers (converted to bf16
+// A fragments), B an SW128 tile of BROWS >= 16 KB rows and N columns (MN-major).
+template <int N, int KB, int BROWS>
+__device__ __forceinline__ void gemm_rs(float (&acc)[N / 8][4], const uint32_t (&pa)[KB][4], const bf16* b) {
+#pragma unroll
+  for (int j = 0; j < KB; j++) wgmma_rs<N>(acc, pa[j], desc_mn<BROWS>(b, j), 1);
+}
+
+}  // namespace sm90
+}  // namespace attn

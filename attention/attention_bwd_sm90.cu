@@ -59,16 +59,10 @@ __global__ void __launch_bounds__(kB90Threads, 1)
 
   int q_lo, q_hi;
   query_range(mb, k0, k0 + BK, q_lo, q_hi);
-  const int qt_end = q_hi >= q_lo ? q_hi / BQ + 1 : 0;
-  auto next_tile = [&](int qt) {
-    while (qt < qt_end && classify_tile(mb, qt * BQ, (qt + 1) * BQ, k0, k0 + BK) == kSkip) qt++;
-    return qt;
-  };
-  int qt = next_tile(q_lo / BQ);
-  int qt_load = qt, n_issued = 0;
-  auto issue_load = [&]() {
-    if (qt_load < qt_end) {
-      const int st = n_issued % S, qs = qt_load * BQ;
+  const TileWalk walk(mb, k0, k0 + BK, BQ, q_hi >= q_lo ? q_hi / BQ + 1 : 0, false);
+  auto load_q_side = [&](int qt, int st) {  // one commit group (empty when qt is past the end)
+    if (qt < walk.end) {
+      const int qs = qt * BQ;
       load_tile<D, BQ, kB90Threads>(sQ + st * BQ * D, Q, qs, T, H, h);
       load_tile<D, BQ, kB90Threads>(sdO + st * BQ * D, dO, qs, T, H, h);
       for (int i = threadIdx.x; i < 2 * BQ; i += kB90Threads) {
@@ -76,34 +70,33 @@ __global__ void __launch_bounds__(kB90Threads, 1)
         const float* src = (i < BQ ? LSE : drow) + (size_t)h * T + (row < T ? row : 0);
         sm80::cp_async4(smem_addr((i < BQ ? sLse : sDr) + st * BQ + j), src, row < T);
       }
-      qt_load = next_tile(qt_load + 1);
     }
-    n_issued++;
     sm80::cp_async_commit();
   };
-  auto tile_ready = [&]() {  // the tile loaded last but one is in shared memory for every thread
-    sm80::cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();
-    issue_load();
-  };
-  load_tile<D, BK, kB90Threads>(sK, K, k0, T, H, h);
-  load_tile<D, BK, kB90Threads>(sV, V, k0, T, H, h);
-  issue_load();
 
-  float dk[D / 8][4] = {}, dv[D / 8][4] = {};
   const int key0 = k0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's keys: key0, key0 + 8
   int q_lo2[2], q_hi2[2];  // the queries each key is kept by (mask.h col_queries)
   col_queries(mb, key0, q_lo2[0], q_hi2[0]);
   col_queries(mb, key0 + 8, q_lo2[1], q_hi2[1]);
+
+  TileKind kind_cur, kind_nxt;  // as in the forward: cur computed, nxt loaded, kinds carried along
+  int cur = walk.next(q_lo / BQ, kind_cur);
+  int nxt = walk.next(cur + 1, kind_nxt);
+  load_tile<D, BK, kB90Threads>(sK, K, k0, T, H, h);
+  load_tile<D, BK, kB90Threads>(sV, V, k0, T, H, h);
+  load_q_side(cur, 0);
+
+  float dk[D / 8][4] = {}, dv[D / 8][4] = {};
   uint32_t pa[BQ / 16][4], dsa[BQ / 16][4];  // P^T and dS^T of the previous tile
   float s[BQ / 8][4], dp[BQ / 8][4];         // S^T and dP^T: keys as rows
-  // Per tile j (after the first): issue S^T_j, dP^T_j and the dV, dK updates of tile j - 1;
-  // P^T_j and dS^T_j are computed while the updates run.
+  // Per tile j: issue S^T_j, dP^T_j and the dV, dK updates of tile j - 1, then the load of
+  // tile j + 1; P^T_j and dS^T_j are computed while the updates run.
   int it = 0;
-  while (qt < qt_end) {
+  while (cur < walk.end) {
     const int st = it % S, st_prev = (it + S - 1) % S;
-    tile_ready();
+    sm80::cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
     const bf16* q_tile = sQ + st * BQ * D;
     const bf16* do_tile = sdO + st * BQ * D;
     wgmma_fence();
@@ -115,14 +108,16 @@ __global__ void __launch_bounds__(kB90Threads, 1)
       gemm_rs<D, BQ / 16, BQ>(dk, dsa, sQ + st_prev * BQ * D);
     }
     wgmma_commit();
+    load_q_side(nxt, (it + 1) % S);
+    TileKind kind_after;
+    const int after = walk.next(nxt + 1, kind_after);
+
     wgmma_wait<1>();  // S^T_j, dP^T_j
     reg_fence(s);
     reg_fence(dp);
-
     const float* lse_t = sLse + st * BQ;
     const float* dr_t = sDr + st * BQ;
-    const int q0 = qt * BQ;
-    if (classify_tile(mb, q0, q0 + BQ, k0, k0 + BK) != kFull) apply_mask_interval(s, q_lo2, q_hi2, q0 + 2 * (lane & 3));
+    if (kind_cur != kFull) apply_mask_interval(s, q_lo2, q_hi2, cur * BQ + 2 * (lane & 3));
 #pragma unroll
     for (int nb = 0; nb < BQ / 8; nb++)
 #pragma unroll
@@ -140,7 +135,10 @@ __global__ void __launch_bounds__(kB90Threads, 1)
       sm80::c_to_a(pa[j], s[2 * j], s[2 * j + 1]);
       sm80::c_to_a(dsa[j], dp[2 * j], dp[2 * j + 1]);
     }
-    qt = next_tile(qt + 1);
+    cur = nxt;
+    kind_cur = kind_nxt;
+    nxt = after;
+    kind_nxt = kind_after;
     it++;
   }
   if (it > 0) {
@@ -196,32 +194,14 @@ __global__ void __launch_bounds__(kB90Threads, 1)
 
   int k_lo, k_hi;
   key_range(mb, q0, q0 + BQ, k_lo, k_hi);
-  const int kt_end = k_hi >= k_lo ? k_hi / BK + 1 : 0;
-  auto next_tile = [&](int kt) {
-    while (kt < kt_end && classify_tile(mb, q0, q0 + BQ, kt * BK, (kt + 1) * BK) == kSkip) kt++;
-    return kt;
-  };
-  int kt = next_tile(k_lo / BK);
-  int kt_load = kt, n_issued = 0;
-  auto issue_load = [&]() {
-    if (kt_load < kt_end) {
-      const int st = n_issued % S;
-      load_tile<D, BK, kB90Threads>(sK + st * BK * D, K, kt_load * BK, T, H, h);
-      load_tile<D, BK, kB90Threads>(sV + st * BK * D, V, kt_load * BK, T, H, h);
-      kt_load = next_tile(kt_load + 1);
+  const TileWalk walk(mb, q0, q0 + BQ, BK, k_hi >= k_lo ? k_hi / BK + 1 : 0, true);
+  auto load_kv = [&](int kt, int st) {  // one commit group (empty when kt is past the end)
+    if (kt < walk.end) {
+      load_tile<D, BK, kB90Threads>(sK + st * BK * D, K, kt * BK, T, H, h);
+      load_tile<D, BK, kB90Threads>(sV + st * BK * D, V, kt * BK, T, H, h);
     }
-    n_issued++;
     sm80::cp_async_commit();
   };
-  auto tile_ready = [&]() {  // the tile loaded last but one is in shared memory for every thread
-    sm80::cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();
-    issue_load();
-  };
-  load_tile<D, BQ, kB90Threads>(sQ, Q, q0, T, H, h);
-  load_tile<D, BQ, kB90Threads>(sdO, dO, q0, T, H, h);
-  issue_load();
 
   const int row0 = q0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's rows: row0, row0 + 8
   float lse2[2], dr[2];
@@ -234,27 +214,38 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     row_keys(mb, row, key_lo[r], key_hi[r]);
   }
 
+  TileKind kind_cur, kind_nxt;  // as in the forward: cur computed, nxt loaded, kinds carried along
+  int cur = walk.next(k_lo / BK, kind_cur);
+  int nxt = walk.next(cur + 1, kind_nxt);
+  load_tile<D, BQ, kB90Threads>(sQ, Q, q0, T, H, h);
+  load_tile<D, BQ, kB90Threads>(sdO, dO, q0, T, H, h);
+  load_kv(cur, 0);
+
   float acc[D / 8][4] = {};
   uint32_t dsa[BK / 16][4];  // dS of the previous tile
   float s[BK / 8][4], dp[BK / 8][4];
-  // Per tile j (after the first): issue S_j, dP_j and dQ += dS_{j-1} K_{j-1}; dS_j is computed
-  // while the update runs.
+  // Per tile j: issue S_j, dP_j and dQ += dS_{j-1} K_{j-1}, then the load of tile j + 1; dS_j
+  // is computed while the update runs.
   int it = 0;
-  while (kt < kt_end) {
+  while (cur < walk.end) {
     const int st = it % S, st_prev = (it + S - 1) % S;
-    tile_ready();
+    sm80::cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
     wgmma_fence();
     gemm_ss<BK, D / 16, BQ>(s, sQ, wg * 64, sK + st * BK * D, false);
     gemm_ss<BK, D / 16, BQ>(dp, sdO, wg * 64, sV + st * BK * D, false);
     wgmma_commit();
     if (it > 0) gemm_rs<D, BK / 16, BK>(acc, dsa, sK + st_prev * BK * D);
     wgmma_commit();
+    load_kv(nxt, (it + 1) % S);
+    TileKind kind_after;
+    const int after = walk.next(nxt + 1, kind_after);
+
     wgmma_wait<1>();  // S_j, dP_j
     reg_fence(s);
     reg_fence(dp);
-
-    const int k0 = kt * BK;
-    if (classify_tile(mb, q0, q0 + BQ, k0, k0 + BK) != kFull) apply_mask_interval(s, key_lo, key_hi, k0 + 2 * (lane & 3));
+    if (kind_cur != kFull) apply_mask_interval(s, key_lo, key_hi, cur * BK + 2 * (lane & 3));
 #pragma unroll
     for (int nb = 0; nb < BK / 8; nb++)
 #pragma unroll
@@ -266,7 +257,10 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     reg_fence(acc);
 #pragma unroll
     for (int j = 0; j < BK / 16; j++) sm80::c_to_a(dsa[j], dp[2 * j], dp[2 * j + 1]);
-    kt = next_tile(kt + 1);
+    cur = nxt;
+    kind_cur = kind_nxt;
+    nxt = after;
+    kind_nxt = kind_after;
     it++;
   }
   if (it > 0) {

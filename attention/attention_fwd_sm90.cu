@@ -45,70 +45,64 @@ __global__ void __launch_bounds__(kF90Threads, 1)
 
   int k_lo, k_hi;
   key_range(mb, q0, q0 + BM, k_lo, k_hi);
-  const int kt_end = k_hi >= k_lo ? k_hi / BN + 1 : 0;
-  auto next_tile = [&](int kt) {
-    while (kt < kt_end && classify_tile(mb, q0, q0 + BM, kt * BN, (kt + 1) * BN) == kSkip) kt++;
-    return kt;
-  };
-  int kt = next_tile(k_lo / BN);
-  // Tile j + 1 is loaded while tile j is computed. A stage is rewritten two iterations after
-  // its tile was used: by then every warpgroup has waited for the wgmmas that read it (the
-  // barrier at the top of each iteration), so one barrier per tile suffices with 3 stages.
-  int kt_load = kt, n_issued = 0;
-  auto issue_load = [&]() {
-    if (kt_load < kt_end) {
-      const int st = n_issued % kStages;
-      load_tile<D, BN, kF90Threads>(sK + st * BN * D, K, kt_load * BN, T, H, h);
-      load_tile<D, BN, kF90Threads>(sV + st * BN * D, V, kt_load * BN, T, H, h);
-      kt_load = next_tile(kt_load + 1);
+  const TileWalk walk(mb, q0, q0 + BM, BN, k_hi >= k_lo ? k_hi / BN + 1 : 0, true);
+  auto load_kv = [&](int kt, int st) {  // one commit group (empty when kt is past the end)
+    if (kt < walk.end) {
+      load_tile<D, BN, kF90Threads>(sK + st * BN * D, K, kt * BN, T, H, h);
+      load_tile<D, BN, kF90Threads>(sV + st * BN * D, V, kt * BN, T, H, h);
     }
-    n_issued++;
     sm80::cp_async_commit();
   };
-  auto tile_ready = [&]() {  // the tile loaded last but one is in shared memory for every thread
-    sm80::cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();
-    issue_load();
-  };
-  load_tile<D, BM, kF90Threads>(sQ, Q, q0, T, H, h);
-  issue_load();
 
   const int row0 = q0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's rows: row0, row0 + 8
   int key_lo[2], key_hi[2];  // the keys each row keeps (mask.h row_keys)
   row_keys(mb, row0, key_lo[0], key_hi[0]);
   row_keys(mb, row0 + 8, key_lo[1], key_hi[1]);
-  const int col = 2 * (lane & 3);
-  auto scores = [&](float (&s)[NB][4], int kt_) {  // mask and online softmax of a finished S
-    const int k0 = kt_ * BN;
-    if (classify_tile(mb, q0, q0 + BM, k0, k0 + BN) != kFull) apply_mask_interval(s, key_lo, key_hi, k0 + col);
-  };
+
+  // Tiles: cur (computed now), nxt (loaded now). Its kind travels with each tile, so every tile
+  // is classified once, while the tensor cores run.
+  TileKind kind_cur, kind_nxt;
+  int cur = walk.next(k_lo / BN, kind_cur);
+  int nxt = walk.next(cur + 1, kind_nxt);
+  load_tile<D, BM, kF90Threads>(sQ, Q, q0, T, H, h);
+  load_kv(cur, 0);
 
   float acc[D / 8][4] = {};
   OnlineSoftmax sm;
   uint32_t pa[BN / 16][4];  // P of the previous tile, as A fragments
   float s[NB][4], alpha[2];
-  // Per tile j (after the first): issue S_j = Q K_j^T and O += P_{j-1} V_{j-1}; the softmax of
-  // S_j runs while the second wgmma does; then O is rescaled and P_j packed.
+  // Per tile j: issue S_j = Q K_j^T and O += P_{j-1} V_{j-1}, then the load of tile j + 1; the
+  // softmax of S_j runs while the second wgmma does; then O is rescaled and P_j packed. The
+  // load goes to the buffer of tile j - 2, which every warpgroup finished with before the
+  // barrier (3 buffers, one barrier a tile).
   int it = 0;
-  while (kt < kt_end) {
+  while (cur < walk.end) {
     const int st = it % kStages, st_prev = (it + kStages - 1) % kStages;
-    tile_ready();
+    sm80::cp_async_wait<0>();  // tile j (this thread's copies)
+    fence_proxy_async();
+    __syncthreads();           // ... and every thread's
     wgmma_fence();
     gemm_ss<BN, D / 16, BM>(s, sQ, wg * 64, sK + st * BN * D, false);
     wgmma_commit();
     if (it > 0) gemm_rs<D, BN / 16, BN>(acc, pa, sV + st_prev * BN * D);
     wgmma_commit();
+    load_kv(nxt, (it + 1) % kStages);
+    TileKind kind_after;
+    const int after = walk.next(nxt + 1, kind_after);
+
     wgmma_wait<1>();  // S_j
     reg_fence(s);
-    scores(s, kt);
+    if (kind_cur != kFull) apply_mask_interval(s, key_lo, key_hi, cur * BN + 2 * (lane & 3));
     sm.step(s, scale_log2, alpha);
     wgmma_wait<0>();  // O += P_{j-1} V_{j-1}
     reg_fence(acc);
     OnlineSoftmax::rescale(acc, alpha);
 #pragma unroll
     for (int j = 0; j < BN / 16; j++) sm80::c_to_a(pa[j], s[2 * j], s[2 * j + 1]);
-    kt = next_tile(kt + 1);
+    cur = nxt;
+    kind_cur = kind_nxt;
+    nxt = after;
+    kind_nxt = kind_after;
     it++;
   }
   if (it > 0) {

@@ -75,7 +75,10 @@ ATTN_HD bool keep(const MaskBounds& b, int q, int k) {
 
 enum TileKind { kSkip = 0, kPartial = 1, kFull = 2 };
 
-ATTN_HD TileKind classify_tile(const MaskBounds& b, int q0, int q1, int k0, int k1) {
+// classify_tile with the document ids of the tile's first and last valid query (dq0, dq1) and
+// key (dk0, dk1) already at hand (ignored without documents): a kernel that walks tiles loads
+// only the ids of the side that moves.
+ATTN_HD TileKind classify_tile_ids(const MaskBounds& b, int q0, int q1, int k0, int k1, int dq0, int dq1, int dk0, int dk1) {
   if (q0 >= b.T || k0 >= b.T) return kSkip;
   int qa = q0, qb = imin(q1, b.T) - 1, ka = k0, kb = imin(k1, b.T) - 1;
   int dmin = qa - kb, dmax = qb - ka;
@@ -84,12 +87,56 @@ ATTN_HD TileKind classify_tile(const MaskBounds& b, int q0, int q1, int k0, int 
   if (bmax < b.blo || bmin > b.bhi) return kSkip;
   bool full = dmin >= b.dlo && dmax <= b.dhi && bmin >= b.blo && bmax <= b.bhi && q1 <= b.T && k1 <= b.T;
   if (b.doc) {
-    int dq0 = b.doc[qa], dq1 = b.doc[qb], dk0 = b.doc[ka], dk1 = b.doc[kb];
     if (dq1 < dk0 || dk1 < dq0) return kSkip;
     full = full && dq0 == dq1 && dk0 == dk1 && dq0 == dk0;
   }
   return full ? kFull : kPartial;
 }
+
+// Document ids of the first and last valid position of [p0, p1) (0, 0 without documents or
+// when the range lies past T).
+ATTN_HD void tile_doc_ids(const MaskBounds& b, int p0, int p1, int& d0, int& d1) {
+  d0 = d1 = 0;
+  if (b.doc && p0 < b.T) {
+    d0 = b.doc[p0];
+    d1 = b.doc[imin(p1, b.T) - 1];
+  }
+}
+
+ATTN_HD TileKind classify_tile(const MaskBounds& b, int q0, int q1, int k0, int k1) {
+  int dq0, dq1, dk0, dk1;
+  tile_doc_ids(b, q0, q1, dq0, dq1);
+  tile_doc_ids(b, k0, k1, dk0, dk1);
+  return classify_tile_ids(b, q0, q1, k0, k1, dq0, dq1, dk0, dk1);
+}
+
+// The tiles of one side (keys, for a fixed query range; or queries, for a fixed key range), in
+// steps of `step` from a start, skipping those with no kept pair. next(i, kind) returns the
+// first tile index >= i that is not skipped (or end) and its kind; the fixed side's document
+// ids are loaded once.
+struct TileWalk {
+  MaskBounds b;
+  int f0, f1, fd0, fd1;  // the fixed range and its document ids
+  int step, end;
+  bool fixed_queries;
+
+  ATTN_HD TileWalk(const MaskBounds& b_, int f0_, int f1_, int step_, int end_, bool fixed_queries_)
+      : b(b_), f0(f0_), f1(f1_), step(step_), end(end_), fixed_queries(fixed_queries_) {
+    tile_doc_ids(b, f0, f1, fd0, fd1);
+  }
+  ATTN_HD int next(int i, TileKind& kind) const {
+    for (; i < end; i++) {
+      const int p0 = i * step, p1 = p0 + step;
+      int d0, d1;
+      tile_doc_ids(b, p0, p1, d0, d1);
+      kind = fixed_queries ? classify_tile_ids(b, f0, f1, p0, p1, fd0, fd1, d0, d1)
+                           : classify_tile_ids(b, p0, p1, f0, f1, d0, d1, fd0, fd1);
+      if (kind != kSkip) return i;
+    }
+    kind = kSkip;
+    return end;
+  }
+};
 
 // First position whose document id is >= id, and last position whose id is <= id.
 ATTN_HD int doc_first(const int32_t* doc, int T, int id) {

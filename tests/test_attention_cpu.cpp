@@ -92,6 +92,24 @@ int main() {
         bad_full += kind == attn::kFull && !all;
       }
     CHECK(mismatches == 0, "trial %d: %d pairs where mask.h and the reference disagree", trial, mismatches);
+    // TileWalk visits exactly the tiles classify_tile does not skip, with the same kinds
+    int walk_mismatches = 0;
+    for (int f0 = 0; f0 < T; f0 += tile)
+      for (int side = 0; side < 2; side++) {
+        const int end = (T + tile - 1) / tile;
+        attn::TileWalk walk(b, f0, f0 + tile, tile, end, side == 0);
+        attn::TileKind kind;
+        int i = walk.next(0, kind);
+        for (int t = 0; t < end; t++) {
+          attn::TileKind want = side == 0 ? attn::classify_tile(b, f0, f0 + tile, t * tile, t * tile + tile)
+                                          : attn::classify_tile(b, t * tile, t * tile + tile, f0, f0 + tile);
+          if (want == attn::kSkip) { walk_mismatches += i == t; continue; }
+          walk_mismatches += i != t || kind != want;
+          i = walk.next(t + 1, kind);
+        }
+        walk_mismatches += i != end;
+      }
+    CHECK(walk_mismatches == 0, "trial %d: %d TileWalk steps differ from classify_tile", trial, walk_mismatches);
     CHECK(bad_skip == 0 && bad_full == 0, "trial %d: %d skipped tiles keep pairs, %d full tiles miss pairs", trial, bad_skip, bad_full);
     CHECK(out_of_range == 0, "trial %d: %d kept pairs outside key_range/query_range", trial, out_of_range);
     // one query keeps exactly an interval of keys, one key is kept by an interval of queries

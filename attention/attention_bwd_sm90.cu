@@ -18,6 +18,7 @@
 #include <cmath>
 
 #include "attention/attention_sm90.h"
+#include "attention/own_intervals.cuh"
 #include "attention/softmax.cuh"
 #include "attention/wgmma.cuh"
 
@@ -35,7 +36,8 @@ __device__ __forceinline__ unsigned char* align1024(unsigned char* p) {
 // ---------------------------------------------------------------------------------- dK, dV
 template <int D>
 constexpr size_t dkdv_sm90_smem() {
-  return (size_t)(2 * kB90Own + 2 * kB90Stages * kB90Walk) * D * sizeof(bf16) + 2 * kB90Stages * kB90Walk * sizeof(float) + 1024;
+  return (size_t)(2 * kB90Own + 2 * kB90Stages * kB90Walk) * D * sizeof(bf16) + 2 * kB90Stages * kB90Walk * sizeof(float) +
+         kB90Own * sizeof(int32_t) + 1024;
 }
 
 template <int D>
@@ -54,11 +56,14 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   bf16* sdO = sQ + S * BQ * D;    // S buffers
   float* sLse = reinterpret_cast<float*>(sdO + S * BQ * D);  // S x BQ
   float* sDr = sLse + S * BQ;                                 // S x BQ
+  int32_t* s_ids = reinterpret_cast<int32_t*>(sDr + S * BQ); // BK document ids
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
   const int k0 = blockIdx.x * BK, h = blockIdx.y;
 
-  int q_lo, q_hi;
-  query_range(mb, k0, k0 + BK, q_lo, q_hi);
+  const int key0 = k0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's keys: key0, key0 + 8
+  const int keys[2] = {key0, key0 + 8};
+  int q_lo, q_hi, q_lo2[2], q_hi2[2];  // the block's query range; the queries each key is kept by
+  own_intervals<BK, 2>(mb, k0, false, s_ids, keys, q_lo2, q_hi2, q_lo, q_hi);
   const TileWalk walk(mb, k0, k0 + BK, BQ, q_hi >= q_lo ? q_hi / BQ + 1 : 0, false);
   auto load_q_side = [&](int qt, int st) {  // one commit group (empty when qt is past the end)
     if (qt < walk.end) {
@@ -74,10 +79,6 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     sm80::cp_async_commit();
   };
 
-  const int key0 = k0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's keys: key0, key0 + 8
-  int q_lo2[2], q_hi2[2];  // the queries each key is kept by (mask.h col_queries)
-  col_queries(mb, key0, q_lo2[0], q_hi2[0]);
-  col_queries(mb, key0 + 8, q_lo2[1], q_hi2[1]);
 
   TileKind kind_cur, kind_nxt;  // as in the forward: cur computed, nxt loaded, kinds carried along
   int cur = walk.next(q_lo / BQ, kind_cur);
@@ -172,7 +173,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
 // ---------------------------------------------------------------------------------- dQ
 template <int D>
 constexpr size_t dq_sm90_smem() {
-  return (size_t)(2 * kB90Own + 2 * kB90Stages * kB90Walk) * D * sizeof(bf16) + 1024;
+  return (size_t)(2 * kB90Own + 2 * kB90Stages * kB90Walk) * D * sizeof(bf16) + kB90Own * sizeof(int32_t) + 1024;
 }
 
 template <int D>
@@ -188,12 +189,15 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   bf16* sdO = sQ + BQ * D;
   bf16* sK = sdO + BQ * D;       // S buffers
   bf16* sV = sK + S * BK * D;    // S buffers
+  int32_t* s_ids = reinterpret_cast<int32_t*>(sV + S * BK * D);  // BQ document ids
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
   const int n_qt = (T + BQ - 1) / BQ;
   const int q0 = (n_qt - 1 - blockIdx.x) * BQ, h = blockIdx.y;
 
-  int k_lo, k_hi;
-  key_range(mb, q0, q0 + BQ, k_lo, k_hi);
+  const int row0 = q0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's rows: row0, row0 + 8
+  const int rows[2] = {row0, row0 + 8};
+  int k_lo, k_hi, key_lo[2], key_hi[2];  // the block's key range; the keys each row keeps
+  own_intervals<BQ, 2>(mb, q0, true, s_ids, rows, key_lo, key_hi, k_lo, k_hi);
   const TileWalk walk(mb, q0, q0 + BQ, BK, k_hi >= k_lo ? k_hi / BK + 1 : 0, true);
   auto load_kv = [&](int kt, int st) {  // one commit group (empty when kt is past the end)
     if (kt < walk.end) {
@@ -203,15 +207,12 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     sm80::cp_async_commit();
   };
 
-  const int row0 = q0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's rows: row0, row0 + 8
   float lse2[2], dr[2];
-  int key_lo[2], key_hi[2];  // the keys each row keeps (mask.h row_keys)
 #pragma unroll
   for (int r = 0; r < 2; r++) {
     const int row = row0 + 8 * r;
     lse2[r] = row < T ? lse_log2_sm90(LSE[(size_t)h * T + row]) : INFINITY;
     dr[r] = row < T ? drow[(size_t)h * T + row] : 0.f;
-    row_keys(mb, row, key_lo[r], key_hi[r]);
   }
 
   TileKind kind_cur, kind_nxt;  // as in the forward: cur computed, nxt loaded, kinds carried along

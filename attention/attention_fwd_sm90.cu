@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "attention/attention_sm90.h"
+#include "attention/own_intervals.cuh"
 #include "attention/softmax.cuh"
 #include "attention/wgmma.cuh"
 
@@ -25,7 +26,7 @@ constexpr int kF90BlockM = 128, kF90BlockN = 128, kF90Threads = 256;
 
 template <int D, int kStages>
 constexpr size_t fwd_sm90_smem() {
-  return (size_t)(kF90BlockM + 2 * kStages * kF90BlockN) * D * sizeof(__nv_bfloat16) + 1024;
+  return (size_t)(kF90BlockM + 2 * kStages * kF90BlockN) * D * sizeof(__nv_bfloat16) + kF90BlockM * sizeof(int32_t) + 1024;
 }
 
 template <int D, int kStages>
@@ -39,12 +40,15 @@ __global__ void __launch_bounds__(kF90Threads, 1)
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
   bf16* sK = sQ + BM * D;                // kStages buffers
   bf16* sV = sK + kStages * BN * D;      // kStages buffers
+  int32_t* s_ids = reinterpret_cast<int32_t*>(sV + kStages * BN * D);  // BM document ids
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
   const int n_qt = (T + BM - 1) / BM;
   const int q0 = (n_qt - 1 - blockIdx.x) * BM, h = blockIdx.y;
 
-  int k_lo, k_hi;
-  key_range(mb, q0, q0 + BM, k_lo, k_hi);
+  const int row0 = q0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's rows: row0, row0 + 8
+  const int rows[2] = {row0, row0 + 8};
+  int k_lo, k_hi, key_lo[2], key_hi[2];  // the block's key range; the keys each row keeps
+  own_intervals<BM, 2>(mb, q0, true, s_ids, rows, key_lo, key_hi, k_lo, k_hi);
   const TileWalk walk(mb, q0, q0 + BM, BN, k_hi >= k_lo ? k_hi / BN + 1 : 0, true);
   auto load_kv = [&](int kt, int st) {  // one commit group (empty when kt is past the end)
     if (kt < walk.end) {
@@ -54,10 +58,6 @@ __global__ void __launch_bounds__(kF90Threads, 1)
     sm80::cp_async_commit();
   };
 
-  const int row0 = q0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's rows: row0, row0 + 8
-  int key_lo[2], key_hi[2];  // the keys each row keeps (mask.h row_keys)
-  row_keys(mb, row0, key_lo[0], key_hi[0]);
-  row_keys(mb, row0 + 8, key_lo[1], key_hi[1]);
 
   // Tiles: cur (computed now), nxt (loaded now). Its kind travels with each tile, so every tile
   // is classified once, while the tensor cores run.

@@ -15,7 +15,7 @@
 
 namespace attn {
 
-// Bytes of device workspace attention_backward needs (the rowsum(dO * O) vector).
+// Bytes of device workspace attention_backward needs (rowsum(dO * O) and lse in log2 units).
 size_t backward_workspace_bytes(int T, int H);
 
 cudaError_t attention_forward(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,

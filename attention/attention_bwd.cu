@@ -21,12 +21,16 @@ using namespace sm80;
 
 constexpr int kBwdBlock = 64, kBwdThreads = 128;
 
-size_t backward_workspace_bytes(int T, int H) { return (size_t)T * H * sizeof(float); }
+// Drow [H, T], then lse in log2 units [H, T] (the sm90 kernels read it instead of lse).
+size_t backward_workspace_bytes(int T, int H) { return 2 * (size_t)T * H * sizeof(float); }
 
-// Drow[h, i] = sum_d dO[i, h, d] * O[i, h, d]; one warp per (i, h).
+// lse in log2 units; a row that kept nothing (lse = -inf) gets +inf so that every p is 0.
+__device__ __forceinline__ float lse_log2(float lse) { return lse == -INFINITY ? INFINITY : lse * (float)M_LOG2E; }
+
+// Drow[h, i] = sum_d dO[i, h, d] * O[i, h, d], lse2[h, i] = lse_log2(lse[h, i]); one warp per (i, h).
 template <int D>
-__global__ void attention_bwd_drow_kernel(const bf16* __restrict__ O, const bf16* __restrict__ dO, float* __restrict__ drow,
-                                          int T, int H) {
+__global__ void attention_bwd_drow_kernel(const bf16* __restrict__ O, const bf16* __restrict__ dO, const float* __restrict__ LSE,
+                                          float* __restrict__ drow, float* __restrict__ lse2, int T, int H) {
   const int w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (w >= T * H) return;
   const int i = w / H, h = w % H;
@@ -38,11 +42,11 @@ __global__ void attention_bwd_drow_kernel(const bf16* __restrict__ O, const bf16
     s += a.x * b.x + a.y * b.y;
   }
   for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
-  if (lane == 0) drow[(size_t)h * T + i] = s;
+  if (lane == 0) {
+    drow[(size_t)h * T + i] = s;
+    lse2[(size_t)h * T + i] = lse_log2(LSE[(size_t)h * T + i]);
+  }
 }
-
-// lse in log2 units; a row that kept nothing (lse = -inf) gets +inf so that every p is 0.
-__device__ __forceinline__ float lse_log2(float lse) { return lse == -INFINITY ? INFINITY : lse * (float)M_LOG2E; }
 
 // ---------------------------------------------------------------------------------- dQ
 template <int D>
@@ -253,10 +257,11 @@ static cudaError_t launch_bwd(const bf16* q, const bf16* k, const bf16* v, const
   const MaskBounds mb = make_bounds(mask, T);
   const float scale = (float)(1.0 / std::sqrt((double)D)), scale_log2 = (float)(M_LOG2E / std::sqrt((double)D));
   const int warps = 8;
-  attention_bwd_drow_kernel<D><<<(T * H + warps - 1) / warps, warps * 32, 0, stream>>>(o, dout, drow, T, H);
+  attention_bwd_drow_kernel<D><<<(T * H + warps - 1) / warps, warps * 32, 0, stream>>>(o, dout, lse, drow, drow + (size_t)T * H, T, H);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  if (use_sm90_kernels()) return attention_backward_sm90(q, k, v, o, dout, lse, dq, dk, dv, drow, T, H, D, mask, stream);
+  if (use_sm90_kernels())
+    return attention_backward_sm90(q, k, v, dout, drow + (size_t)T * H, dq, dk, dv, drow, T, H, D, mask, stream);
 
   const size_t smem_dkdv = (size_t)6 * kBwdBlock * D * sizeof(bf16) + 4 * kBwdBlock * sizeof(float);
   err = cudaFuncSetAttribute(attention_bwd_dkdv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dkdv);

@@ -1,7 +1,8 @@
 // Backward of fused masked attention on Hopper (sm90a: wgmma), same math and the same
 // deterministic split as attention_bwd.cu (no atomics: every output written by one block):
 //
-//   P = exp(S - lse)  (S = scale Q K^T + mask, recomputed),  Drow = rowsum(dO * O) (pre-pass)
+//   P = exp(S - lse)  (S = scale Q K^T + mask, recomputed),  Drow = rowsum(dO * O) and lse in
+//   log2 units from attention_bwd.cu's pre-pass
 //   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - Drow),  dQ = scale dS K,  dK = scale dS^T Q
 //   Q, K, V, dO, dQ, dK, dV: bf16 [T, H, D];  lse, Drow: fp32 [H, T];  D in {64, 128}.
 //
@@ -26,9 +27,6 @@ namespace attn {
 
 constexpr int kB90Own = 128, kB90Walk = 64, kB90Threads = 256, kB90Stages = 3;
 
-// lse in log2 units; a row that kept nothing (lse = -inf) gets +inf so that every p is 0.
-__device__ __forceinline__ float lse_log2_sm90(float lse) { return lse == -INFINITY ? INFINITY : lse * (float)M_LOG2E; }
-
 __device__ __forceinline__ unsigned char* align1024(unsigned char* p) {
   return p + ((1024 - (sm80::smem_addr(p) & 1023)) & 1023);
 }
@@ -43,7 +41,7 @@ constexpr size_t dkdv_sm90_smem() {
 template <int D>
 __global__ void __launch_bounds__(kB90Threads, 1)
     attention_bwd_dkdv_sm90_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V,
-                                   const bf16* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ drow,
+                                   const bf16* __restrict__ dO, const float* __restrict__ LSE2, const float* __restrict__ drow,
                                    bf16* __restrict__ dK, bf16* __restrict__ dV, int T, int H, MaskBounds mb,
                                    float scale_log2, float scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -72,7 +70,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
       load_tile<D, BQ, kB90Threads>(sdO + st * BQ * D, dO, qs, T, H, h);
       for (int i = threadIdx.x; i < 2 * BQ; i += kB90Threads) {
         const int j = i % BQ, row = qs + j;
-        const float* src = (i < BQ ? LSE : drow) + (size_t)h * T + (row < T ? row : 0);
+        const float* src = (i < BQ ? LSE2 : drow) + (size_t)h * T + (row < T ? row : 0);
         sm80::cp_async4(smem_addr((i < BQ ? sLse : sDr) + st * BQ + j), src, row < T);
       }
     }
@@ -81,8 +79,8 @@ __global__ void __launch_bounds__(kB90Threads, 1)
 
 
   TileKind kind_cur, kind_nxt;  // as in the forward: cur computed, nxt loaded, kinds carried along
-  int cur = walk.next(q_lo / BQ, kind_cur);
-  int nxt = walk.next(cur + 1, kind_nxt);
+  int cur = walk.next(mb, q_lo / BQ, kind_cur);
+  int nxt = walk.next(mb, cur + 1, kind_nxt);
   load_tile<D, BK, kB90Threads>(sK, K, k0, T, H, h);
   load_tile<D, BK, kB90Threads>(sV, V, k0, T, H, h);
   load_q_side(cur, 0);
@@ -111,7 +109,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     wgmma_commit();
     load_q_side(nxt, (it + 1) % S);
     TileKind kind_after;
-    const int after = walk.next(nxt + 1, kind_after);
+    const int after = walk.next(mb, nxt + 1, kind_after);
 
     wgmma_wait<1>();  // S^T_j, dP^T_j
     reg_fence(s);
@@ -124,7 +122,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int j = nb * 8 + 2 * (lane & 3) + (e & 1);  // query within the tile
-        const float p = exp2f(fmaf(s[nb][e], scale_log2, -lse_log2_sm90(lse_t[j])));
+        const float p = exp2f(fmaf(s[nb][e], scale_log2, -lse_t[j]));
         s[nb][e] = p;
         dp[nb][e] = p * (dp[nb][e] - dr_t[j]);  // dS^T
       }
@@ -179,7 +177,7 @@ constexpr size_t dq_sm90_smem() {
 template <int D>
 __global__ void __launch_bounds__(kB90Threads, 1)
     attention_bwd_dq_sm90_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V,
-                                 const bf16* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ drow,
+                                 const bf16* __restrict__ dO, const float* __restrict__ LSE2, const float* __restrict__ drow,
                                  bf16* __restrict__ dQ, int T, int H, MaskBounds mb, float scale_log2, float scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace sm90;
@@ -211,13 +209,13 @@ __global__ void __launch_bounds__(kB90Threads, 1)
 #pragma unroll
   for (int r = 0; r < 2; r++) {
     const int row = row0 + 8 * r;
-    lse2[r] = row < T ? lse_log2_sm90(LSE[(size_t)h * T + row]) : INFINITY;
+    lse2[r] = row < T ? LSE2[(size_t)h * T + row] : INFINITY;
     dr[r] = row < T ? drow[(size_t)h * T + row] : 0.f;
   }
 
   TileKind kind_cur, kind_nxt;  // as in the forward: cur computed, nxt loaded, kinds carried along
-  int cur = walk.next(k_lo / BK, kind_cur);
-  int nxt = walk.next(cur + 1, kind_nxt);
+  int cur = walk.next(mb, k_lo / BK, kind_cur);
+  int nxt = walk.next(mb, cur + 1, kind_nxt);
   load_tile<D, BQ, kB90Threads>(sQ, Q, q0, T, H, h);
   load_tile<D, BQ, kB90Threads>(sdO, dO, q0, T, H, h);
   load_kv(cur, 0);
@@ -241,7 +239,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     wgmma_commit();
     load_kv(nxt, (it + 1) % S);
     TileKind kind_after;
-    const int after = walk.next(nxt + 1, kind_after);
+    const int after = walk.next(mb, nxt + 1, kind_after);
 
     wgmma_wait<1>();  // S_j, dP_j
     reg_fence(s);
@@ -288,7 +286,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
 }
 
 template <int D>
-static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse,
+static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse2,
                                    bf16* dq, bf16* dk, bf16* dv, const float* drow, int T, int H, const MaskDesc& mask,
                                    cudaStream_t stream) {
   const MaskBounds mb = make_bounds(mask, T);
@@ -298,7 +296,7 @@ static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
   constexpr size_t smem_dkdv = dkdv_sm90_smem<D>();
   cudaError_t err = cudaFuncSetAttribute(attention_bwd_dkdv_sm90_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dkdv);
   if (err != cudaSuccess) return err;
-  attention_bwd_dkdv_sm90_kernel<D><<<grid, kB90Threads, smem_dkdv, stream>>>(q, k, v, dout, lse, drow, dk, dv, T, H, mb,
+  attention_bwd_dkdv_sm90_kernel<D><<<grid, kB90Threads, smem_dkdv, stream>>>(q, k, v, dout, lse2, drow, dk, dv, T, H, mb,
                                                                                scale_log2, scale);
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
@@ -306,15 +304,15 @@ static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
   constexpr size_t smem_dq = dq_sm90_smem<D>();
   err = cudaFuncSetAttribute(attention_bwd_dq_sm90_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dq);
   if (err != cudaSuccess) return err;
-  attention_bwd_dq_sm90_kernel<D><<<grid, kB90Threads, smem_dq, stream>>>(q, k, v, dout, lse, drow, dq, T, H, mb, scale_log2, scale);
+  attention_bwd_dq_sm90_kernel<D><<<grid, kB90Threads, smem_dq, stream>>>(q, k, v, dout, lse2, drow, dq, T, H, mb, scale_log2, scale);
   return cudaGetLastError();
 }
 
-cudaError_t attention_backward_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* /*o*/, const bf16* dout,
-                                    const float* lse, bf16* dq, bf16* dk, bf16* dv, float* drow, int T, int H, int D,
+cudaError_t attention_backward_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse2,
+                                    bf16* dq, bf16* dk, bf16* dv, const float* drow, int T, int H, int D,
                                     const MaskDesc& mask, cudaStream_t stream) {
-  if (D == 64) return launch_bwd_sm90<64>(q, k, v, dout, lse, dq, dk, dv, drow, T, H, mask, stream);
-  if (D == 128) return launch_bwd_sm90<128>(q, k, v, dout, lse, dq, dk, dv, drow, T, H, mask, stream);
+  if (D == 64) return launch_bwd_sm90<64>(q, k, v, dout, lse2, dq, dk, dv, drow, T, H, mask, stream);
+  if (D == 128) return launch_bwd_sm90<128>(q, k, v, dout, lse2, dq, dk, dv, drow, T, H, mask, stream);
   return cudaErrorInvalidValue;
 }
 

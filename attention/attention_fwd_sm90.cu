@@ -62,8 +62,8 @@ __global__ void __launch_bounds__(kF90Threads, 1)
   // Tiles: cur (computed now), nxt (loaded now). Its kind travels with each tile, so every tile
   // is classified once, while the tensor cores run.
   TileKind kind_cur, kind_nxt;
-  int cur = walk.next(k_lo / BN, kind_cur);
-  int nxt = walk.next(cur + 1, kind_nxt);
+  int cur = walk.next(mb, k_lo / BN, kind_cur);
+  int nxt = walk.next(mb, cur + 1, kind_nxt);
   load_tile<D, BM, kF90Threads>(sQ, Q, q0, T, H, h);
   load_kv(cur, 0);
 
@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kF90Threads, 1)
     wgmma_commit();
     load_kv(nxt, (it + 1) % kStages);
     TileKind kind_after;
-    const int after = walk.next(nxt + 1, kind_after);
+    const int after = walk.next(mb, nxt + 1, kind_after);
 
     wgmma_wait<1>();  // S_j
     reg_fence(s);

@@ -18,9 +18,10 @@ bool use_sm90_kernels();
 cudaError_t attention_forward_sm90(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, int T, int H,
                                    int D, const MaskDesc& mask, cudaStream_t stream);
 
-// drow: the [H, T] fp32 workspace of attention_backward.
-cudaError_t attention_backward_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const bf16* dout,
-                                    const float* lse, bf16* dq, bf16* dk, bf16* dv, float* drow, int T, int H, int D,
+// lse2: lse in log2 units (+inf for a row that kept nothing) and drow = rowsum(dO * O), both
+// [H, T] fp32, from attention_backward's pre-pass.
+cudaError_t attention_backward_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse2,
+                                    bf16* dq, bf16* dk, bf16* dv, const float* drow, int T, int H, int D,
                                     const MaskDesc& mask, cudaStream_t stream);
 
 }  // namespace attn

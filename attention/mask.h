@@ -111,20 +111,20 @@ ATTN_HD TileKind classify_tile(const MaskBounds& b, int q0, int q1, int k0, int 
 }
 
 // The tiles of one side (keys, for a fixed query range; or queries, for a fixed key range), in
-// steps of `step` from a start, skipping those with no kept pair. next(i, kind) returns the
+// steps of `step` from a start, skipping those with no kept pair. next(b, i, kind) returns the
 // first tile index >= i that is not skipped (or end) and its kind; the fixed side's document
 // ids are loaded once.
 struct TileWalk {
-  MaskBounds b;
   int f0, f1, fd0, fd1;  // the fixed range and its document ids
   int step, end;
   bool fixed_queries;
 
-  ATTN_HD TileWalk(const MaskBounds& b_, int f0_, int f1_, int step_, int end_, bool fixed_queries_)
-      : b(b_), f0(f0_), f1(f1_), step(step_), end(end_), fixed_queries(fixed_queries_) {
+  ATTN_HD TileWalk(const MaskBounds& b, int f0_, int f1_, int step_, int end_, bool fixed_queries_)
+      : f0(f0_), f1(f1_), step(step_), end(end_), fixed_queries(fixed_queries_) {
     tile_doc_ids(b, f0, f1, fd0, fd1);
   }
-  ATTN_HD int next(int i, TileKind& kind) const {
+  // b: the bounds it was made with (not kept inside: in a kernel it stays in the parameters).
+  ATTN_HD int next(const MaskBounds& b, int i, TileKind& kind) const {
     for (; i < end; i++) {
       const int p0 = i * step, p1 = p0 + step;
       int d0, d1;

@@ -99,13 +99,13 @@ int main() {
         const int end = (T + tile - 1) / tile;
         attn::TileWalk walk(b, f0, f0 + tile, tile, end, side == 0);
         attn::TileKind kind;
-        int i = walk.next(0, kind);
+        int i = walk.next(b, 0, kind);
         for (int t = 0; t < end; t++) {
           attn::TileKind want = side == 0 ? attn::classify_tile(b, f0, f0 + tile, t * tile, t * tile + tile)
                                           : attn::classify_tile(b, t * tile, t * tile + tile, f0, f0 + tile);
           if (want == attn::kSkip) { walk_mismatches += i == t; continue; }
           walk_mismatches += i != t || kind != want;
-          i = walk.next(t + 1, kind);
+          i = walk.next(b, t + 1, kind);
         }
         walk_mismatches += i != end;
       }

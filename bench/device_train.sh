@@ -60,4 +60,4 @@ grep -h -E "FAIL|passed" "$LOG"/test_*.log 2>/dev/null | tail -30
 grep -h -E "^  1 vs 2|^  [a-z_0-9]+: exit" "$LOG/test_training.log" 2>/dev/null | tail -40
 for f in bench_g1 bench_g2 bench_g2_end; do [ -f "$LOG/$f.log" ] || continue; echo "-- $f"; grep -E "train_gpt:|error|step:20/" "$LOG/$f.log" | tail -8; done
 echo "-- profile (1 GPU)"; sed -n '/profile:/,/total/p' "$LOG/bench_g1.log"
-[ -f "$LOG/bench_g2.log" ] && { echo "-- profile (2 GPUs, rank 0)"; sed -n '/profile:/,/total/p' "$LOG/bench_g2.log"; }
+if [ -f "$LOG/bench_g2.log" ]; then echo "-- profile (2 GPUs, rank 0)"; sed -n '/profile:/,/total/p' "$LOG/bench_g2.log"; fi

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "attention/attention.h"
+#include "attention/attention_sm90.h"
 #include "tests/cuda_check.h"
 #include "attention/reference.h"
 #include "tests/check.h"
@@ -219,7 +220,8 @@ int main() {
   }
   cudaDeviceProp prop;
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s\n", prop.name);
+  std::printf("device: %s; kernels: %s\n", prop.name,
+              attn::use_sm90_kernels() ? "sm90 (wgmma)" : "sm80 (mma.sync; ATTN_KERNELS=sm80 or not a Hopper GPU)");
   table = std::fopen("attention_errors.txt", "w");
 
   std::vector<Case> cases;

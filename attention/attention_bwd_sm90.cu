@@ -13,9 +13,9 @@
 //   dV += P^T dO, dK += dS^T Q           wgmma, A from registers, left running into the next tile
 // dQ: one block owns 128 queries and walks key tiles of 64:
 //   S = Q K^T, dP = dO V^T;  dS;  dQ += dS K.
-// Tiles stream through 3 shared buffers with cp.async, one tile ahead; a buffer is rewritten
-// two tiles after its use, when every warpgroup has passed the barrier that follows the wait
-// for the wgmmas reading it (wgmma.cuh has the layout and the ordering rules).
+// Tiles stream through 3 shared buffers with cp.async, one tile ahead, signalled by mbarriers
+// (wgmma.cuh TilePipe: a buffer is rewritten once every warp has released it), so the two
+// warpgroups never meet at a block barrier inside the loop.
 #include <cmath>
 
 #include "attention/attention_sm90.h"
@@ -35,7 +35,7 @@ __device__ __forceinline__ unsigned char* align1024(unsigned char* p) {
 template <int D>
 constexpr size_t dkdv_sm90_smem() {
   return (size_t)(2 * kB90Own + 2 * kB90Stages * kB90Walk) * D * sizeof(bf16) + 2 * kB90Stages * kB90Walk * sizeof(float) +
-         kB90Own * sizeof(int32_t) + 1024;
+         kB90Own * sizeof(int32_t) + 2 * kB90Stages * sizeof(uint64_t) + 1024;
 }
 
 template <int D>
@@ -55,6 +55,9 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   float* sLse = reinterpret_cast<float*>(sdO + S * BQ * D);  // S x BQ
   float* sDr = sLse + S * BQ;                                 // S x BQ
   int32_t* s_ids = reinterpret_cast<int32_t*>(sDr + S * BQ); // BK document ids
+  TilePipe<S> pipe;
+  pipe.full = reinterpret_cast<uint64_t*>(s_ids + BK);
+  pipe.empty = pipe.full + S;
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
   const int k0 = blockIdx.x * BK, h = blockIdx.y;
 
@@ -63,19 +66,21 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   int q_lo, q_hi, q_lo2[2], q_hi2[2];  // the block's query range; the queries each key is kept by
   own_intervals<BK, 2>(mb, k0, false, s_ids, keys, q_lo2, q_hi2, q_lo, q_hi);
   const TileWalk walk(mb, k0, k0 + BK, BQ, q_hi >= q_lo ? q_hi / BQ + 1 : 0, false);
-  auto load_q_side = [&](int qt, int st) {  // one commit group (empty when qt is past the end)
-    if (qt < walk.end) {
-      const int qs = qt * BQ;
+  auto load_q_side = [&](int qt, int i) {  // this thread's copies of query tile qt, the i-th of the walk
+    {
+      const int qs = qt * BQ, st = i % S;
       load_tile<D, BQ, kB90Threads>(sQ + st * BQ * D, Q, qs, T, H, h);
       load_tile<D, BQ, kB90Threads>(sdO + st * BQ * D, dO, qs, T, H, h);
-      for (int i = threadIdx.x; i < 2 * BQ; i += kB90Threads) {
-        const int j = i % BQ, row = qs + j;
-        const float* src = (i < BQ ? LSE2 : drow) + (size_t)h * T + (row < T ? row : 0);
-        sm80::cp_async4(smem_addr((i < BQ ? sLse : sDr) + st * BQ + j), src, row < T);
+      for (int r = threadIdx.x; r < 2 * BQ; r += kB90Threads) {
+        const int j = r % BQ, row = qs + j;
+        const float* src = (r < BQ ? LSE2 : drow) + (size_t)h * T + (row < T ? row : 0);
+        sm80::cp_async4(smem_addr((r < BQ ? sLse : sDr) + st * BQ + j), src, row < T);
       }
     }
-    sm80::cp_async_commit();
+    pipe.arrive_full(i);
   };
+  if (threadIdx.x == 0) pipe.init(kB90Threads);
+  __syncthreads();
 
 
   TileKind kind_cur, kind_nxt;  // as in the forward: cur computed, nxt loaded, kinds carried along
@@ -83,7 +88,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   int nxt = walk.next(mb, cur + 1, kind_nxt);
   load_tile<D, BK, kB90Threads>(sK, K, k0, T, H, h);
   load_tile<D, BK, kB90Threads>(sV, V, k0, T, H, h);
-  load_q_side(cur, 0);
+  if (cur < walk.end) load_q_side(cur, 0);  // K and V ride on the first tile's arrival
 
   float dk[D / 8][4] = {}, dv[D / 8][4] = {};
   uint32_t pa[BQ / 16][4], dsa[BQ / 16][4];  // P^T and dS^T of the previous tile
@@ -93,9 +98,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   int it = 0;
   while (cur < walk.end) {
     const int st = it % S, st_prev = (it + S - 1) % S;
-    sm80::cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();
+    pipe.wait_full(it);
     const bf16* q_tile = sQ + st * BQ * D;
     const bf16* do_tile = sdO + st * BQ * D;
     wgmma_fence();
@@ -107,7 +110,10 @@ __global__ void __launch_bounds__(kB90Threads, 1)
       gemm_rs<D, BQ / 16, BQ>(dk, dsa, sQ + st_prev * BQ * D);
     }
     wgmma_commit();
-    load_q_side(nxt, (it + 1) % S);
+    if (nxt < walk.end) {
+      pipe.wait_empty(it + 1);
+      load_q_side(nxt, it + 1);
+    }
     TileKind kind_after;
     const int after = walk.next(mb, nxt + 1, kind_after);
 
@@ -129,6 +135,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     wgmma_wait<0>();  // the updates of tile j - 1 (they read pa, dsa)
     reg_fence(dk);
     reg_fence(dv);
+    if (it > 0) pipe.release(it - 1);
 #pragma unroll
     for (int j = 0; j < BQ / 16; j++) {
       sm80::c_to_a(pa[j], s[2 * j], s[2 * j + 1]);
@@ -171,7 +178,8 @@ __global__ void __launch_bounds__(kB90Threads, 1)
 // ---------------------------------------------------------------------------------- dQ
 template <int D>
 constexpr size_t dq_sm90_smem() {
-  return (size_t)(2 * kB90Own + 2 * kB90Stages * kB90Walk) * D * sizeof(bf16) + kB90Own * sizeof(int32_t) + 1024;
+  return (size_t)(2 * kB90Own + 2 * kB90Stages * kB90Walk) * D * sizeof(bf16) + kB90Own * sizeof(int32_t) +
+         2 * kB90Stages * sizeof(uint64_t) + 1024;
 }
 
 template <int D>
@@ -188,6 +196,9 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   bf16* sK = sdO + BQ * D;       // S buffers
   bf16* sV = sK + S * BK * D;    // S buffers
   int32_t* s_ids = reinterpret_cast<int32_t*>(sV + S * BK * D);  // BQ document ids
+  TilePipe<S> pipe;
+  pipe.full = reinterpret_cast<uint64_t*>(s_ids + BQ);
+  pipe.empty = pipe.full + S;
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
   const int n_qt = (T + BQ - 1) / BQ;
   const int q0 = (n_qt - 1 - blockIdx.x) * BQ, h = blockIdx.y;
@@ -197,13 +208,13 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   int k_lo, k_hi, key_lo[2], key_hi[2];  // the block's key range; the keys each row keeps
   own_intervals<BQ, 2>(mb, q0, true, s_ids, rows, key_lo, key_hi, k_lo, k_hi);
   const TileWalk walk(mb, q0, q0 + BQ, BK, k_hi >= k_lo ? k_hi / BK + 1 : 0, true);
-  auto load_kv = [&](int kt, int st) {  // one commit group (empty when kt is past the end)
-    if (kt < walk.end) {
-      load_tile<D, BK, kB90Threads>(sK + st * BK * D, K, kt * BK, T, H, h);
-      load_tile<D, BK, kB90Threads>(sV + st * BK * D, V, kt * BK, T, H, h);
-    }
-    sm80::cp_async_commit();
+  auto load_kv = [&](int kt, int i) {  // this thread's copies of key tile kt, the i-th of the walk
+    load_tile<D, BK, kB90Threads>(sK + (i % S) * BK * D, K, kt * BK, T, H, h);
+    load_tile<D, BK, kB90Threads>(sV + (i % S) * BK * D, V, kt * BK, T, H, h);
+    pipe.arrive_full(i);
   };
+  if (threadIdx.x == 0) pipe.init(kB90Threads);
+  __syncthreads();
 
   float lse2[2], dr[2];
 #pragma unroll
@@ -218,7 +229,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   int nxt = walk.next(mb, cur + 1, kind_nxt);
   load_tile<D, BQ, kB90Threads>(sQ, Q, q0, T, H, h);
   load_tile<D, BQ, kB90Threads>(sdO, dO, q0, T, H, h);
-  load_kv(cur, 0);
+  if (cur < walk.end) load_kv(cur, 0);  // Q and dO ride on the first tile's arrival
 
   float acc[D / 8][4] = {};
   uint32_t dsa[BK / 16][4];  // dS of the previous tile
@@ -228,16 +239,17 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   int it = 0;
   while (cur < walk.end) {
     const int st = it % S, st_prev = (it + S - 1) % S;
-    sm80::cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();
+    pipe.wait_full(it);
     wgmma_fence();
     gemm_ss<BK, D / 16, BQ>(s, sQ, wg * 64, sK + st * BK * D, false);
     gemm_ss<BK, D / 16, BQ>(dp, sdO, wg * 64, sV + st * BK * D, false);
     wgmma_commit();
     if (it > 0) gemm_rs<D, BK / 16, BK>(acc, dsa, sK + st_prev * BK * D);
     wgmma_commit();
-    load_kv(nxt, (it + 1) % S);
+    if (nxt < walk.end) {
+      pipe.wait_empty(it + 1);
+      load_kv(nxt, it + 1);
+    }
     TileKind kind_after;
     const int after = walk.next(mb, nxt + 1, kind_after);
 
@@ -254,6 +266,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
       }
     wgmma_wait<0>();  // the update of tile j - 1 (it reads dsa)
     reg_fence(acc);
+    if (it > 0) pipe.release(it - 1);
 #pragma unroll
     for (int j = 0; j < BK / 16; j++) sm80::c_to_a(dsa[j], dp[2 * j], dp[2 * j + 1]);
     cur = nxt;

@@ -10,7 +10,9 @@
 //   mask, online softmax          registers (softmax.cuh, the same code as the sm80 kernels)
 //   O[64 x D] += P V             wgmma, P from registers, V from shared memory; left running
 //                                 while the next tile's S is issued and waited
-// K and V tiles stream through 3 shared buffers with cp.async, one tile ahead.
+// K and V tiles stream through 3 shared buffers with cp.async, one tile ahead, signalled by
+// mbarriers (wgmma.cuh TilePipe), so that the two warpgroups drift apart instead of meeting at a
+// block barrier every tile (measured: 10% faster).
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -26,7 +28,8 @@ constexpr int kF90BlockM = 128, kF90BlockN = 128, kF90Threads = 256;
 
 template <int D, int kStages>
 constexpr size_t fwd_sm90_smem() {
-  return (size_t)(kF90BlockM + 2 * kStages * kF90BlockN) * D * sizeof(__nv_bfloat16) + kF90BlockM * sizeof(int32_t) + 1024;
+  return (size_t)(kF90BlockM + 2 * kStages * kF90BlockN) * D * sizeof(__nv_bfloat16) + kF90BlockM * sizeof(int32_t) +
+         2 * kStages * sizeof(uint64_t) + 1024;
 }
 
 template <int D, int kStages>
@@ -41,6 +44,9 @@ __global__ void __launch_bounds__(kF90Threads, 1)
   bf16* sK = sQ + BM * D;                // kStages buffers
   bf16* sV = sK + kStages * BN * D;      // kStages buffers
   int32_t* s_ids = reinterpret_cast<int32_t*>(sV + kStages * BN * D);  // BM document ids
+  TilePipe<kStages> pipe;
+  pipe.full = reinterpret_cast<uint64_t*>(s_ids + BM);
+  pipe.empty = pipe.full + kStages;
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
   const int n_qt = (T + BM - 1) / BM;
   const int q0 = (n_qt - 1 - blockIdx.x) * BM, h = blockIdx.y;
@@ -50,14 +56,13 @@ __global__ void __launch_bounds__(kF90Threads, 1)
   int k_lo, k_hi, key_lo[2], key_hi[2];  // the block's key range; the keys each row keeps
   own_intervals<BM, 2>(mb, q0, true, s_ids, rows, key_lo, key_hi, k_lo, k_hi);
   const TileWalk walk(mb, q0, q0 + BM, BN, k_hi >= k_lo ? k_hi / BN + 1 : 0, true);
-  auto load_kv = [&](int kt, int st) {  // one commit group (empty when kt is past the end)
-    if (kt < walk.end) {
-      load_tile<D, BN, kF90Threads>(sK + st * BN * D, K, kt * BN, T, H, h);
-      load_tile<D, BN, kF90Threads>(sV + st * BN * D, V, kt * BN, T, H, h);
-    }
-    sm80::cp_async_commit();
+  auto load_kv = [&](int kt, int i) {  // this thread's copies of tile kt, the i-th of the walk
+    load_tile<D, BN, kF90Threads>(sK + (i % kStages) * BN * D, K, kt * BN, T, H, h);
+    load_tile<D, BN, kF90Threads>(sV + (i % kStages) * BN * D, V, kt * BN, T, H, h);
+    pipe.arrive_full(i);
   };
-
+  if (threadIdx.x == 0) pipe.init(kF90Threads);
+  __syncthreads();
 
   // Tiles: cur (computed now), nxt (loaded now). Its kind travels with each tile, so every tile
   // is classified once, while the tensor cores run.
@@ -65,28 +70,28 @@ __global__ void __launch_bounds__(kF90Threads, 1)
   int cur = walk.next(mb, k_lo / BN, kind_cur);
   int nxt = walk.next(mb, cur + 1, kind_nxt);
   load_tile<D, BM, kF90Threads>(sQ, Q, q0, T, H, h);
-  load_kv(cur, 0);
+  if (cur < walk.end) load_kv(cur, 0);  // Q rides on the first tile's arrival
 
   float acc[D / 8][4] = {};
   OnlineSoftmax sm;
   uint32_t pa[BN / 16][4];  // P of the previous tile, as A fragments
   float s[NB][4], alpha[2];
-  // Per tile j: issue S_j = Q K_j^T and O += P_{j-1} V_{j-1}, then the load of tile j + 1; the
-  // softmax of S_j runs while the second wgmma does; then O is rescaled and P_j packed. The
-  // load goes to the buffer of tile j - 2, which every warpgroup finished with before the
-  // barrier (3 buffers, one barrier a tile).
+  // Per tile j: issue S_j = Q K_j^T and O += P_{j-1} V_{j-1}, then the load of tile j + 1 (into
+  // the buffer of tile j - 2, once released); the softmax of S_j runs while the second wgmma
+  // does; then O is rescaled and P_j packed. The warpgroups meet only through the TilePipe.
   int it = 0;
   while (cur < walk.end) {
     const int st = it % kStages, st_prev = (it + kStages - 1) % kStages;
-    sm80::cp_async_wait<0>();  // tile j (this thread's copies)
-    fence_proxy_async();
-    __syncthreads();           // ... and every thread's
+    pipe.wait_full(it);
     wgmma_fence();
     gemm_ss<BN, D / 16, BM>(s, sQ, wg * 64, sK + st * BN * D, false);
     wgmma_commit();
     if (it > 0) gemm_rs<D, BN / 16, BN>(acc, pa, sV + st_prev * BN * D);
     wgmma_commit();
-    load_kv(nxt, (it + 1) % kStages);
+    if (nxt < walk.end) {
+      pipe.wait_empty(it + 1);
+      load_kv(nxt, it + 1);
+    }
     TileKind kind_after;
     const int after = walk.next(mb, nxt + 1, kind_after);
 
@@ -94,8 +99,9 @@ __global__ void __launch_bounds__(kF90Threads, 1)
     reg_fence(s);
     if (kind_cur != kFull) apply_mask_interval(s, key_lo, key_hi, cur * BN + 2 * (lane & 3));
     sm.step(s, scale_log2, alpha);
-    wgmma_wait<0>();  // O += P_{j-1} V_{j-1}
+    wgmma_wait<0>();  // O += P_{j-1} V_{j-1}: the buffer of tile j - 1 is free
     reg_fence(acc);
+    if (it > 0) pipe.release(it - 1);
     OnlineSoftmax::rescale(acc, alpha);
 #pragma unroll
     for (int j = 0; j < BN / 16; j++) sm80::c_to_a(pa[j], s[2 * j], s[2 * j + 1]);

@@ -90,6 +90,63 @@ __device__ __forceinline__ void reg_fence(float (&d)[NB][4]) {
     for (int e = 0; e < 4; e++) asm volatile("" : "+f"(d[i][e])::"memory");
 }
 
+// mbarriers: shared-memory arrival counters with a phase bit.
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// Arrives once every cp.async this thread has issued so far has landed (the barrier's count
+// must include this thread: .noinc).
+__device__ __forceinline__ void mbar_arrive_cp_async(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// Waits until the phase of the given parity has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+// The buffers a block streams tiles through: tile i lives in buffer i % STAGES. full[b] completes
+// a phase when every thread's copies of the tile in b have landed (cp.async arrivals, one a
+// thread); empty[b] when every warp has released it (its wgmmas reading b have completed). The
+// warpgroups thus wait only for the data they need, never for each other at a block barrier.
+template <int STAGES>
+struct TilePipe {
+  uint64_t* full;   // STAGES barriers
+  uint64_t* empty;  // STAGES barriers
+
+  // By one thread, before a __syncthreads.
+  __device__ __forceinline__ void init(int threads) {
+    for (int i = 0; i < STAGES; i++) {
+      mbar_init(&full[i], threads);
+      mbar_init(&empty[i], threads / 32);
+    }
+  }
+  // Before writing tile i: its buffer's previous tile (i - STAGES) must be released.
+  __device__ __forceinline__ void wait_empty(int i) {
+    if (i >= STAGES) mbar_wait(&empty[i % STAGES], (i / STAGES - 1) & 1);
+  }
+  // After this thread's copies of tile i are issued.
+  __device__ __forceinline__ void arrive_full(int i) {
+    sm80::cp_async_commit();
+    mbar_arrive_cp_async(&full[i % STAGES]);
+  }
+  // Before reading tile i (its data then also visible to wgmma).
+  __device__ __forceinline__ void wait_full(int i) {
+    mbar_wait(&full[i % STAGES], (i / STAGES) & 1);
+    fence_proxy_async();
+  }
+  // After this warp's last read of tile i (its wgmmas waited).
+  __device__ __forceinline__ void release(int i) {
+    if ((threadIdx.x & 31) == 0) mbar_arrive(&empty[i % STAGES]);
+  }
+};
+
 // D[64 x N] = (scale_d ? D : 0) + A B, A and B K-major descriptors.
 template <int N>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b, int scale_d);

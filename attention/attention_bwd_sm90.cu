@@ -13,7 +13,7 @@
 //   dV += P^T dO, dK += dS^T Q           wgmma, A from registers, left running into the next tile
 // dQ: one block owns 128 queries and walks key tiles of 64:
 //   S = Q K^T, dP = dO V^T;  dS;  dQ += dS K.
-// Tiles stream through 3 shared buffers with cp.async, one tile ahead, signalled by mbarriers
+// Tiles stream through 4 shared buffers with cp.async, two tiles ahead, signalled by mbarriers
 // (wgmma.cuh TilePipe: a buffer is rewritten once every warp has released it), so the two
 // warpgroups never meet at a block barrier inside the loop.
 #include <cmath>
@@ -25,7 +25,8 @@
 
 namespace attn {
 
-constexpr int kB90Own = 128, kB90Walk = 64, kB90Threads = 256, kB90Stages = 3;
+constexpr int kB90Own = 128, kB90Walk = 64, kB90Threads = 256, kB90Stages = 4;
+constexpr int kB90Ahead = kB90Stages - 2;  // tiles loaded ahead of the one computed
 
 __device__ __forceinline__ unsigned char* align1024(unsigned char* p) {
   return p + ((1024 - (sm80::smem_addr(p) & 1023)) & 1023);
@@ -83,20 +84,26 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   __syncthreads();
 
 
-  TileKind kind_cur, kind_nxt;  // as in the forward: cur computed, nxt loaded, kinds carried along
-  int cur = walk.next(mb, q_lo / BQ, kind_cur);
-  int nxt = walk.next(mb, cur + 1, kind_nxt);
+  // The walk ahead: tiles[0] is computed now, tiles[1..kB90Ahead] are loaded or loading, with
+  // their kinds (each tile classified once).
+  int tiles[kB90Ahead + 1];
+  TileKind kinds[kB90Ahead + 1];
+  tiles[0] = walk.next(mb, q_lo / BQ, kinds[0]);
+#pragma unroll
+  for (int a = 1; a <= kB90Ahead; a++) tiles[a] = walk.next(mb, tiles[a - 1] + 1, kinds[a]);
   load_tile<D, BK, kB90Threads>(sK, K, k0, T, H, h);
   load_tile<D, BK, kB90Threads>(sV, V, k0, T, H, h);
-  if (cur < walk.end) load_q_side(cur, 0);  // K and V ride on the first tile's arrival
+#pragma unroll
+  for (int a = 0; a < kB90Ahead; a++)  // K and V ride on the first tile's arrival
+    if (tiles[a] < walk.end) load_q_side(tiles[a], a);
 
   float dk[D / 8][4] = {}, dv[D / 8][4] = {};
   uint32_t pa[BQ / 16][4], dsa[BQ / 16][4];  // P^T and dS^T of the previous tile
   float s[BQ / 8][4], dp[BQ / 8][4];         // S^T and dP^T: keys as rows
   // Per tile j: issue S^T_j, dP^T_j and the dV, dK updates of tile j - 1, then the load of
-  // tile j + 1; P^T_j and dS^T_j are computed while the updates run.
+  // tile j + 2; P^T_j and dS^T_j are computed while the updates run.
   int it = 0;
-  while (cur < walk.end) {
+  while (tiles[0] < walk.end) {
     const int st = it % S, st_prev = (it + S - 1) % S;
     pipe.wait_full(it);
     const bf16* q_tile = sQ + st * BQ * D;
@@ -110,19 +117,19 @@ __global__ void __launch_bounds__(kB90Threads, 1)
       gemm_rs<D, BQ / 16, BQ>(dk, dsa, sQ + st_prev * BQ * D);
     }
     wgmma_commit();
-    if (nxt < walk.end) {
-      pipe.wait_empty(it + 1);
-      load_q_side(nxt, it + 1);
+    if (tiles[kB90Ahead] < walk.end) {
+      pipe.wait_empty(it + kB90Ahead);
+      load_q_side(tiles[kB90Ahead], it + kB90Ahead);
     }
     TileKind kind_after;
-    const int after = walk.next(mb, nxt + 1, kind_after);
+    const int after = walk.next(mb, tiles[kB90Ahead] + 1, kind_after);
 
     wgmma_wait<1>();  // S^T_j, dP^T_j
     reg_fence(s);
     reg_fence(dp);
     const float* lse_t = sLse + st * BQ;
     const float* dr_t = sDr + st * BQ;
-    if (kind_cur != kFull) apply_mask_interval(s, q_lo2, q_hi2, cur * BQ + 2 * (lane & 3));
+    if (kinds[0] != kFull) apply_mask_interval(s, q_lo2, q_hi2, tiles[0] * BQ + 2 * (lane & 3));
 #pragma unroll
     for (int nb = 0; nb < BQ / 8; nb++)
 #pragma unroll
@@ -141,10 +148,13 @@ __global__ void __launch_bounds__(kB90Threads, 1)
       sm80::c_to_a(pa[j], s[2 * j], s[2 * j + 1]);
       sm80::c_to_a(dsa[j], dp[2 * j], dp[2 * j + 1]);
     }
-    cur = nxt;
-    kind_cur = kind_nxt;
-    nxt = after;
-    kind_nxt = kind_after;
+#pragma unroll
+    for (int a = 0; a < kB90Ahead; a++) {
+      tiles[a] = tiles[a + 1];
+      kinds[a] = kinds[a + 1];
+    }
+    tiles[kB90Ahead] = after;
+    kinds[kB90Ahead] = kind_after;
     it++;
   }
   if (it > 0) {
@@ -224,20 +234,24 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     dr[r] = row < T ? drow[(size_t)h * T + row] : 0.f;
   }
 
-  TileKind kind_cur, kind_nxt;  // as in the forward: cur computed, nxt loaded, kinds carried along
-  int cur = walk.next(mb, k_lo / BK, kind_cur);
-  int nxt = walk.next(mb, cur + 1, kind_nxt);
+  int tiles[kB90Ahead + 1];  // the walk ahead, as in the dK/dV kernel
+  TileKind kinds[kB90Ahead + 1];
+  tiles[0] = walk.next(mb, k_lo / BK, kinds[0]);
+#pragma unroll
+  for (int a = 1; a <= kB90Ahead; a++) tiles[a] = walk.next(mb, tiles[a - 1] + 1, kinds[a]);
   load_tile<D, BQ, kB90Threads>(sQ, Q, q0, T, H, h);
   load_tile<D, BQ, kB90Threads>(sdO, dO, q0, T, H, h);
-  if (cur < walk.end) load_kv(cur, 0);  // Q and dO ride on the first tile's arrival
+#pragma unroll
+  for (int a = 0; a < kB90Ahead; a++)  // Q and dO ride on the first tile's arrival
+    if (tiles[a] < walk.end) load_kv(tiles[a], a);
 
   float acc[D / 8][4] = {};
   uint32_t dsa[BK / 16][4];  // dS of the previous tile
   float s[BK / 8][4], dp[BK / 8][4];
-  // Per tile j: issue S_j, dP_j and dQ += dS_{j-1} K_{j-1}, then the load of tile j + 1; dS_j
+  // Per tile j: issue S_j, dP_j and dQ += dS_{j-1} K_{j-1}, then the load of tile j + 2; dS_j
   // is computed while the update runs.
   int it = 0;
-  while (cur < walk.end) {
+  while (tiles[0] < walk.end) {
     const int st = it % S, st_prev = (it + S - 1) % S;
     pipe.wait_full(it);
     wgmma_fence();
@@ -246,17 +260,17 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     wgmma_commit();
     if (it > 0) gemm_rs<D, BK / 16, BK>(acc, dsa, sK + st_prev * BK * D);
     wgmma_commit();
-    if (nxt < walk.end) {
-      pipe.wait_empty(it + 1);
-      load_kv(nxt, it + 1);
+    if (tiles[kB90Ahead] < walk.end) {
+      pipe.wait_empty(it + kB90Ahead);
+      load_kv(tiles[kB90Ahead], it + kB90Ahead);
     }
     TileKind kind_after;
-    const int after = walk.next(mb, nxt + 1, kind_after);
+    const int after = walk.next(mb, tiles[kB90Ahead] + 1, kind_after);
 
     wgmma_wait<1>();  // S_j, dP_j
     reg_fence(s);
     reg_fence(dp);
-    if (kind_cur != kFull) apply_mask_interval(s, key_lo, key_hi, cur * BK + 2 * (lane & 3));
+    if (kinds[0] != kFull) apply_mask_interval(s, key_lo, key_hi, tiles[0] * BK + 2 * (lane & 3));
 #pragma unroll
     for (int nb = 0; nb < BK / 8; nb++)
 #pragma unroll
@@ -269,10 +283,13 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     if (it > 0) pipe.release(it - 1);
 #pragma unroll
     for (int j = 0; j < BK / 16; j++) sm80::c_to_a(dsa[j], dp[2 * j], dp[2 * j + 1]);
-    cur = nxt;
-    kind_cur = kind_nxt;
-    nxt = after;
-    kind_nxt = kind_after;
+#pragma unroll
+    for (int a = 0; a < kB90Ahead; a++) {
+      tiles[a] = tiles[a + 1];
+      kinds[a] = kinds[a + 1];
+    }
+    tiles[kB90Ahead] = after;
+    kinds[kB90Ahead] = kind_after;
     it++;
   }
   if (it > 0) {

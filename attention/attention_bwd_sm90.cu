@@ -26,7 +26,7 @@
 namespace attn {
 
 constexpr int kB90Own = 128, kB90Walk = 64, kB90Threads = 256, kB90Stages = 4;
-constexpr int kB90Ahead = kB90Stages - 2;  // tiles loaded ahead of the one computed
+[[maybe_unused]] constexpr int kB90Ahead = kB90Stages - 2;  // tiles loaded ahead of the one computed
 
 __device__ __forceinline__ unsigned char* align1024(unsigned char* p) {
   return p + ((1024 - (sm80::smem_addr(p) & 1023)) & 1023);
@@ -315,6 +315,29 @@ __global__ void __launch_bounds__(kB90Threads, 1)
 #endif
 }
 
+// The dQ kernel runs on a second stream beside the dK/dV kernel (they share only inputs), so
+// that each fills the SMs the other's last blocks leave idle; the caller's stream waits for both.
+// One side stream and two events per device, made on first use.
+struct SideStream {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+};
+static cudaError_t side_stream(SideStream*& out) {
+  static SideStream side[64];
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  if (dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
+  SideStream& s = side[dev];
+  if (!s.stream) {
+    if ((err = cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking)) != cudaSuccess) return err;
+    if ((err = cudaEventCreateWithFlags(&s.fork, cudaEventDisableTiming)) != cudaSuccess) return err;
+    if ((err = cudaEventCreateWithFlags(&s.join, cudaEventDisableTiming)) != cudaSuccess) return err;
+  }
+  out = &s;
+  return cudaSuccess;
+}
+
 template <int D>
 static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse2,
                                    bf16* dq, bf16* dk, bf16* dv, const float* drow, int T, int H, const MaskDesc& mask,
@@ -322,20 +345,24 @@ static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
   const MaskBounds mb = make_bounds(mask, T);
   const float scale = (float)(1.0 / std::sqrt((double)D)), scale_log2 = (float)(M_LOG2E / std::sqrt((double)D));
   const dim3 grid((T + kB90Own - 1) / kB90Own, H);
-
-  constexpr size_t smem_dkdv = dkdv_sm90_smem<D>();
+  constexpr size_t smem_dkdv = dkdv_sm90_smem<D>(), smem_dq = dq_sm90_smem<D>();
   cudaError_t err = cudaFuncSetAttribute(attention_bwd_dkdv_sm90_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dkdv);
   if (err != cudaSuccess) return err;
-  attention_bwd_dkdv_sm90_kernel<D><<<grid, kB90Threads, smem_dkdv, stream>>>(q, k, v, dout, lse2, drow, dk, dv, T, H, mb,
-                                                                               scale_log2, scale);
-  err = cudaGetLastError();
-  if (err != cudaSuccess) return err;
-
-  constexpr size_t smem_dq = dq_sm90_smem<D>();
   err = cudaFuncSetAttribute(attention_bwd_dq_sm90_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dq);
   if (err != cudaSuccess) return err;
-  attention_bwd_dq_sm90_kernel<D><<<grid, kB90Threads, smem_dq, stream>>>(q, k, v, dout, lse2, drow, dq, T, H, mb, scale_log2, scale);
-  return cudaGetLastError();
+  SideStream* side = nullptr;
+  if ((err = side_stream(side)) != cudaSuccess) return err;
+
+  if ((err = cudaEventRecord(side->fork, stream)) != cudaSuccess) return err;
+  if ((err = cudaStreamWaitEvent(side->stream, side->fork, 0)) != cudaSuccess) return err;
+  attention_bwd_dkdv_sm90_kernel<D><<<grid, kB90Threads, smem_dkdv, stream>>>(q, k, v, dout, lse2, drow, dk, dv, T, H, mb,
+                                                                               scale_log2, scale);
+  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  attention_bwd_dq_sm90_kernel<D><<<grid, kB90Threads, smem_dq, side->stream>>>(q, k, v, dout, lse2, drow, dq, T, H, mb,
+                                                                                 scale_log2, scale);
+  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  if ((err = cudaEventRecord(side->join, side->stream)) != cudaSuccess) return err;
+  return cudaStreamWaitEvent(stream, side->join, 0);
 }
 
 cudaError_t attention_backward_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse2,

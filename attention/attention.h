@@ -6,7 +6,9 @@
 // Layouts: Q, K, V, O, dO, dQ, dK, dV are bf16 [T, H, D] (batch folded into T, documents
 // separated by the document mask), lse is fp32 [H, T]. scale = 1/sqrt(D). D is 64 or 128.
 // mask.doc_ids, when set, is a device pointer to T nondecreasing int32 ids.
-// The backward is deterministic: no atomics; dK/dV and dQ come from separate kernels.
+// The backward is deterministic: no atomics; dK/dV and dQ come from separate kernels. On Hopper
+// (the sm90 kernels) the dQ kernel runs on an internal second stream that forks from and joins
+// back into `stream` by events: work queued on `stream` after the call sees all three gradients.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

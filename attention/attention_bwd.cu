@@ -130,16 +130,8 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_dq_kernel(
     kt = kt_next;
   }
   cp_async_wait<0>();
-  const size_t ld = (size_t)H * D;
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-    const int row = row0 + 8 * r;
-    if (row >= T) continue;
-    bf16* out = dQ + (size_t)row * ld + (size_t)h * D + 2 * (lane & 3);
-#pragma unroll
-    for (int nb = 0; nb < D / 8; nb++)
-      *reinterpret_cast<__nv_bfloat162*>(out + nb * 8) = __floats2bfloat162_rn(acc[nb][2 * r] * scale, acc[nb][2 * r + 1] * scale);
-  }
+  const float dq_scale[2] = {scale, scale};
+  store_rows<D>(dQ, acc, row0, T, H, h, lane, dq_scale);
 }
 
 // ---------------------------------------------------------------------------------- dK, dV
@@ -236,18 +228,9 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_dkdv_kernel(
     qt = qt_next;
   }
   cp_async_wait<0>();
-  const size_t ld = (size_t)H * D;
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-    const int key = key0 + 8 * r;
-    if (key >= T) continue;
-    const size_t off = (size_t)key * ld + (size_t)h * D + 2 * (lane & 3);
-#pragma unroll
-    for (int nb = 0; nb < D / 8; nb++) {
-      *reinterpret_cast<__nv_bfloat162*>(dK + off + nb * 8) = __floats2bfloat162_rn(dk[nb][2 * r] * scale, dk[nb][2 * r + 1] * scale);
-      *reinterpret_cast<__nv_bfloat162*>(dV + off + nb * 8) = __floats2bfloat162_rn(dv[nb][2 * r], dv[nb][2 * r + 1]);
-    }
-  }
+  const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.f, 1.f};
+  store_rows<D>(dK, dk, key0, T, H, h, lane, dk_scale);
+  store_rows<D>(dV, dv, key0, T, H, h, lane, dv_scale);
 }
 
 template <int D>

@@ -84,18 +84,13 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   __syncthreads();
 
 
-  // The walk ahead: tiles[0] is computed now, tiles[1..kB90Ahead] are loaded or loading, with
-  // their kinds (each tile classified once).
-  int tiles[kB90Ahead + 1];
-  TileKind kinds[kB90Ahead + 1];
-  tiles[0] = walk.next(mb, q_lo / BQ, kinds[0]);
-#pragma unroll
-  for (int a = 1; a <= kB90Ahead; a++) tiles[a] = walk.next(mb, tiles[a - 1] + 1, kinds[a]);
+  WalkAhead<kB90Ahead> ahead;  // tile[0] computed now, the others loaded or loading
+  ahead.start(walk, mb, q_lo / BQ);
   load_tile<D, BK, kB90Threads>(sK, K, k0, T, H, h);
   load_tile<D, BK, kB90Threads>(sV, V, k0, T, H, h);
 #pragma unroll
   for (int a = 0; a < kB90Ahead; a++)  // K and V ride on the first tile's arrival
-    if (tiles[a] < walk.end) load_q_side(tiles[a], a);
+    if (ahead.tile[a] < walk.end) load_q_side(ahead.tile[a], a);
 
   float dk[D / 8][4] = {}, dv[D / 8][4] = {};
   uint32_t pa[BQ / 16][4], dsa[BQ / 16][4];  // P^T and dS^T of the previous tile
@@ -103,7 +98,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   // Per tile j: issue S^T_j, dP^T_j and the dV, dK updates of tile j - 1, then the load of
   // tile j + 2; P^T_j and dS^T_j are computed while the updates run.
   int it = 0;
-  while (tiles[0] < walk.end) {
+  while (ahead.tile[0] < walk.end) {
     const int st = it % S, st_prev = (it + S - 1) % S;
     pipe.wait_full(it);
     const bf16* q_tile = sQ + st * BQ * D;
@@ -117,19 +112,19 @@ __global__ void __launch_bounds__(kB90Threads, 1)
       gemm_rs<D, BQ / 16, BQ>(dk, dsa, sQ + st_prev * BQ * D);
     }
     wgmma_commit();
-    if (tiles[kB90Ahead] < walk.end) {
+    if (ahead.tile[kB90Ahead] < walk.end) {
       pipe.wait_empty(it + kB90Ahead);
-      load_q_side(tiles[kB90Ahead], it + kB90Ahead);
+      load_q_side(ahead.tile[kB90Ahead], it + kB90Ahead);
     }
     TileKind kind_after;
-    const int after = walk.next(mb, tiles[kB90Ahead] + 1, kind_after);
+    const int after = walk.next(mb, ahead.tile[kB90Ahead] + 1, kind_after);
 
     wgmma_wait<1>();  // S^T_j, dP^T_j
     reg_fence(s);
     reg_fence(dp);
     const float* lse_t = sLse + st * BQ;
     const float* dr_t = sDr + st * BQ;
-    if (kinds[0] != kFull) apply_mask_interval(s, q_lo2, q_hi2, tiles[0] * BQ + 2 * (lane & 3));
+    if (ahead.kind[0] != kFull) apply_mask_interval(s, q_lo2, q_hi2, ahead.tile[0] * BQ + 2 * (lane & 3));
 #pragma unroll
     for (int nb = 0; nb < BQ / 8; nb++)
 #pragma unroll
@@ -148,13 +143,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
       sm80::c_to_a(pa[j], s[2 * j], s[2 * j + 1]);
       sm80::c_to_a(dsa[j], dp[2 * j], dp[2 * j + 1]);
     }
-#pragma unroll
-    for (int a = 0; a < kB90Ahead; a++) {
-      tiles[a] = tiles[a + 1];
-      kinds[a] = kinds[a + 1];
-    }
-    tiles[kB90Ahead] = after;
-    kinds[kB90Ahead] = kind_after;
+    ahead.push(after, kind_after);
     it++;
   }
   if (it > 0) {
@@ -168,18 +157,9 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     reg_fence(dv);
   }
   sm80::cp_async_wait<0>();
-  const size_t ld = (size_t)H * D;
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-    const int key = key0 + 8 * r;
-    if (key >= T) continue;
-    const size_t off = (size_t)key * ld + (size_t)h * D + 2 * (lane & 3);
-#pragma unroll
-    for (int nb = 0; nb < D / 8; nb++) {
-      *reinterpret_cast<__nv_bfloat162*>(dK + off + nb * 8) = __floats2bfloat162_rn(dk[nb][2 * r] * scale, dk[nb][2 * r + 1] * scale);
-      *reinterpret_cast<__nv_bfloat162*>(dV + off + nb * 8) = __floats2bfloat162_rn(dv[nb][2 * r], dv[nb][2 * r + 1]);
-    }
-  }
+  const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.f, 1.f};
+  sm80::store_rows<D>(dK, dk, key0, T, H, h, lane, dk_scale);
+  sm80::store_rows<D>(dV, dv, key0, T, H, h, lane, dv_scale);
 #else
   __trap();  // built for another architecture: the launcher only picks this kernel on sm90
 #endif
@@ -234,16 +214,13 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     dr[r] = row < T ? drow[(size_t)h * T + row] : 0.f;
   }
 
-  int tiles[kB90Ahead + 1];  // the walk ahead, as in the dK/dV kernel
-  TileKind kinds[kB90Ahead + 1];
-  tiles[0] = walk.next(mb, k_lo / BK, kinds[0]);
-#pragma unroll
-  for (int a = 1; a <= kB90Ahead; a++) tiles[a] = walk.next(mb, tiles[a - 1] + 1, kinds[a]);
+  WalkAhead<kB90Ahead> ahead;  // tile[0] computed now, the others loaded or loading
+  ahead.start(walk, mb, k_lo / BK);
   load_tile<D, BQ, kB90Threads>(sQ, Q, q0, T, H, h);
   load_tile<D, BQ, kB90Threads>(sdO, dO, q0, T, H, h);
 #pragma unroll
   for (int a = 0; a < kB90Ahead; a++)  // Q and dO ride on the first tile's arrival
-    if (tiles[a] < walk.end) load_kv(tiles[a], a);
+    if (ahead.tile[a] < walk.end) load_kv(ahead.tile[a], a);
 
   float acc[D / 8][4] = {};
   uint32_t dsa[BK / 16][4];  // dS of the previous tile
@@ -251,7 +228,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   // Per tile j: issue S_j, dP_j and dQ += dS_{j-1} K_{j-1}, then the load of tile j + 2; dS_j
   // is computed while the update runs.
   int it = 0;
-  while (tiles[0] < walk.end) {
+  while (ahead.tile[0] < walk.end) {
     const int st = it % S, st_prev = (it + S - 1) % S;
     pipe.wait_full(it);
     wgmma_fence();
@@ -260,17 +237,17 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     wgmma_commit();
     if (it > 0) gemm_rs<D, BK / 16, BK>(acc, dsa, sK + st_prev * BK * D);
     wgmma_commit();
-    if (tiles[kB90Ahead] < walk.end) {
+    if (ahead.tile[kB90Ahead] < walk.end) {
       pipe.wait_empty(it + kB90Ahead);
-      load_kv(tiles[kB90Ahead], it + kB90Ahead);
+      load_kv(ahead.tile[kB90Ahead], it + kB90Ahead);
     }
     TileKind kind_after;
-    const int after = walk.next(mb, tiles[kB90Ahead] + 1, kind_after);
+    const int after = walk.next(mb, ahead.tile[kB90Ahead] + 1, kind_after);
 
     wgmma_wait<1>();  // S_j, dP_j
     reg_fence(s);
     reg_fence(dp);
-    if (kinds[0] != kFull) apply_mask_interval(s, key_lo, key_hi, tiles[0] * BK + 2 * (lane & 3));
+    if (ahead.kind[0] != kFull) apply_mask_interval(s, key_lo, key_hi, ahead.tile[0] * BK + 2 * (lane & 3));
 #pragma unroll
     for (int nb = 0; nb < BK / 8; nb++)
 #pragma unroll
@@ -283,13 +260,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     if (it > 0) pipe.release(it - 1);
 #pragma unroll
     for (int j = 0; j < BK / 16; j++) sm80::c_to_a(dsa[j], dp[2 * j], dp[2 * j + 1]);
-#pragma unroll
-    for (int a = 0; a < kB90Ahead; a++) {
-      tiles[a] = tiles[a + 1];
-      kinds[a] = kinds[a + 1];
-    }
-    tiles[kB90Ahead] = after;
-    kinds[kB90Ahead] = kind_after;
+    ahead.push(after, kind_after);
     it++;
   }
   if (it > 0) {
@@ -300,16 +271,8 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     reg_fence(acc);
   }
   sm80::cp_async_wait<0>();
-  const size_t ld = (size_t)H * D;
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-    const int row = row0 + 8 * r;
-    if (row >= T) continue;
-    bf16* out = dQ + (size_t)row * ld + (size_t)h * D + 2 * (lane & 3);
-#pragma unroll
-    for (int nb = 0; nb < D / 8; nb++)
-      *reinterpret_cast<__nv_bfloat162*>(out + nb * 8) = __floats2bfloat162_rn(acc[nb][2 * r] * scale, acc[nb][2 * r + 1] * scale);
-  }
+  const float dq_scale[2] = {scale, scale};
+  sm80::store_rows<D>(dQ, acc, row0, T, H, h, lane, dq_scale);
 #else
   __trap();  // built for another architecture: the launcher only picks this kernel on sm90
 #endif

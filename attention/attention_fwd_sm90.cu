@@ -64,13 +64,12 @@ __global__ void __launch_bounds__(kF90Threads, 1)
   if (threadIdx.x == 0) pipe.init(kF90Threads);
   __syncthreads();
 
-  // Tiles: cur (computed now), nxt (loaded now). Its kind travels with each tile, so every tile
-  // is classified once, while the tensor cores run.
-  TileKind kind_cur, kind_nxt;
-  int cur = walk.next(mb, k_lo / BN, kind_cur);
-  int nxt = walk.next(mb, cur + 1, kind_nxt);
+  // tile[0] computed now, tile[1] loaded now; a tile's kind travels with it, so every tile is
+  // classified once, while the tensor cores run.
+  WalkAhead<1> ahead;
+  ahead.start(walk, mb, k_lo / BN);
   load_tile<D, BM, kF90Threads>(sQ, Q, q0, T, H, h);
-  if (cur < walk.end) load_kv(cur, 0);  // Q rides on the first tile's arrival
+  if (ahead.tile[0] < walk.end) load_kv(ahead.tile[0], 0);  // Q rides on the first tile's arrival
 
   float acc[D / 8][4] = {};
   OnlineSoftmax sm;
@@ -80,7 +79,7 @@ __global__ void __launch_bounds__(kF90Threads, 1)
   // the buffer of tile j - 2, once released); the softmax of S_j runs while the second wgmma
   // does; then O is rescaled and P_j packed. The warpgroups meet only through the TilePipe.
   int it = 0;
-  while (cur < walk.end) {
+  while (ahead.tile[0] < walk.end) {
     const int st = it % kStages, st_prev = (it + kStages - 1) % kStages;
     pipe.wait_full(it);
     wgmma_fence();
@@ -88,16 +87,16 @@ __global__ void __launch_bounds__(kF90Threads, 1)
     wgmma_commit();
     if (it > 0) gemm_rs<D, BN / 16, BN>(acc, pa, sV + st_prev * BN * D);
     wgmma_commit();
-    if (nxt < walk.end) {
+    if (ahead.tile[1] < walk.end) {
       pipe.wait_empty(it + 1);
-      load_kv(nxt, it + 1);
+      load_kv(ahead.tile[1], it + 1);
     }
     TileKind kind_after;
-    const int after = walk.next(mb, nxt + 1, kind_after);
+    const int after = walk.next(mb, ahead.tile[1] + 1, kind_after);
 
     wgmma_wait<1>();  // S_j
     reg_fence(s);
-    if (kind_cur != kFull) apply_mask_interval(s, key_lo, key_hi, cur * BN + 2 * (lane & 3));
+    if (ahead.kind[0] != kFull) apply_mask_interval(s, key_lo, key_hi, ahead.tile[0] * BN + 2 * (lane & 3));
     sm.step(s, scale_log2, alpha);
     wgmma_wait<0>();  // O += P_{j-1} V_{j-1}: the buffer of tile j - 1 is free
     reg_fence(acc);
@@ -105,10 +104,7 @@ __global__ void __launch_bounds__(kF90Threads, 1)
     OnlineSoftmax::rescale(acc, alpha);
 #pragma unroll
     for (int j = 0; j < BN / 16; j++) sm80::c_to_a(pa[j], s[2 * j], s[2 * j + 1]);
-    cur = nxt;
-    kind_cur = kind_nxt;
-    nxt = after;
-    kind_nxt = kind_after;
+    ahead.push(after, kind_after);
     it++;
   }
   if (it > 0) {
@@ -123,17 +119,10 @@ __global__ void __launch_bounds__(kF90Threads, 1)
   // epilogue: O = acc / l, lse = (m + log2 l) * ln 2
   float inv[2], lse[2];
   sm.finish(inv, lse);
-  const size_t ld = (size_t)H * D;
+  sm80::store_rows<D>(O, acc, row0, T, H, h, lane, inv);
 #pragma unroll
-  for (int r = 0; r < 2; r++) {
-    const int row = row0 + 8 * r;
-    if (row >= T) continue;
-    bf16* orow = O + (size_t)row * ld + (size_t)h * D + 2 * (lane & 3);
-#pragma unroll
-    for (int nb = 0; nb < D / 8; nb++)
-      *reinterpret_cast<__nv_bfloat162*>(orow + nb * 8) = __floats2bfloat162_rn(acc[nb][2 * r] * inv[r], acc[nb][2 * r + 1] * inv[r]);
-    if ((lane & 3) == 0) LSE[(size_t)h * T + row] = lse[r];
-  }
+  for (int r = 0; r < 2; r++)
+    if (row0 + 8 * r < T && (lane & 3) == 0) LSE[(size_t)h * T + row0 + 8 * r] = lse[r];
 #else
   __trap();  // built for another architecture: the launcher only picks this kernel on sm90
 #endif

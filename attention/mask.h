@@ -138,6 +138,28 @@ struct TileWalk {
   }
 };
 
+// The next AHEAD + 1 tiles of a walk with their kinds: tile[0] is computed now, tile[1..AHEAD]
+// are loaded or loading. A kernel asks for the following tile (next()) while its matmuls run and
+// pushes it at the end of the step.
+template <int AHEAD>
+struct WalkAhead {
+  int tile[AHEAD + 1];
+  TileKind kind[AHEAD + 1];
+
+  ATTN_HD void start(const TileWalk& w, const MaskBounds& b, int first) {
+    tile[0] = w.next(b, first, kind[0]);
+    for (int a = 1; a <= AHEAD; a++) tile[a] = w.next(b, tile[a - 1] + 1, kind[a]);
+  }
+  ATTN_HD void push(int t, TileKind k) {
+    for (int a = 0; a < AHEAD; a++) {
+      tile[a] = tile[a + 1];
+      kind[a] = kind[a + 1];
+    }
+    tile[AHEAD] = t;
+    kind[AHEAD] = k;
+  }
+};
+
 // First position whose document id is >= id, and last position whose id is <= id.
 ATTN_HD int doc_first(const int32_t* doc, int T, int id) {
   int lo = 0, hi = T;

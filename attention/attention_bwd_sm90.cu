@@ -15,7 +15,8 @@
 //   S = Q K^T, dP = dO V^T;  dS;  dQ += dS K.
 // Tiles stream through 4 shared buffers with cp.async, two tiles ahead, signalled by mbarriers
 // (wgmma.cuh TilePipe: a buffer is rewritten once every warp has released it), so the two
-// warpgroups never meet at a block barrier inside the loop.
+// warpgroups never meet at a block barrier inside the loop. The dQ kernel runs on a second
+// stream beside the dK/dV kernel (launch_bwd_sm90).
 #include <cmath>
 
 #include "attention/attention_sm90.h"
@@ -82,7 +83,6 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   };
   if (threadIdx.x == 0) pipe.init(kB90Threads);
   __syncthreads();
-
 
   WalkAhead<kB90Ahead> ahead;  // tile[0] computed now, the others loaded or loading
   ahead.start(walk, mb, q_lo / BQ);

@@ -132,6 +132,8 @@ test: train_gpt $(TOOLS) $(CPU_TESTS)
 test-gpu: $(GPU_TESTS) attention/attn_run $(BUILD)/model_dump train_gpt
 	@nvidia-smi -L >/dev/null 2>&1 || { echo "test-gpu: no GPU on this machine (nvidia-smi finds none)"; exit 1; }
 	$(BUILD)/tests/test_attention_gpu
+	ATTN_SM90_DQ=fused $(BUILD)/tests/test_attention_gpu  # on Hopper: each sm90 backward on every mask (the
+	ATTN_SM90_DQ=pass $(BUILD)/tests/test_attention_gpu   # first run took the default choice per mask)
 	ATTN_KERNELS=sm80 $(BUILD)/tests/test_attention_gpu  # the mma.sync kernels too (on Hopper the first run took wgmma's)
 	$(BUILD)/tests/test_layers_gpu
 	$(BUILD)/tests/test_model_gpu

@@ -6,9 +6,9 @@
 // Layouts: Q, K, V, O, dO, dQ, dK, dV are bf16 [T, H, D] (batch folded into T, documents
 // separated by the document mask), lse is fp32 [H, T]. scale = 1/sqrt(D). D is 64 or 128.
 // mask.doc_ids, when set, is a device pointer to T nondecreasing int32 ids.
-// The backward is deterministic: no atomics; dK/dV and dQ come from separate kernels. On Hopper
-// (the sm90 kernels) the dQ kernel runs on an internal second stream that forks from and joins
-// back into `stream` by events: work queued on `stream` after the call sees all three gradients.
+// The backward is deterministic: the same inputs give the same bits. The sm80 kernels compute
+// dQ in a pass of its own; the sm90 kernel adds each key block's share of a query tile's dQ in a
+// fixed order (attention_bwd_sm90.cu).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -17,8 +17,9 @@
 
 namespace attn {
 
-// Bytes of device workspace attention_backward needs (rowsum(dO * O) and lse in log2 units).
-size_t backward_workspace_bytes(int T, int H);
+// Bytes of device workspace attention_backward needs (per row rowsum(dO * O) and lse in log2
+// units; the fp32 dQ sums, about 4 T H D bytes; a count per query tile of 64).
+size_t backward_workspace_bytes(int T, int H, int D);
 
 cudaError_t attention_forward(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                               __nv_bfloat16* o, float* lse, int T, int H, int D, const MaskDesc& mask,

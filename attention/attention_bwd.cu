@@ -21,11 +21,7 @@ using namespace sm80;
 
 constexpr int kBwdBlock = 64, kBwdThreads = 128;
 
-// Drow [H, T], then lse in log2 units [H, T] (the sm90 kernels read it instead of lse).
-size_t backward_workspace_bytes(int T, int H) { return 2 * (size_t)T * H * sizeof(float); }
-
-// lse in log2 units; a row that kept nothing (lse = -inf) gets +inf so that every p is 0.
-__device__ __forceinline__ float lse_log2(float lse) { return lse == -INFINITY ? INFINITY : lse * (float)M_LOG2E; }
+size_t backward_workspace_bytes(int T, int H, int D) { return BwdWorkspace::bytes(T, H, D); }
 
 // Drow[h, i] = sum_d dO[i, h, d] * O[i, h, d], lse2[h, i] = lse_log2(lse[h, i]); one warp per (i, h).
 template <int D>
@@ -235,16 +231,16 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_dkdv_kernel(
 
 template <int D>
 static cudaError_t launch_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const bf16* dout,
-                              const float* lse, bf16* dq, bf16* dk, bf16* dv, float* drow, int T, int H,
+                              const float* lse, bf16* dq, bf16* dk, bf16* dv, const BwdWorkspace& ws, int T, int H,
                               const MaskDesc& mask, cudaStream_t stream) {
+  float* drow = ws.drow;
   const MaskBounds mb = make_bounds(mask, T);
   const float scale = (float)(1.0 / std::sqrt((double)D)), scale_log2 = (float)(M_LOG2E / std::sqrt((double)D));
   const int warps = 8;
-  attention_bwd_drow_kernel<D><<<(T * H + warps - 1) / warps, warps * 32, 0, stream>>>(o, dout, lse, drow, drow + (size_t)T * H, T, H);
+  attention_bwd_drow_kernel<D><<<(T * H + warps - 1) / warps, warps * 32, 0, stream>>>(o, dout, lse, ws.drow, ws.lse2, T, H);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  if (use_sm90_kernels())
-    return attention_backward_sm90(q, k, v, dout, drow + (size_t)T * H, dq, dk, dv, drow, T, H, D, mask, stream);
+  if (use_sm90_kernels()) return attention_backward_sm90(q, k, v, dout, dq, dk, dv, ws, T, H, D, mask, stream);
 
   const size_t smem_dkdv = (size_t)6 * kBwdBlock * D * sizeof(bf16) + 4 * kBwdBlock * sizeof(float);
   err = cudaFuncSetAttribute(attention_bwd_dkdv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dkdv);
@@ -265,9 +261,10 @@ cudaError_t attention_backward(const bf16* q, const bf16* k, const bf16* v, cons
                                const float* lse, bf16* dq, bf16* dk, bf16* dv, void* workspace, int T, int H, int D,
                                const MaskDesc& mask, cudaStream_t stream) {
   if (T < 1 || H < 1 || mask.window < 0 || !workspace) return cudaErrorInvalidValue;
-  float* drow = static_cast<float*>(workspace);
-  if (D == 64) return launch_bwd<64>(q, k, v, o, dout, lse, dq, dk, dv, drow, T, H, mask, stream);
-  if (D == 128) return launch_bwd<128>(q, k, v, o, dout, lse, dq, dk, dv, drow, T, H, mask, stream);
+  if (D != 64 && D != 128) return cudaErrorInvalidValue;
+  const BwdWorkspace ws = BwdWorkspace::carve(workspace, T, H, D);
+  if (D == 64) return launch_bwd<64>(q, k, v, o, dout, lse, dq, dk, dv, ws, T, H, mask, stream);
+  if (D == 128) return launch_bwd<128>(q, k, v, o, dout, lse, dq, dk, dv, ws, T, H, mask, stream);
   return cudaErrorInvalidValue;
 }
 

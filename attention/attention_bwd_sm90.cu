@@ -1,23 +1,27 @@
-// Backward of fused masked attention on Hopper (sm90a: wgmma), same math and the same
-// deterministic split as attention_bwd.cu (no atomics: every output written by one block):
+// Backward of fused masked attention on Hopper (sm90a: wgmma), same math as attention_bwd.cu:
 //
 //   P = exp(S - lse)  (S = scale Q K^T + mask, recomputed),  Drow = rowsum(dO * O) and lse in
 //   log2 units from attention_bwd.cu's pre-pass
 //   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - Drow),  dQ = scale dS K,  dK = scale dS^T Q
 //   Q, K, V, dO, dQ, dK, dV: bf16 [T, H, D];  lse, Drow: fp32 [H, T];  D in {64, 128}.
 //
-// dK/dV: one block of two warpgroups owns 128 keys (64 a warpgroup) and walks the query tiles
-// of 64 that see them. Per tile, each warpgroup computes the transposed scores with keys as rows,
-//   S^T = K Q^T, dP^T = V dO^T          wgmma, all operands in shared memory
-//   P^T, dS^T                            registers (accumulator layout = next A fragment)
-//   dV += P^T dO, dK += dS^T Q           wgmma, A from registers, left running into the next tile
-// dQ: one block owns 128 queries and walks key tiles of 64:
-//   S = Q K^T, dP = dO V^T;  dS;  dQ += dS K.
-// Tiles stream through 4 shared buffers with cp.async, two tiles ahead, signalled by mbarriers
-// (wgmma.cuh TilePipe: a buffer is rewritten once every warp has released it), so the two
-// warpgroups never meet at a block barrier inside the loop. The dQ kernel runs on a second
-// stream beside the dK/dV kernel (launch_bwd_sm90).
+// Two ways, both deterministic (use_fused_bwd picks one):
+// - fused (D = 128 by default): one block of two warpgroups owns 128 keys (64 a warpgroup) and
+//   walks the query tiles of 64 that see them. Per tile, each warpgroup computes
+//     S^T = K Q^T, dP^T = V dO^T          wgmma, operands in shared memory
+//     P^T, dS^T                            registers, then shared memory
+//     dV += P^T dO, dK += dS^T Q           wgmma, left running under the next tile's P^T, dS^T
+//     dQ_share = dS K                      wgmma over the block's 128 keys (half of D each)
+//   and each query tile's dQ shares are added into fp32 sums by the tensor-memory engine in a
+//   fixed order (decreasing key block: dq_ranges / dq_count below), then converted to bf16.
+// - two kernels: dK/dV as above without dQ (P^T, dS^T stay in registers as the next wgmma's A),
+//   and dQ from its own kernel, one block per 128 queries walking key tiles of 64 (S = Q K^T,
+//   dP = dO V^T again; dQ += dS K), on a second stream beside dK/dV.
+// Tiles stream through shared buffers with cp.async, signalled by mbarriers (wgmma.cuh TilePipe:
+// a buffer is rewritten once every warp has released it).
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "attention/attention_sm90.h"
 #include "attention/own_intervals.cuh"
@@ -278,6 +282,312 @@ __global__ void __launch_bounds__(kB90Threads, 1)
 #endif
 }
 
+// ---------------------------------------------------------------------------------- dQ in fixed order
+// The fused kernel below adds each key block's share of a query tile's dQ (fp32) into dq_acc with
+// the tensor-memory engine (a bulk reduce from shared memory). To stay deterministic the shares
+// of one tile are added in a fixed order: by decreasing key block. Which key blocks have a share
+// in query tile m is exact and cheap to know: every query keeps an interval of keys that contains
+// itself (mask.h row_keys), so the keys some query of the tile keeps are the interval
+// key_range(tile) and every key block that meets it has kept pairs with the tile (and walks it).
+// dq_ranges[m] = that range of key blocks (empty: first > last); the block n_hi(m) - r is the
+// r-th to add, after dq_count[h][m] reached r (and the first writes instead of adding, so dq_acc
+// needs no clearing). Blocks are launched in decreasing key block order, so a block only ever
+// waits for blocks started before it. (tests/test_attention_cpu.cpp checks the claim about
+// key_range on random masks.)
+__global__ void attention_bwd_dq_ranges_kernel(MaskBounds mb, int2* __restrict__ ranges, int n_tiles) {
+  const int m = blockIdx.x * blockDim.x + threadIdx.x;
+  if (m >= n_tiles) return;
+  int k_lo, k_hi;
+  key_range(mb, m * kB90Walk, m * kB90Walk + kB90Walk, k_lo, k_hi);
+  ranges[m] = k_lo > k_hi ? make_int2(1, 0) : make_int2(k_lo / kB90Own, k_hi / kB90Own);
+}
+
+// Where (row, col) of a 64 x D dQ tile sits in dq_acc's tile and in the staging buffer: row-major
+// with column groups of 8 permuted by the row (col ^ 8 (row % 8)), so that a warp's stores of
+// its accumulator rows hit 32 different banks.
+template <int D>
+__host__ __device__ __forceinline__ int dq_tile_index(int row, int col) {
+  return row * D + (col ^ ((row & 7) << 3));
+}
+
+// dQ[i, h, :] = bf16(scale * dq_acc row), zeros where no block added (a tile that keeps nothing).
+// dq_acc: [H][tiles of 64 rows][64 x D, dq_tile_index] fp32. One warp a row.
+template <int D>
+__global__ void attention_bwd_dq_convert_kernel(const float* __restrict__ dq_acc, const int2* __restrict__ ranges,
+                                                bf16* __restrict__ dQ, int T, int H, float scale) {
+  const int w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+  if (w >= T * H) return;
+  const int i = w / H, h = w % H, m = i / kB90Walk, n_tiles = (T + kB90Walk - 1) / kB90Walk;
+  const int2 r = ranges[m];
+  const float* src = dq_acc + ((size_t)h * n_tiles + m) * kB90Walk * D;
+  for (int d = 2 * lane; d < D; d += 64) {
+    const float2 x = r.x <= r.y ? *reinterpret_cast<const float2*>(src + dq_tile_index<D>(i % kB90Walk, d))
+                                : make_float2(0.f, 0.f);
+    *reinterpret_cast<__nv_bfloat162*>(dQ + (size_t)w * D + d) = __floats2bfloat162_rn(x.x * scale, x.y * scale);
+  }
+}
+
+__device__ __forceinline__ void named_barrier_256() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
+__device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+// Waits until *count == want (relaxed reads: the issuing thread orders itself with an acquire
+// fence before its bulk operation). A wait of more than 20 s means a block this one depends on
+// never ran (blocks launched out of order): trap rather than hang.
+__device__ __forceinline__ void wait_count(const unsigned* count, unsigned want) {
+  const uint64_t t0 = global_ns();
+  while (ld_relaxed(count) != want) {
+    __nanosleep(64);
+    if (global_ns() - t0 > 20000000000ull) __trap();
+  }
+}
+// dst (global) = or += src (shared), bytes a multiple of 16, by the tensor-memory engine; only
+// the thread with `issue` set does it (a predicate inside the asm, not a branch: every thread of
+// the block runs this code, so the compiler sees no divergent path around the wgmmas).
+__device__ __forceinline__ void bulk_store_or_add(float* dst, const float* src, int bytes, bool add, bool issue) {
+  asm volatile(
+      "{\n.reg .pred p, a, pa, ps;\nsetp.ne.b32 p, %3, 0;\nsetp.ne.b32 a, %4, 0;\n"
+      "and.pred pa, p, a;\nand.pred ps, p, !a;\n"
+      "@p fence.acq_rel.gpu;\n"
+      "@p fence.proxy.async.global;\n"
+      "@pa cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+      "@ps cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+      "@p cp.async.bulk.commit_group;\n}\n" ::"l"(dst),
+      "r"(sm80::smem_addr(src)), "r"(bytes), "r"((int)issue), "r"((int)add)
+      : "memory");
+}
+// Waits until the bulk operations of the issuing thread are complete, then (that thread) counts
+// one more share of the tile.
+__device__ __forceinline__ void bulk_done_signal(unsigned* count, bool issue) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %1, 0;\n"
+      "cp.async.bulk.wait_group 0;\n"
+      "@p fence.proxy.async.global;\n"
+      "@p red.release.gpu.global.add.u32 [%0], 1;\n}\n" ::"l"(count),
+      "r"((int)issue)
+      : "memory");
+}
+
+// ---------------------------------------------------------------------------------- dK, dV and dQ in one pass
+// As the dK/dV kernel, plus per query tile the block's share of dQ = dS K (64 rows x D over its
+// 128 keys), staged in shared memory and added in order as above. P^T and dS^T go through shared
+// memory (dQ needs both warpgroups' dS^T), so the accumulators at any time are at most S^T, dP^T,
+// dK, dV and one dQ tile. Three query-tile buffers (one ahead) make room for the staging.
+constexpr int kFStages = 3;
+constexpr size_t kSmemOptin = 232448;  // 227 KB: the most one block may have on sm90
+
+template <int D>
+__host__ __device__ constexpr size_t fused_sm90_smem_used() {
+  return (size_t)(2 * kB90Own + 2 * kFStages * kB90Walk) * D * sizeof(bf16) + 2 * kB90Own * kB90Walk * sizeof(bf16) +
+         (size_t)kB90Walk * D * sizeof(float) + 2 * kFStages * kB90Walk * sizeof(float) + kB90Own * sizeof(int32_t) +
+         2 * kFStages * sizeof(uint64_t);
+}
+template <int D>
+__host__ __device__ constexpr size_t fused_sm90_smem() {  // asked at launch: room to align the tiles where it fits
+  return fused_sm90_smem_used<D>() + 1024 <= kSmemOptin ? fused_sm90_smem_used<D>() + 1024 : kSmemOptin;
+}
+
+template <int D>
+__global__ void __launch_bounds__(kB90Threads, 1)
+    attention_bwd_fused_sm90_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V,
+                                    const bf16* __restrict__ dO, const float* __restrict__ LSE2, const float* __restrict__ drow,
+                                    const int2* __restrict__ dq_ranges, unsigned* __restrict__ dq_count,
+                                    float* __restrict__ dq_acc, bf16* __restrict__ dK, bf16* __restrict__ dV, int T, int H,
+                                    MaskBounds mb, float scale_log2, float scale) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using namespace sm90;
+  constexpr int BK = kB90Own, BQ = kB90Walk, S = kFStages, AHEAD = S - 2;
+  constexpr size_t kSlack = fused_sm90_smem<D>() - fused_sm90_smem_used<D>();
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* base = align1024(smem_raw);
+  if ((size_t)(base - smem_raw) > kSlack) __trap();  // the tiles would not fit once aligned
+  bf16* sK = reinterpret_cast<bf16*>(base);
+  bf16* sV = sK + BK * D;
+  bf16* sQ = sV + BK * D;       // S buffers
+  bf16* sdO = sQ + S * BQ * D;  // S buffers
+  bf16* sP = sdO + S * BQ * D;  // P^T: BK x BQ
+  bf16* sdS = sP + BK * BQ;     // dS^T: BK x BQ
+  float* sdQ = reinterpret_cast<float*>(sdS + BK * BQ);  // BQ x D: a dQ share on its way out
+  float* sLse = sdQ + BQ * D;                             // S x BQ
+  float* sDr = sLse + S * BQ;                             // S x BQ
+  int32_t* s_ids = reinterpret_cast<int32_t*>(sDr + S * BQ);  // BK document ids
+  TilePipe<S> pipe;
+  pipe.full = reinterpret_cast<uint64_t*>(s_ids + BK);
+  pipe.empty = pipe.full + S;
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
+  const int n_kb = (T + BK - 1) / BK, n_tiles = (T + BQ - 1) / BQ;
+  const int kb = n_kb - 1 - blockIdx.x, k0 = kb * BK, h = blockIdx.y;  // last key block first
+  const bool leader = threadIdx.x == 0;  // issues this block's dQ additions
+
+  const int key0 = k0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's keys: key0, key0 + 8
+  const int keys[2] = {key0, key0 + 8};
+  int q_lo, q_hi, q_lo2[2], q_hi2[2];  // the block's query range; the queries each key is kept by
+  own_intervals<BK, 2>(mb, k0, false, s_ids, keys, q_lo2, q_hi2, q_lo, q_hi);
+  const TileWalk walk(mb, k0, k0 + BK, BQ, q_hi >= q_lo ? q_hi / BQ + 1 : 0, false);
+  auto load_q_side = [&](int qt, int i) {  // this thread's copies of query tile qt, the i-th of the walk
+    const int qs = qt * BQ, st = i % S;
+    load_tile<D, BQ, kB90Threads>(sQ + st * BQ * D, Q, qs, T, H, h);
+    load_tile<D, BQ, kB90Threads>(sdO + st * BQ * D, dO, qs, T, H, h);
+    for (int r = threadIdx.x; r < 2 * BQ; r += kB90Threads) {
+      const int j = r % BQ, row = qs + j;
+      const float* src = (r < BQ ? LSE2 : drow) + (size_t)h * T + (row < T ? row : 0);
+      sm80::cp_async4(smem_addr((r < BQ ? sLse : sDr) + st * BQ + j), src, row < T);
+    }
+    pipe.arrive_full(i);
+  };
+  if (threadIdx.x == 0) pipe.init(kB90Threads);
+  __syncthreads();
+
+  WalkAhead<AHEAD> ahead;  // tile[0] computed now, the others loaded or loading
+  ahead.start(walk, mb, q_lo / BQ);
+  load_tile<D, BK, kB90Threads>(sK, K, k0, T, H, h);
+  load_tile<D, BK, kB90Threads>(sV, V, k0, T, H, h);
+#pragma unroll
+  for (int a = 0; a < AHEAD; a++)  // K and V ride on the first tile's arrival
+    if (ahead.tile[a] < walk.end) load_q_side(ahead.tile[a], a);
+
+  // Each warpgroup's dQ matmul (64 x 64 accumulator): D = 128, its 64-column half of D over all
+  // 128 keys; D = 64, warpgroup 0 alone (a branch on the warpgroup: those wgmmas get serialized).
+  const bf16* sK_half = sK + (D == 128 ? wg * BK * 64 : 0);
+  const bool dq_wg = D == 128 || wg == 0;
+  float dk[D / 8][4] = {}, dv[D / 8][4] = {};
+  float s[BQ / 8][4], dp[BQ / 8][4];  // S^T and dP^T: keys as rows
+  float dq[8][4];                     // a dQ tile's 64 rows x this warpgroup's 64 columns
+  const int dq_row = warp * 16 + (lane >> 2), dq_col = D == 128 ? wg * 64 : 0;
+  int prev_tile = 0;       // the tile computed last (its dQ is in dq after the next matmuls)
+  int pending = -1;        // the tile whose dQ addition the leader issued last, not yet counted
+  int2 prev_range{1, 0};   // the key blocks with a share in prev_tile
+
+  // Moves the dQ share of tile qt (in dq) to the staging buffer; the caller then fences and
+  // meets the other warpgroup at a barrier, and the leader adds it (add_dq_share).
+  auto stage_dq = [&]() {
+    if (!dq_wg) return;
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+      for (int nb = 0; nb < 8; nb++)
+        *reinterpret_cast<float2*>(sdQ + dq_tile_index<D>(dq_row + 8 * r, dq_col + nb * 8 + 2 * (lane & 3))) =
+            make_float2(dq[nb][2 * r], dq[nb][2 * r + 1]);
+  };
+  // Every thread runs these (uniform control flow); the leader alone issues and counts.
+  // seen: the count read (acquire) earlier in the step, so that the wait usually costs nothing.
+  auto add_dq_share = [&](int qt, int2 range, unsigned seen) {  // after the staging is complete
+    if (kb < range.x || kb > range.y) return;   // a walked tile with no kept pair: no share
+    unsigned* count = dq_count + (size_t)h * n_tiles + qt;
+    const unsigned rank = range.y - kb;
+    if (seen != rank) wait_count(count, rank);
+    bulk_store_or_add(dq_acc + ((size_t)h * n_tiles + qt) * BQ * D, sdQ, BQ * D * (int)sizeof(float), rank > 0, leader);
+    pending = qt;
+  };
+  auto finish_pending = [&]() {  // the last addition has landed (and has read the staging)
+    if (pending >= 0) bulk_done_signal(dq_count + (size_t)h * n_tiles + pending, leader);
+    pending = -1;
+  };
+
+  // Per tile j: issue S^T_j, dP^T_j and tile j - 1's dV, dK, dQ matmuls (P^T, dS^T in shared
+  // memory); load tile j + 1; compute P^T_j, dS^T_j while the matmuls run; once every warp's
+  // matmuls are done: write P^T_j, dS^T_j and stage dQ_{j-1}; the leader adds it to dq_acc.
+  int it = 0;
+  while (ahead.tile[0] < walk.end) {
+    const int st = it % S, st_prev = (it + S - 1) % S, qt = ahead.tile[0];
+    const int2 range = dq_ranges[qt];
+    pipe.wait_full(it);
+    const bf16* q_tile = sQ + st * BQ * D;
+    const bf16* do_tile = sdO + st * BQ * D;
+    wgmma_fence();
+    gemm_ss<BQ, D / 16, BK>(s, sK, wg * 64, q_tile, false);
+    gemm_ss<BQ, D / 16, BK>(dp, sV, wg * 64, do_tile, false);
+    wgmma_commit();
+    if (it > 0) {
+      wgmma_fence();  // dq was read by ordinary instructions (the staging)
+      gemm_ss_kmn<D, BQ / 16, BK, BQ>(dv, sP, wg * 64, sdO + st_prev * BQ * D, true);
+      gemm_ss_kmn<D, BQ / 16, BK, BQ>(dk, sdS, wg * 64, sQ + st_prev * BQ * D, true);
+      if (dq_wg) gemm_ss_mnmn<64, BK / 16, BK, BK>(dq, sdS, sK_half);
+    }
+    wgmma_commit();
+    if (ahead.tile[AHEAD] < walk.end) {
+      pipe.wait_empty(it + AHEAD);
+      load_q_side(ahead.tile[AHEAD], it + AHEAD);
+    }
+    TileKind kind_after;
+    const int after = walk.next(mb, ahead.tile[AHEAD] + 1, kind_after);
+    const unsigned seen = it > 0 ? ld_relaxed(dq_count + (size_t)h * n_tiles + prev_tile) : 0u;
+
+    wgmma_wait<1>();  // S^T_j, dP^T_j
+    reg_fence(s);
+    reg_fence(dp);
+    const float* lse_t = sLse + st * BQ;
+    const float* dr_t = sDr + st * BQ;
+    if (ahead.kind[0] != kFull) apply_mask_interval(s, q_lo2, q_hi2, qt * BQ + 2 * (lane & 3));
+#pragma unroll
+    for (int nb = 0; nb < BQ / 8; nb++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int j = nb * 8 + 2 * (lane & 3) + (e & 1);  // query within the tile
+        const float p = exp2f(fmaf(s[nb][e], scale_log2, -lse_t[j]));
+        s[nb][e] = p;
+        dp[nb][e] = p * (dp[nb][e] - dr_t[j]);  // dS^T
+      }
+    wgmma_wait<0>();  // tile j - 1's matmuls: they read the shared P^T, dS^T and Q, dO of j - 1
+    reg_fence(dk);
+    reg_fence(dv);
+    reg_fence(dq);
+    if (it > 0) pipe.release(it - 1);
+    finish_pending();  // the staging buffer is free again
+    named_barrier_256();           // both warpgroups' matmuls have read P^T, dS^T
+    const int prow = wg * 64 + warp * 16 + (lane >> 2);
+#pragma unroll
+    for (int nb = 0; nb < BQ / 8; nb++)
+#pragma unroll
+      for (int r = 0; r < 2; r++) {
+        const int o = sw128<BK>(prow + 8 * r, nb) + 2 * (lane & 3);
+        *reinterpret_cast<uint32_t*>(sP + o) = sm80::pack_bf16(s[nb][2 * r], s[nb][2 * r + 1]);
+        *reinterpret_cast<uint32_t*>(sdS + o) = sm80::pack_bf16(dp[nb][2 * r], dp[nb][2 * r + 1]);
+      }
+    if (it > 0) stage_dq();
+    fence_proxy_async();
+    named_barrier_256();  // tile j's P^T, dS^T and tile j - 1's dQ share written by both warpgroups
+    if (it > 0) add_dq_share(prev_tile, prev_range, seen);
+    prev_tile = qt;
+    prev_range = range;
+    ahead.push(after, kind_after);
+    it++;
+  }
+  if (it > 0) {
+    const int st = (it - 1) % S;
+    wgmma_fence();
+    gemm_ss_kmn<D, BQ / 16, BK, BQ>(dv, sP, wg * 64, sdO + st * BQ * D, true);
+    gemm_ss_kmn<D, BQ / 16, BK, BQ>(dk, sdS, wg * 64, sQ + st * BQ * D, true);
+    if (dq_wg) gemm_ss_mnmn<64, BK / 16, BK, BK>(dq, sdS, sK_half);
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(dk);
+    reg_fence(dv);
+    reg_fence(dq);
+    finish_pending();
+    named_barrier_256();
+    stage_dq();
+    fence_proxy_async();
+    named_barrier_256();
+    add_dq_share(prev_tile, prev_range, ~0u);
+    finish_pending();
+  }
+  sm80::cp_async_wait<0>();
+  const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.f, 1.f};
+  sm80::store_rows<D>(dK, dk, key0, T, H, h, lane, dk_scale);
+  sm80::store_rows<D>(dV, dv, key0, T, H, h, lane, dv_scale);
+#else
+  __trap();  // built for another architecture: the launcher only picks this kernel on sm90
+#endif
+}
+
 // The dQ kernel runs on a second stream beside the dK/dV kernel (they share only inputs), so
 // that each fills the SMs the other's last blocks leave idle; the caller's stream waits for both.
 // One side stream and two events per device, made on first use.
@@ -301,15 +611,53 @@ static cudaError_t side_stream(SideStream*& out) {
   return cudaSuccess;
 }
 
+// Which backward: the fused kernel (dQ added in order) or dK/dV and dQ in two kernels (dQ
+// recomputing S and dP). Measured on H200 (bench/RESULTS.md, same calls): the fused one is 6-10%
+// faster with documents (shorter walks) and 0-4% without; its fp32 dQ additions cost L2
+// bandwidth in proportion to the walk, which is why it does not gain the full 2/7 of the matmuls
+// it saves. D = 64 keeps the two kernels (the fused kernel's D = 64 dQ matmul runs on one
+// warpgroup, serialized). ATTN_SM90_DQ=fused or =pass in the environment forces one.
+static bool use_fused_bwd(int D) {
+  static const int forced = [] {
+    const char* e = std::getenv("ATTN_SM90_DQ");
+    if (!e) return -1;
+    if (std::strcmp(e, "fused") == 0) return 1;
+    if (std::strcmp(e, "pass") == 0) return 0;
+    return -1;
+  }();
+  if (forced >= 0) return forced == 1;
+  return D == 128;
+}
+
 template <int D>
-static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse2,
-                                   bf16* dq, bf16* dk, bf16* dv, const float* drow, int T, int H, const MaskDesc& mask,
+static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, bf16* dq, bf16* dk,
+                                   bf16* dv, const BwdWorkspace& ws, int T, int H, const MaskDesc& mask,
                                    cudaStream_t stream) {
   const MaskBounds mb = make_bounds(mask, T);
   const float scale = (float)(1.0 / std::sqrt((double)D)), scale_log2 = (float)(M_LOG2E / std::sqrt((double)D));
   const dim3 grid((T + kB90Own - 1) / kB90Own, H);
+  cudaError_t err;
+
+  if (use_fused_bwd(D)) {
+    const int n_tiles = (T + kB90Walk - 1) / kB90Walk;
+    if ((err = cudaMemsetAsync(ws.dq_count, 0, (size_t)H * n_tiles * sizeof(unsigned), stream)) != cudaSuccess) return err;
+    attention_bwd_dq_ranges_kernel<<<(n_tiles + 255) / 256, 256, 0, stream>>>(mb, ws.dq_ranges, n_tiles);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    constexpr size_t smem = fused_sm90_smem<D>();
+    static_assert(fused_sm90_smem_used<D>() <= kSmemOptin, "fused backward: shared memory");
+    err = cudaFuncSetAttribute(attention_bwd_fused_sm90_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (err != cudaSuccess) return err;
+    attention_bwd_fused_sm90_kernel<D><<<grid, kB90Threads, smem, stream>>>(
+        q, k, v, dout, ws.lse2, ws.drow, ws.dq_ranges, ws.dq_count, ws.dq_acc, dk, dv, T, H, mb, scale_log2, scale);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    const int warps = 8;
+    attention_bwd_dq_convert_kernel<D><<<(int)(((size_t)T * H + warps - 1) / warps), warps * 32, 0, stream>>>(
+        ws.dq_acc, ws.dq_ranges, dq, T, H, scale);
+    return cudaGetLastError();
+  }
+
   constexpr size_t smem_dkdv = dkdv_sm90_smem<D>(), smem_dq = dq_sm90_smem<D>();
-  cudaError_t err = cudaFuncSetAttribute(attention_bwd_dkdv_sm90_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dkdv);
+  err = cudaFuncSetAttribute(attention_bwd_dkdv_sm90_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dkdv);
   if (err != cudaSuccess) return err;
   err = cudaFuncSetAttribute(attention_bwd_dq_sm90_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dq);
   if (err != cudaSuccess) return err;
@@ -318,21 +666,21 @@ static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
 
   if ((err = cudaEventRecord(side->fork, stream)) != cudaSuccess) return err;
   if ((err = cudaStreamWaitEvent(side->stream, side->fork, 0)) != cudaSuccess) return err;
-  attention_bwd_dkdv_sm90_kernel<D><<<grid, kB90Threads, smem_dkdv, stream>>>(q, k, v, dout, lse2, drow, dk, dv, T, H, mb,
-                                                                               scale_log2, scale);
+  attention_bwd_dkdv_sm90_kernel<D><<<grid, kB90Threads, smem_dkdv, stream>>>(q, k, v, dout, ws.lse2, ws.drow, dk, dv, T,
+                                                                               H, mb, scale_log2, scale);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
-  attention_bwd_dq_sm90_kernel<D><<<grid, kB90Threads, smem_dq, side->stream>>>(q, k, v, dout, lse2, drow, dq, T, H, mb,
-                                                                                 scale_log2, scale);
+  attention_bwd_dq_sm90_kernel<D><<<grid, kB90Threads, smem_dq, side->stream>>>(q, k, v, dout, ws.lse2, ws.drow, dq, T,
+                                                                                 H, mb, scale_log2, scale);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
   if ((err = cudaEventRecord(side->join, side->stream)) != cudaSuccess) return err;
   return cudaStreamWaitEvent(stream, side->join, 0);
 }
 
-cudaError_t attention_backward_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse2,
-                                    bf16* dq, bf16* dk, bf16* dv, const float* drow, int T, int H, int D,
-                                    const MaskDesc& mask, cudaStream_t stream) {
-  if (D == 64) return launch_bwd_sm90<64>(q, k, v, dout, lse2, dq, dk, dv, drow, T, H, mask, stream);
-  if (D == 128) return launch_bwd_sm90<128>(q, k, v, dout, lse2, dq, dk, dv, drow, T, H, mask, stream);
+cudaError_t attention_backward_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, bf16* dq, bf16* dk,
+                                    bf16* dv, const BwdWorkspace& ws, int T, int H, int D, const MaskDesc& mask,
+                                    cudaStream_t stream) {
+  if (D == 64) return launch_bwd_sm90<64>(q, k, v, dout, dq, dk, dv, ws, T, H, mask, stream);
+  if (D == 128) return launch_bwd_sm90<128>(q, k, v, dout, dq, dk, dv, ws, T, H, mask, stream);
   return cudaErrorInvalidValue;
 }
 

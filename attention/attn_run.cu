@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
       if (g.shape != q.shape) throw std::runtime_error(fdo + ": must have the shape of --q");
       up(&dout, g, fdo);
       for (bf16** p : {&gq, &gk, &gv}) CUDA_OK(cudaMalloc(p, n * sizeof(bf16)));
-      CUDA_OK(cudaMalloc(&ws, attn::backward_workspace_bytes(T, H)));
+      CUDA_OK(cudaMalloc(&ws, attn::backward_workspace_bytes(T, H, D)));
       CUDA_OK(attn::attention_backward(dq, dk, dv, o, dout, lse, gq, gk, gv, ws, T, H, D, m));
       CUDA_OK(cudaDeviceSynchronize());
       npy::save_f32(out + "/dq.npy", down(gq), q.shape);

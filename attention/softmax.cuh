@@ -14,6 +14,9 @@
 
 namespace attn {
 
+// lse in log2 units; a row that kept nothing (lse = -inf) gets +inf so that every p is 0.
+__device__ __forceinline__ float lse_log2(float lse) { return lse == -INFINITY ? INFINITY : lse * (float)M_LOG2E; }
+
 template <int NB>
 __device__ __forceinline__ void apply_mask(float (&s)[NB][4], const MaskBounds& mb, int row0, int col0) {
 #pragma unroll

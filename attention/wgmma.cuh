@@ -6,8 +6,9 @@
 // a 1024-byte boundary (8 rows x 128 bytes: one swizzle atom).
 //
 // wgmma.m64nNk16 (one warpgroup = 4 warps, 128 threads): D[64 x N] (+)= A[64 x 16] B[16 x N].
-//   wgmma_ss: A and B from shared memory, both "K-major" (rows of A / rows of B^T contiguous in
-//             k): S = Q K^T with Q and K as stored.
+//   wgmma_ss: A and B from shared memory, "K-major" (rows of A / rows of B^T contiguous in k:
+//             S = Q K^T with Q and K as stored) or, with TA / TB, "MN-major" (dV += P^T dO with dO
+//             as stored; dQ = dS K with dS^T and K as stored).
 //   wgmma_rs: A from registers, B "MN-major" (rows of B contiguous in n): O += P V with V as
 //             stored ([key][d]: k = key, n = d).
 // Register fragments are those of mma.m16n8k16 (mma.cuh), warp w of the warpgroup holding rows
@@ -147,8 +148,9 @@ struct TilePipe {
   }
 };
 
-// D[64 x N] = (scale_d ? D : 0) + A B, A and B K-major descriptors.
-template <int N>
+// D[64 x N] = (scale_d ? D : 0) + A B, A and B descriptors, K-major unless TA / TB is 1 (then
+// MN-major: A's m, or B's n, contiguous).
+template <int N, int TA = 0, int TB = 0>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b, int scale_d);
 // D[64 x N] = (scale_d ? D : 0) + A B, A in registers, B an MN-major descriptor.
 template <int N>
@@ -165,21 +167,21 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&
   "%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,"   \
   "%59,%60,%61,%62,%63}"
 
-template <>
-__device__ __forceinline__ void wgmma_ss<64>(float (&d)[8][4], uint64_t a, uint64_t b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " ATTN_R32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : ATTN_D32
-      : "l"(a), "l"(b), "r"(scale_d));
-}
-template <>
-__device__ __forceinline__ void wgmma_ss<128>(float (&d)[16][4], uint64_t a, uint64_t b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " ATTN_R64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : ATTN_D64
-      : "l"(a), "l"(b), "r"(scale_d));
+template <int N, int TA, int TB>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b, int scale_d) {
+  static_assert(N == 64 || N == 128, "wgmma_ss: N is 64 or 128");
+  if constexpr (N == 64)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " ATTN_R32 ", %32, %33, p, 1, 1, %35, %36;\n}\n"
+        : ATTN_D32
+        : "l"(a), "l"(b), "r"(scale_d), "n"(TA), "n"(TB));
+  else
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " ATTN_R64 ", %64, %65, p, 1, 1, %67, %68;\n}\n"
+        : ATTN_D64
+        : "l"(a), "l"(b), "r"(scale_d), "n"(TA), "n"(TB));
 }
 template <>
 __device__ __forceinline__ void wgmma_rs<64>(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b, int scale_d) {
@@ -209,6 +211,25 @@ template <int N, int KSTEPS, int AROWS>
 __device__ __forceinline__ void gemm_ss(float (&acc)[N / 8][4], const bf16* a, int r0, const bf16* b, bool accumulate) {
 #pragma unroll
   for (int kk = 0; kk < KSTEPS; kk++) wgmma_ss<N>(acc, desc_k<AROWS>(a, r0, kk), desc_k<N>(b, 0, kk), accumulate || kk > 0);
+}
+
+// Acc[64 x N] (+)= A B over K = KSTEPS * 16 with A rows r0.. of an SW128 tile of AROWS rows
+// (K-major) and B an SW128 tile of BROWS >= 16 KSTEPS rows and N columns (MN-major): dV += P^T dO
+// with P^T in shared memory.
+template <int N, int KSTEPS, int AROWS, int BROWS>
+__device__ __forceinline__ void gemm_ss_kmn(float (&acc)[N / 8][4], const bf16* a, int r0, const bf16* b, bool accumulate) {
+#pragma unroll
+  for (int kk = 0; kk < KSTEPS; kk++)
+    wgmma_ss<N, 0, 1>(acc, desc_k<AROWS>(a, r0, kk), desc_mn<BROWS>(b, kk), accumulate || kk > 0);
+}
+
+// Acc[64 x N] = A B over K = KSTEPS * 16 with A and B both MN-major SW128 tiles: A's 64 columns
+// (one panel) of AROWS >= 16 KSTEPS k-rows, B's N columns of BROWS k-rows: dQ = dS K with dS^T
+// and K as stored (keys as rows).
+template <int N, int KSTEPS, int AROWS, int BROWS>
+__device__ __forceinline__ void gemm_ss_mnmn(float (&acc)[N / 8][4], const bf16* a, const bf16* b) {
+#pragma unroll
+  for (int kk = 0; kk < KSTEPS; kk++) wgmma_ss<N, 1, 1>(acc, desc_mn<AROWS>(a, kk), desc_mn<BROWS>(b, kk), kk > 0);
 }
 
 // Acc[64 x N] += P[64 x 16 KB] B, P as accumulator-layout scores in registers (converted to bf16

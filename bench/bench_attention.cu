@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
     }
     for (bf16** p : {&s.o, &s.dq, &s.dk, &s.dv}) CUDA_OK(cudaMalloc(p, n * sizeof(bf16)));
     CUDA_OK(cudaMalloc(&s.lse, (size_t)H * T * sizeof(float)));
-    CUDA_OK(cudaMalloc(&s.ws, attn::backward_workspace_bytes(T, H)));
+    CUDA_OK(cudaMalloc(&s.ws, attn::backward_workspace_bytes(T, H, D)));
   }
   std::vector<int32_t> doc = bench_docs(T);
   int32_t* ddoc;

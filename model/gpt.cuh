@@ -81,7 +81,7 @@ class Model {
     alloc(&one_, sizeof(float));
     const float one = 1.f;
     cuda_check(cudaMemcpy(one_, &one, sizeof(float), cudaMemcpyHostToDevice), "constant");
-    alloc(&ws_, attn::backward_workspace_bytes(T, cfg.heads));
+    alloc(&ws_, attn::backward_workspace_bytes(T, cfg.heads, cfg.head_dim()));
     for (int** p : {&tokens_, &targets_, &doc_}) alloc(p, (size_t)T * sizeof(int));
     alloc(&ix_buf_, layers::TokenIndex::max_packed(T) * sizeof(int));
     alloc(&ix_partial_, layers::TokenIndex::max_slots(T) * cfg.width * sizeof(float));

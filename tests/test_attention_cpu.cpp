@@ -4,7 +4,10 @@
 //  - tile classification and key/query ranges are sound: a skipped tile keeps nothing, a full
 //    tile keeps everything, and no kept pair lies outside the ranges;
 //  - the fp64 reference backward against central finite differences (relative 1e-6: the
-//    reference is fp64, the step 1e-3 on inputs whose loss is smooth).
+//    reference is fp64, the step 1e-3 on inputs whose loss is smooth);
+//  - the order in which the sm90 fused backward adds dQ shares: the key blocks with kept pairs in
+//    a query tile are exactly those that meet key_range of the tile.
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -124,6 +127,24 @@ int main() {
       }
     CHECK(interval_mismatches == 0, "trial %d: %d disagreements of row_keys/col_queries with the reference", trial,
           interval_mismatches);
+    // the sm90 fused backward adds the dQ shares of one query tile (64) in the order of the key
+    // blocks (128) that have kept pairs with it, taken as the blocks meeting key_range(tile): that
+    // set must be exactly those blocks, with no gap (else a block would wait for a share that
+    // never comes)
+    int order_mismatches = 0;
+    for (int q0 = 0; q0 < T; q0 += 64) {
+      int klo, khi;
+      attn::key_range(b, q0, q0 + 64, klo, khi);
+      for (int kb = 0; kb * 128 < T; kb++) {
+        bool any = false;
+        for (int q = q0; q < std::min(q0 + 64, T) && !any; q++)
+          for (int k = kb * 128; k < std::min(kb * 128 + 128, T) && !any; k++) any = ref::keep(rm, q, k);
+        const bool in_range = klo <= khi && kb >= klo / 128 && kb <= khi / 128;
+        order_mismatches += any != in_range;
+      }
+    }
+    CHECK(order_mismatches == 0, "trial %d: %d key blocks where key_range of a query tile disagrees with its kept pairs",
+          trial, order_mismatches);
     // with causal on, uni and bi normalise to the same bounds
     if (km.causal && km.window) {
       attn::MaskDesc other = km;

@@ -11,6 +11,7 @@
 // where a purely relative error would divide rounding noise by zero. Also: uni and bi windows bit-identical under causal; bit-identical gradients
 // over 20 repeated runs; sampled rows of one T = 65536 case.
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -91,7 +92,7 @@ static Buffers alloc(int T, int H, int D) {
   for (bf16** p : {&b.dq_, &b.dk_, &b.dv_, &b.ddo, &b.o, &b.dgq, &b.dgk, &b.dgv}) CUDA_OK(cudaMalloc(p, b.n * sizeof(bf16)));
   b.dq = b.dq_; b.dk = b.dk_; b.dv = b.dv_;
   CUDA_OK(cudaMalloc(&b.lse, (size_t)H * T * sizeof(float)));
-  CUDA_OK(cudaMalloc(&b.ws, attn::backward_workspace_bytes(T, H)));
+  CUDA_OK(cudaMalloc(&b.ws, attn::backward_workspace_bytes(T, H, D)));
   CUDA_OK(cudaMalloc(&b.ddoc, (size_t)T * sizeof(int32_t)));
   return b;
 }
@@ -220,8 +221,11 @@ int main() {
   }
   cudaDeviceProp prop;
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s; kernels: %s\n", prop.name,
-              attn::use_sm90_kernels() ? "sm90 (wgmma)" : "sm80 (mma.sync; ATTN_KERNELS=sm80 or not a Hopper GPU)");
+  const char* dq_path = std::getenv("ATTN_SM90_DQ");
+  std::printf("device: %s; kernels: %s%s%s\n", prop.name,
+              attn::use_sm90_kernels() ? "sm90 (wgmma)" : "sm80 (mma.sync; ATTN_KERNELS=sm80 or not a Hopper GPU)",
+              attn::use_sm90_kernels() && dq_path ? ", backward forced by ATTN_SM90_DQ=" : "",
+              attn::use_sm90_kernels() && dq_path ? dq_path : "");
   table = std::fopen("attention_errors.txt", "w");
 
   std::vector<Case> cases;

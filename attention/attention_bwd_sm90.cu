@@ -37,6 +37,23 @@ __device__ __forceinline__ unsigned char* align1024(unsigned char* p) {
   return p + ((1024 - (sm80::smem_addr(p) & 1023)) & 1023);
 }
 
+// This thread's copies of query tile qt for the kernels that own keys: Q and dO rows into
+// buffer st of sQ / sdO (SW128 tiles of kB90Walk rows), their lse2 and Drow into sLse / sDr.
+template <int D>
+__device__ __forceinline__ void load_query_tile(bf16* sQ, bf16* sdO, float* sLse, float* sDr, const bf16* Q,
+                                                const bf16* dO, const float* LSE2, const float* drow, int qt, int st,
+                                                int T, int H, int h) {
+  constexpr int BQ = kB90Walk;
+  const int qs = qt * BQ;
+  sm90::load_tile<D, BQ, kB90Threads>(sQ + st * BQ * D, Q, qs, T, H, h);
+  sm90::load_tile<D, BQ, kB90Threads>(sdO + st * BQ * D, dO, qs, T, H, h);
+  for (int r = threadIdx.x; r < 2 * BQ; r += kB90Threads) {
+    const int j = r % BQ, row = qs + j;
+    const float* src = (r < BQ ? LSE2 : drow) + (size_t)h * T + (row < T ? row : 0);
+    sm80::cp_async4(sm80::smem_addr((r < BQ ? sLse : sDr) + st * BQ + j), src, row < T);
+  }
+}
+
 // ---------------------------------------------------------------------------------- dK, dV
 template <int D>
 constexpr size_t dkdv_sm90_smem() {
@@ -73,16 +90,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   own_intervals<BK, 2>(mb, k0, false, s_ids, keys, q_lo2, q_hi2, q_lo, q_hi);
   const TileWalk walk(mb, k0, k0 + BK, BQ, q_hi >= q_lo ? q_hi / BQ + 1 : 0, false);
   auto load_q_side = [&](int qt, int i) {  // this thread's copies of query tile qt, the i-th of the walk
-    {
-      const int qs = qt * BQ, st = i % S;
-      load_tile<D, BQ, kB90Threads>(sQ + st * BQ * D, Q, qs, T, H, h);
-      load_tile<D, BQ, kB90Threads>(sdO + st * BQ * D, dO, qs, T, H, h);
-      for (int r = threadIdx.x; r < 2 * BQ; r += kB90Threads) {
-        const int j = r % BQ, row = qs + j;
-        const float* src = (r < BQ ? LSE2 : drow) + (size_t)h * T + (row < T ? row : 0);
-        sm80::cp_async4(smem_addr((r < BQ ? sLse : sDr) + st * BQ + j), src, row < T);
-      }
-    }
+    load_query_tile<D>(sQ, sdO, sLse, sDr, Q, dO, LSE2, drow, qt, i % S, T, H, h);
     pipe.arrive_full(i);
   };
   if (threadIdx.x == 0) pipe.init(kB90Threads);
@@ -432,14 +440,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   own_intervals<BK, 2>(mb, k0, false, s_ids, keys, q_lo2, q_hi2, q_lo, q_hi);
   const TileWalk walk(mb, k0, k0 + BK, BQ, q_hi >= q_lo ? q_hi / BQ + 1 : 0, false);
   auto load_q_side = [&](int qt, int i) {  // this thread's copies of query tile qt, the i-th of the walk
-    const int qs = qt * BQ, st = i % S;
-    load_tile<D, BQ, kB90Threads>(sQ + st * BQ * D, Q, qs, T, H, h);
-    load_tile<D, BQ, kB90Threads>(sdO + st * BQ * D, dO, qs, T, H, h);
-    for (int r = threadIdx.x; r < 2 * BQ; r += kB90Threads) {
-      const int j = r % BQ, row = qs + j;
-      const float* src = (r < BQ ? LSE2 : drow) + (size_t)h * T + (row < T ? row : 0);
-      sm80::cp_async4(smem_addr((r < BQ ? sLse : sDr) + st * BQ + j), src, row < T);
-    }
+    load_query_tile<D>(sQ, sdO, sLse, sDr, Q, dO, LSE2, drow, qt, i % S, T, H, h);
     pipe.arrive_full(i);
   };
   if (threadIdx.x == 0) pipe.init(kB90Threads);

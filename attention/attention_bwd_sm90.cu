@@ -466,8 +466,8 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   int pending = -1;        // the tile whose dQ addition the leader issued last, not yet counted
   int2 prev_range{1, 0};   // the key blocks with a share in prev_tile
 
-  // Moves the dQ share of tile qt (in dq) to the staging buffer; the caller then fences and
-  // meets the other warpgroup at a barrier, and the leader adds it (add_dq_share).
+  // Moves the dQ share in dq (of the previous tile) to the staging buffer; the caller then fences
+  // and meets the other warpgroup at a barrier, and the leader adds it (add_dq_share).
   auto stage_dq = [&]() {
     if (!dq_wg) return;
 #pragma unroll
@@ -478,7 +478,8 @@ __global__ void __launch_bounds__(kB90Threads, 1)
             make_float2(dq[nb][2 * r], dq[nb][2 * r + 1]);
   };
   // Every thread runs these (uniform control flow); the leader alone issues and counts.
-  // seen: the count read (acquire) earlier in the step, so that the wait usually costs nothing.
+  // seen: the count read (relaxed) earlier in the step, so that the wait usually costs nothing;
+  // the leader's acquire fence in bulk_store_or_add orders its addition after the earlier ones.
   auto add_dq_share = [&](int qt, int2 range, unsigned seen) {  // after the staging is complete
     if (kb < range.x || kb > range.y) return;   // a walked tile with no kept pair: no share
     unsigned* count = dq_count + (size_t)h * n_tiles + qt;

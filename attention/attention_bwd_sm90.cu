@@ -54,6 +54,23 @@ __device__ __forceinline__ void load_query_tile(bf16* sQ, bf16* sdO, float* sLse
   }
 }
 
+// P^T = 2^(scale_log2 S^T - lse2) and dS^T = P^T (dP^T - Drow), in place, on a key-owning warp's
+// 16 x BQ tile (keys as rows; this thread's columns, queries of the tile, are 2t and 2t + 1 of
+// each n8 block); lse_t, dr_t: the tile's lse2 and Drow in shared memory.
+template <int NB>
+__device__ __forceinline__ void probs_and_dscores_t(float (&s)[NB][4], float (&dp)[NB][4], const float* lse_t,
+                                                    const float* dr_t, float scale_log2, int lane) {
+#pragma unroll
+  for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int j = nb * 8 + 2 * (lane & 3) + (e & 1);  // query within the tile
+      const float p = exp2f(fmaf(s[nb][e], scale_log2, -lse_t[j]));
+      s[nb][e] = p;
+      dp[nb][e] = p * (dp[nb][e] - dr_t[j]);
+    }
+}
+
 // ---------------------------------------------------------------------------------- dK, dV
 template <int D>
 constexpr size_t dkdv_sm90_smem() {
@@ -137,15 +154,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     const float* lse_t = sLse + st * BQ;
     const float* dr_t = sDr + st * BQ;
     if (ahead.kind[0] != kFull) apply_mask_interval(s, q_lo2, q_hi2, ahead.tile[0] * BQ + 2 * (lane & 3));
-#pragma unroll
-    for (int nb = 0; nb < BQ / 8; nb++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int j = nb * 8 + 2 * (lane & 3) + (e & 1);  // query within the tile
-        const float p = exp2f(fmaf(s[nb][e], scale_log2, -lse_t[j]));
-        s[nb][e] = p;
-        dp[nb][e] = p * (dp[nb][e] - dr_t[j]);  // dS^T
-      }
+    probs_and_dscores_t(s, dp, lse_t, dr_t, scale_log2, lane);
     wgmma_wait<0>();  // the updates of tile j - 1 (they read pa, dsa)
     reg_fence(dk);
     reg_fence(dv);
@@ -546,15 +555,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     const float* lse_t = sLse + st * BQ;
     const float* dr_t = sDr + st * BQ;
     if (ahead.kind[0] != kFull) apply_mask_interval(s, q_lo2, q_hi2, qt * BQ + 2 * (lane & 3));
-#pragma unroll
-    for (int nb = 0; nb < BQ / 8; nb++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int j = nb * 8 + 2 * (lane & 3) + (e & 1);  // query within the tile
-        const float p = exp2f(fmaf(s[nb][e], scale_log2, -lse_t[j]));
-        s[nb][e] = p;
-        dp[nb][e] = p * (dp[nb][e] - dr_t[j]);  // dS^T
-      }
+    probs_and_dscores_t(s, dp, lse_t, dr_t, scale_log2, lane);
     wgmma_wait<0>();  // tile j - 1's matmuls: they read the shared P^T, dS^T and Q, dO of j - 1
     reg_fence(dk);
     reg_fence(dv);

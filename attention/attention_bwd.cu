@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_dq_kernel(
     for (int nb = 0; nb < kBwdBlock / 8; nb++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        const float p = exp2f(fmaf(s[nb][e], scale_log2, -lse2[e >> 1]));
+        const float p = fast_exp2(fmaf(s[nb][e], scale_log2, -lse2[e >> 1]));
         s[nb][e] = p * (dp[nb][e] - dr[e >> 1]);  // dS
       }
     mma_c_reg_b<D, kBwdBlock / 16>(acc, s, k_tile, lane);
@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_dkdv_kernel(
       for (int e = 0; e < 4; e++) {
         const int j = nb * 8 + 2 * (lane & 3) + (e & 1);  // query within the tile
         const int key = key0 + 8 * (e >> 1);
-        float p = exp2f(fmaf(st[nb][e], scale_log2, -lse_log2(lse_t[j])));
+        float p = fast_exp2(fmaf(st[nb][e], scale_log2, -lse_log2(lse_t[j])));
         if (partial && !keep(mb, q0 + j, key)) p = 0.f;
         st[nb][e] = p;
         dpt[nb][e] = p * (dpt[nb][e] - dr_t[j]);  // dS^T

@@ -65,7 +65,7 @@ __device__ __forceinline__ void probs_and_dscores_t(float (&s)[NB][4], float (&d
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       const int j = nb * 8 + 2 * (lane & 3) + (e & 1);  // query within the tile
-      const float p = exp2f(fmaf(s[nb][e], scale_log2, -lse_t[j]));
+      const float p = fast_exp2(fmaf(s[nb][e], scale_log2, -lse_t[j]));
       s[nb][e] = p;
       dp[nb][e] = p * (dp[nb][e] - dr_t[j]);
     }
@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     for (int nb = 0; nb < BK / 8; nb++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        const float p = exp2f(fmaf(s[nb][e], scale_log2, -lse2[e >> 1]));
+        const float p = fast_exp2(fmaf(s[nb][e], scale_log2, -lse2[e >> 1]));
         dp[nb][e] = p * (dp[nb][e] - dr[e >> 1]);  // dS
       }
     wgmma_wait<0>();  // the update of tile j - 1 (it reads dsa)

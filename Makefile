@@ -20,8 +20,6 @@ GCIDE_DIR ?= /usr/share/dictd
 # shards for the whole-run tests of test-gpu (the GCIDE shards of `make data`)
 TEST_TRAIN_DATA ?= data/gcide/gcide_train_*.bin
 TEST_VAL_DATA ?= data/gcide/gcide_val_*.bin
-# tests read the GPT-2 files from the shared data folder when it is there
-TEST_VOCAB_DIR ?= $(if $(wildcard ../shared/data/gpt2/encoder.json),../shared/data/gpt2,$(VOCAB_DIR))
 
 CXXFLAGS := -std=c++17 -O3 -Wall -Wextra -I. -MMD -MP -fopenmp
 NVCCFLAGS := -std=c++17 -O3 $(GPU_ARCH) -I. -MMD -MP -Xcompiler -Wall -Xcompiler -Wextra \
@@ -56,8 +54,20 @@ setup:
 
 # ---------------------------------------------------------------------------- binaries
 train_gpt: $(BUILD)/train_gpt.o $(ATTN_OBJS) $(BUILD)/data/dataloader.o $(BUILD)/train/run_log.o $(BUILD)/train/checkpoint.o \
-           $(BUILD)/train/dist.o $(MODEL_REF_OBJS)
+           $(BUILD)/train/dist.o $(MODEL_REF_OBJS) $(BUILD)/version.o
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(MPI_LIBS) -Xcompiler -fopenmp -lgomp
+
+# The commit the binary was built from, for its logs: rewritten only when it changes, so that a
+# new commit relinks train_gpt without recompiling it. "-dirty" when tracked files differ.
+GIT_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)$(shell git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo -dirty)
+$(BUILD)/version.cpp: FORCE
+	@mkdir -p $(BUILD)
+	@echo 'extern const char* const kGitCommit; const char* const kGitCommit = "$(GIT_COMMIT)";' > $@.new
+	@cmp -s $@.new $@ && rm -f $@.new || mv -f $@.new $@
+$(BUILD)/version.o: $(BUILD)/version.cpp
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+.PHONY: FORCE
+FORCE:
 
 # MPI (when found) is confined to train/dist.cpp
 $(BUILD)/train/dist.o: train/dist.cpp
@@ -127,7 +137,7 @@ $(BUILD)/tests/test_attention_gpu.o: tests/test_attention_gpu.cu
 	$(NVCC) $(NVCCFLAGS) -Xcompiler -fopenmp -c $< -o $@
 
 test: train_gpt $(TOOLS) $(CPU_TESTS)
-	@BUILD=$(BUILD) PYTHON=$(PYTHON) VOCAB_DIR=$(TEST_VOCAB_DIR) GCIDE_DIR=$(GCIDE_DIR) bash tests/run_cpu_tests.sh
+	@BUILD=$(BUILD) PYTHON=$(PYTHON) VOCAB_DIR=$(VOCAB_DIR) GCIDE_DIR=$(GCIDE_DIR) bash tests/run_cpu_tests.sh
 
 test-gpu: $(GPU_TESTS) attention/attn_run $(BUILD)/model_dump train_gpt
 	@nvidia-smi -L >/dev/null 2>&1 || { echo "test-gpu: no GPU on this machine (nvidia-smi finds none)"; exit 1; }
@@ -149,8 +159,8 @@ $(BUILD)/bench/bench_attention: $(BUILD)/bench/bench_attention.o $(ATTN_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@
 
 # ---------------------------------------------------------------------------- data
-data: data/gcide/gcide_val_000000.bin
-data/gcide/gcide_val_000000.bin: $(BUILD)/prepare
+data: data/gcide/manifest.tsv
+data/gcide/manifest.tsv: $(BUILD)/prepare
 	$(BUILD)/prepare --gcide-dir $(GCIDE_DIR) --vocab-dir $(VOCAB_DIR) --out-dir data/gcide
 
 clean:

@@ -22,11 +22,15 @@
 #include <string>
 #include <thread>
 
+#include "common/cli.h"
+#include "common/files.h"
 #include "data/dataloader.h"
+#include "data/manifest.h"
 #include "data/shard.h"
 #include "model/optimizer_reference.h"
 #include "train/checkpoint.h"
 #include "train/dist.h"
+#include "train/json.h"
 #include "train/run_log.h"
 // ----------------------------------------------------------------------------------- GPU
 #include "layers/adam.cuh"
@@ -114,8 +118,43 @@ static int check_data(const Options& o) {
         bad++;
       }
     }
+    for (const std::string& problem : manifest::check(files, pattern, true)) {  // mixed or changed shards
+      std::fprintf(stderr, "check-data: error: %s (flag --%s-data)\n", problem.c_str(), what);
+      bad++;
+    }
   }
   return bad;
+}
+
+// The shards a pattern matches, refused when they disagree with their folder's manifest (a shard
+// of another run beside them, one missing, or one of another size); contents are --check-data's.
+static std::vector<std::string> shard_files(const std::string& pattern, const char* what) {
+  std::vector<std::string> files = shard::expand_pattern(pattern, what);
+  const std::vector<std::string> problems = manifest::check(files, pattern, false);
+  if (!problems.empty())
+    throw shard::ShardError(problems.front() + (problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more)" : "") +
+                            " (flag --" + what + "-data; --check-data lists every problem)");
+  return files;
+}
+
+// Why a run may not write checkpoints into dir, or "" when it may: a folder holding checkpoints
+// is another run's, unless this run resumes from one of them (continuing that run).
+static std::string used_checkpoint_dir(const std::string& dir, const std::string& resume) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return "";
+  if (!fs::is_directory(dir, ec)) return dir + " exists and is not a folder";
+  int found = 0;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    found += n.rfind("ckpt_", 0) == 0 && n.size() > 9 && n.compare(n.size() - 4, 4, ".bin") == 0;
+  }
+  if (ec) return dir + ": cannot list the folder: " + ec.message();
+  if (!found) return "";
+  if (!resume.empty() && fs::equivalent(fs::path(resume).parent_path().empty() ? "." : fs::path(resume).parent_path(), dir, ec))
+    return "";
+  return dir + " holds " + std::to_string(found) + " checkpoint(s) of another run, which this run would overwrite; name a new folder, "
+         "or --resume from one of them to continue that run";
 }
 
 // ----------------------------------------------------------------------------------- optimiser
@@ -193,25 +232,10 @@ struct Optimizer {
 };
 
 // ----------------------------------------------------------------------------------- training
-static std::string shell_line(const char* cmd) {
-  std::string out;
-  if (FILE* p = popen(cmd, "r")) {
-    char b[256];
-    if (std::fgets(b, sizeof(b), p)) out = b;
-    pclose(p);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  return out;
-}
-
-// The source's commit, with "-dirty" when tracked files differ from it (a run of modified code
-// must not pass for the commit's), or "unknown" where the tree is not a git checkout.
-static std::string git_commit() {
-  std::string c = shell_line("git rev-parse --short HEAD 2>/dev/null");
-  if (c.empty()) return "unknown";
-  if (!shell_line("git status --porcelain --untracked-files=no 2>/dev/null").empty()) c += "-dirty";
-  return c;
-}
+// The source's commit, stamped by the Makefile at build time (build/version.cpp), with "-dirty"
+// when tracked files differed from it (a run of modified code must not pass for the commit's),
+// or "unknown" outside a git checkout.
+extern const char* const kGitCommit;
 
 // Dense bf16 tensor-core peak of the GPU (no sparsity), for MFU; 0 when unknown.
 static double peak_flops(const std::string& gpu) {
@@ -257,6 +281,16 @@ static int run_training(const Options& o, const dist::Context& ctx) {
     std::filesystem::create_directories(o.checkpoint_dir, ec);
     if (ec) throw std::runtime_error(o.checkpoint_dir + ": cannot create the checkpoint directory (--checkpoint-dir): " + ec.message());
   }
+  // the data before the GPU: a bad shard is reported on any machine, before GPU memory is taken
+  data::TokenStream train_stream(shard_files(o.train_data, "train"), o.seq_len, o.vocab_size, true);
+  data::TokenStream val_stream(shard_files(o.val_data, "val"), o.seq_len, o.vocab_size, false);
+  // the count is checked against the data before any list of that size is made
+  const uint64_t n_val = (uint64_t)o.val_tokens / (uint64_t)o.seq_len;
+  if (n_val == 0) throw CLI::ValidationError("--val-tokens", "must hold at least one sequence of --seq-len tokens");
+  if (n_val > val_stream.sequences_per_pass())
+    throw CLI::ValidationError("--val-tokens", std::to_string(o.val_tokens) + " asks for more validation than " + o.val_data + " holds (" +
+                                                   std::to_string(val_stream.sequences_per_pass() * o.seq_len) + " tokens in whole sequences)");
+  const auto val_seqs = data::val_sequences(o.val_tokens, o.seq_len, ctx.world, ctx.rank);
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0)
     throw std::runtime_error("no CUDA GPU found (training needs one; --check-data does not)");
@@ -271,15 +305,6 @@ static int run_training(const Options& o, const dist::Context& ctx) {
     gethostname(host, sizeof(host) - 1);
     std::fprintf(stderr, "train_gpt: %s: pid %d on %s, GPU %d (%s)\n", ctx.who().c_str(), (int)getpid(), host, ctx.local_rank, prop.name);
   }
-  // data first: a bad shard is reported before any GPU memory is taken
-  data::TokenStream train_stream(shard::expand_pattern(o.train_data, "train"), o.seq_len, o.vocab_size, true);
-  data::TokenStream val_stream(shard::expand_pattern(o.val_data, "val"), o.seq_len, o.vocab_size, false);
-  const auto all_val = data::val_sequences(o.val_tokens, o.seq_len, 1, 0);
-  const auto val_seqs = data::val_sequences(o.val_tokens, o.seq_len, ctx.world, ctx.rank);
-  if (all_val.empty()) throw CLI::ValidationError("--val-tokens", "must hold at least one sequence of --seq-len tokens");
-  if (all_val.back() >= val_stream.sequences_per_pass())
-    throw std::runtime_error("--val-tokens " + std::to_string(o.val_tokens) + " asks for more validation than " + o.val_data + " holds (" +
-                             std::to_string(val_stream.sequences_per_pass() * o.seq_len) + " tokens)");
 
   model_ref::Config cfg;
   cfg.vocab = o.model_vocab, cfg.width = o.width, cfg.heads = o.heads, cfg.layers = o.layers, cfg.hidden = o.hidden;
@@ -347,17 +372,35 @@ static int run_training(const Options& o, const dist::Context& ctx) {
     last_checkpoint = path;
   };
 
-  train::RunLog log(o.log_file, ctx.rank == 0);
-  char cfgjson[1280];
-  std::snprintf(cfgjson, sizeof(cfgjson),
-                "{\"event\": \"config\", \"preset\": \"%s\", \"train_data\": \"%s\", \"val_data\": \"%s\", \"layers\": %d, \"width\": %d, "
-                "\"heads\": %d, \"hidden\": %d, \"vocab\": %d, \"seq_len\": %d, \"seqs_per_step\": %d, \"steps\": %d, \"val_every\": %d, "
-                "\"val_tokens\": %lld, \"window_blocks\": %d, \"window_mask\": \"%s\", \"window_granularity\": \"%s\", \"causal\": %d, "
-                "\"doc_mask\": %d, \"seed\": %llu, \"world_size\": %d, \"grad_sync\": \"%s\", \"gpu\": \"%s\", \"git_commit\": \"%s\"}",
-                o.preset.c_str(), o.train_data.c_str(), o.val_data.c_str(), o.layers, o.width, o.heads, o.hidden, o.model_vocab, o.seq_len,
-                o.seqs_per_step, o.steps, o.val_every, o.val_tokens, o.window_blocks, o.window_mask.c_str(), o.window_granularity.c_str(),
-                o.causal, o.doc_mask, (unsigned long long)o.seed, ctx.world, o.grad_sync.c_str(), prop.name, git_commit().c_str());
-  log.config(cfgjson);
+  const std::string run_id = train::RunLog::new_run_id();
+  train::RunLog log(o.log_file, ctx.rank == 0, run_id, kGitCommit);
+  log.config(json::Object()
+                 .add("event", json::str("config"))
+                 .add("run_id", json::str(run_id))
+                 .add("preset", json::str(o.preset))
+                 .add("train_data", json::str(o.train_data))
+                 .add("val_data", json::str(o.val_data))
+                 .add("layers", json::num(o.layers))
+                 .add("width", json::num(o.width))
+                 .add("heads", json::num(o.heads))
+                 .add("hidden", json::num(o.hidden))
+                 .add("vocab", json::num(o.model_vocab))
+                 .add("seq_len", json::num(o.seq_len))
+                 .add("seqs_per_step", json::num(o.seqs_per_step))
+                 .add("steps", json::num(o.steps))
+                 .add("val_every", json::num(o.val_every))
+                 .add("val_tokens", json::num(o.val_tokens))
+                 .add("window_blocks", json::num(o.window_blocks))
+                 .add("window_mask", json::str(o.window_mask))
+                 .add("window_granularity", json::str(o.window_granularity))
+                 .add("causal", json::num(o.causal))
+                 .add("doc_mask", json::num(o.doc_mask))
+                 .add("seed", json::num((unsigned long long)o.seed))
+                 .add("world_size", json::num(ctx.world))
+                 .add("grad_sync", json::str(o.grad_sync))
+                 .add("gpu", json::str(prop.name))
+                 .add("git_commit", json::str(kGitCommit))
+                 .text());
   log.note("train_gpt: " + std::string(prop.name) + " x " + std::to_string(ctx.world) + ", " + std::to_string(n_params) + " parameters, " +
            std::to_string(o.steps) + " steps of " + std::to_string((long long)o.seq_len * o.seqs_per_step) + " tokens (" +
            std::to_string(ts.micro_steps()) + " micro-step(s) of one sequence per GPU)");
@@ -503,12 +546,17 @@ static int run_training(const Options& o, const dist::Context& ctx) {
                     comm_ms > 0 ? 100 * (1 - exposed_ms / comm_ms) : 0.0, bcast_ms / timed_steps);
       log.note(b);
     }
-    char js[512];
-    std::snprintf(js, sizeof(js), "{\"event\": \"summary\", \"timed_steps\": %d, \"median_step_ms\": %.3f, \"tokens_per_s\": %.1f, \"mfu\": %.4f, "
-                  "\"peak_memory_mib\": %.0f, \"allreduce_ms\": %.3f, \"exposed_ms\": %.3f, \"broadcast_ms\": %.3f}",
-                  timed_steps, median(step_ms), tok_s, std::isfinite(mfu) ? mfu : 0.0, peak_mem / (1 << 20), comm_ms / timed_steps,
-                  exposed_ms / timed_steps, bcast_ms / timed_steps);
-    log.event(js);
+    log.event(json::Object()
+                  .add("event", json::str("summary"))
+                  .add("timed_steps", json::num(timed_steps))
+                  .add("median_step_ms", json::num(median(step_ms)))
+                  .add("tokens_per_s", json::num(tok_s))
+                  .add("mfu", json::num(std::isfinite(mfu) ? mfu : 0.0))
+                  .add("peak_memory_mib", json::num(peak_mem / (1 << 20)))
+                  .add("allreduce_ms", json::num(comm_ms / timed_steps))
+                  .add("exposed_ms", json::num(exposed_ms / timed_steps))
+                  .add("broadcast_ms", json::num(bcast_ms / timed_steps))
+                  .text());
   }
   if (o.profile > 0) log.note(prof.table());
   if (o.check_replicas) {
@@ -539,46 +587,55 @@ int main(int argc, char** argv) {
     return rc;
   };
   Options o;
-  // the preset sets the defaults first; flags given on the command line then override them
-  for (int i = 1; i + 1 < argc; i++)
-    if (std::string(argv[i]) == "--preset") o.preset = argv[i + 1];
+  // The preset sets the defaults first, then the flags override them: a first pass reads only
+  // --preset (in any of CLI11's forms: --preset NAME, --preset=NAME), the second reads every flag.
+  {
+    CLI::App pre;
+    pre.allow_extras();
+    pre.set_help_flag();
+    pre.add_option("--preset", o.preset);
+    try {
+      pre.parse(argc, argv);
+    } catch (const CLI::ParseError&) {
+      // the full parse below reports it
+    }
+  }
   try {
     apply_preset(o, o.preset);
   } catch (const CLI::ValidationError& e) {
-    std::fprintf(stderr, "train_gpt: %s\n", e.what());
+    if (ctx.rank == 0) std::fprintf(stderr, "train_gpt: %s\n", e.what());
     return finish(2, true);
   }
   CLI::App app{"train_gpt: GPT speedrun trainer (C++/CUDA)"};
-  app.add_option("--preset", o.preset, "default (short run on GCIDE), tiny, speedrun (SPEC sections 3-4)")->capture_default_str();
+  app.add_option("--preset", o.preset, "default (short run on GCIDE), tiny, speedrun (the 2024-12-10 record: docs/model.md)")->capture_default_str();
   app.add_option("--train-data", o.train_data, "glob pattern of training shards")->capture_default_str();
   app.add_option("--val-data", o.val_data, "glob pattern of validation shards")->capture_default_str();
-  app.add_option("--vocab-size", o.vocab_size, "token ids in the shards must be below this")->capture_default_str()->check(CLI::Range(1, 65536));
-  app.add_flag("--check-data", o.check_data, "check every shard (header, size, token ids) and exit; needs no GPU");
-  app.add_option("--log-file", o.log_file, "append the step lines here (and JSON lines beside it)");
-  app.add_option("--steps", o.steps, "training steps")->check(CLI::Range(1, 1000000));
-  app.add_option("--seq-len", o.seq_len, "tokens per sequence")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--seqs-per-step", o.seqs_per_step, "sequences per step (global batch)")->check(CLI::Range(1, 1024));
-  app.add_option("--val-every", o.val_every, "validate every N steps (and at the end)")->check(CLI::Range(1, 1000000));
-  app.add_option("--val-tokens", o.val_tokens, "validation tokens")->check(CLI::Range(1LL, 1LL << 40));
-  app.add_option("--layers", o.layers, "transformer blocks (even)")->check(CLI::Range(2, 256));
-  app.add_option("--width", o.width, "model width")->check(CLI::Range(8, 16384));
-  app.add_option("--heads", o.heads, "attention heads (width / heads must be 64 or 128)")->check(CLI::Range(1, 256));
-  app.add_option("--hidden", o.hidden, "MLP hidden width")->check(CLI::Range(8, 65536));
-  app.add_option("--window-blocks", o.window_blocks, "fixed attention window in blocks of 128 tokens; 0: the SPEC schedule")->check(CLI::Range(0, 1 << 20));
+  cli::integer(app, "--vocab-size", o.vocab_size, 1, 65536, "token ids in the shards must be below this")->capture_default_str();
+  app.add_flag("--check-data", o.check_data, "check every shard (header, size, token ids, manifest) and exit; needs no GPU");
+  app.add_option("--log-file", o.log_file, "write the step lines here (and JSON lines beside it); must not exist yet");
+  cli::integer(app, "--steps", o.steps, 1, 1000000, "training steps")->capture_default_str();
+  cli::integer(app, "--seq-len", o.seq_len, 1, 1 << 20, "tokens per sequence")->capture_default_str();
+  cli::integer(app, "--seqs-per-step", o.seqs_per_step, 1, 1024, "sequences per step (global batch)")->capture_default_str();
+  cli::integer(app, "--val-every", o.val_every, 1, 1000000, "validate every N steps (and at the end)")->capture_default_str();
+  cli::integer(app, "--val-tokens", o.val_tokens, 1LL, 1LL << 40, "validation tokens")->capture_default_str();
+  cli::integer(app, "--layers", o.layers, 2, 256, "transformer blocks (even)")->capture_default_str();
+  cli::integer(app, "--width", o.width, 8, 16384, "model width")->capture_default_str();
+  cli::integer(app, "--heads", o.heads, 1, 256, "attention heads (width / heads must be 64 or 128)")->capture_default_str();
+  cli::integer(app, "--hidden", o.hidden, 8, 65536, "MLP hidden width")->capture_default_str();
+  cli::integer(app, "--window-blocks", o.window_blocks, 0, 1 << 20, "fixed attention window in blocks of 128 tokens; 0: the record's schedule")->capture_default_str();
   app.add_option("--window-mask", o.window_mask, "uni: q - kv < W; bi: |q - kv| < W")->check(CLI::IsMember({"uni", "bi"}))->capture_default_str();
   app.add_option("--window-granularity", o.window_granularity, "compare block indices (q/128 - k/128 < N) or tokens (q - k < 128 N)")->check(CLI::IsMember({"block", "token"}))->capture_default_str();
-  app.add_option("--causal", o.causal, "1: keep k <= q")->check(CLI::Range(0, 1));
-  app.add_option("--doc-mask", o.doc_mask, "1: attend within documents only")->check(CLI::Range(0, 1));
-  app.add_option("--seed", o.seed, "initialisation seed");
-  app.add_option("--checkpoint-dir", o.checkpoint_dir, "write checkpoints here (every --checkpoint-every steps and at the end)");
-  app.add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints (0: only at the end)")->check(CLI::NonNegativeNumber);
+  cli::integer(app, "--causal", o.causal, 0, 1, "1: keep k <= q")->capture_default_str();
+  cli::integer(app, "--doc-mask", o.doc_mask, 0, 1, "1: attend within documents only")->capture_default_str();
+  cli::integer<uint64_t>(app, "--seed", o.seed, 0, UINT64_MAX, "initialisation seed")->capture_default_str();
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "write checkpoints here (every --checkpoint-every steps and at the end); a new or empty folder, or the one --resume reads from");
+  cli::integer(app, "--checkpoint-every", o.checkpoint_every, 0, 1000000, "steps between checkpoints (0: only at the end)")->capture_default_str();
   app.add_option("--resume", o.resume, "continue from this checkpoint (same configuration only)");
   app.add_option("--grad-sync", o.grad_sync, "several GPUs: overlap (all-reduce each layer's gradients during the backward) or end (one all-reduce after it)")
       ->check(CLI::IsMember({"overlap", "end"}))->capture_default_str();
-  app.add_option("--timeout", o.timeout, "several GPUs: seconds to wait for the other ranks before ending the job")
-      ->check(CLI::Range(1.0, 86400.0))->capture_default_str();
+  cli::real(app, "--timeout", o.timeout, 1.0, 86400.0, "several GPUs: seconds to wait for the other ranks before ending the job")->capture_default_str();
   app.add_flag("--check-replicas", o.check_replicas, "several GPUs: compare weight checksums across ranks after every step");
-  app.add_option("--profile", o.profile, "GPU time by category over this many timed steps, printed at the end")->check(CLI::Range(0, 1000000));
+  cli::integer(app, "--profile", o.profile, 0, 1000000, "GPU time by category over this many timed steps, printed at the end")->capture_default_str();
   app.add_option("--fault", o.fault, "tests only: RANK:STEP:crash|hang|exit makes that rank fail before that step");
   try {
     app.parse(argc, argv);
@@ -587,6 +644,8 @@ int main(int argc, char** argv) {
       throw CLI::ValidationError("--heads", "width / heads must be 64 or 128 (the attention kernel's head sizes)");
     if (o.width % 8 || o.hidden % 8) throw CLI::ValidationError("--width/--hidden", "must be multiples of 8");
     if (o.checkpoint_every && o.checkpoint_dir.empty()) throw CLI::ValidationError("--checkpoint-every", "needs --checkpoint-dir");
+    if (o.check_data && (!o.resume.empty() || !o.checkpoint_dir.empty() || !o.log_file.empty()))
+      throw CLI::ValidationError("--check-data", "only checks the shards: it does not go with --resume, --checkpoint-dir or --log-file");
     if (o.seqs_per_step % ctx.world) {
       std::string ok;
       for (int n = 1; n <= o.seqs_per_step; n++)
@@ -599,6 +658,17 @@ int main(int argc, char** argv) {
     if (ctx.rank != 0) return finish(e.get_exit_code() == 0 ? 0 : 2, true);  // rank 0 prints the message
     int rc = app.exit(e);
     return finish(rc == 0 ? 0 : 2, true);  // bad flags: exit code 2
+  }
+  // what exists on disk is rank 0's to judge (it alone writes logs and checkpoints); a refusal
+  // there ends every rank
+  if (ctx.rank == 0 && !o.check_data) {
+    std::string why = o.log_file.empty() ? "" : train::RunLog::refuse_existing(o.log_file);
+    const char* flag = "--log-file";
+    if (why.empty() && !o.checkpoint_dir.empty()) why = used_checkpoint_dir(o.checkpoint_dir, o.resume), flag = "--checkpoint-dir";
+    if (!why.empty()) {
+      std::fprintf(stderr, "train_gpt: %s: %s\n", flag, why.c_str());
+      return finish(2);
+    }
   }
   if (o.check_data) {
     int bad = ctx.rank == 0 ? check_data(o) : 0;

@@ -12,8 +12,7 @@ TokenStream::TokenStream(std::vector<std::string> files, int seq_len, int vocab_
   if (seq_len < 1) throw shard::ShardError("sequence length must be positive");
   prefix_.push_back(0);
   for (auto& f : files_) {
-    FILE* fp = std::fopen(f.c_str(), "rb");
-    if (!fp) throw shard::ShardError(f + ": cannot open (missing file?)");
+    FILE* fp = shard::open(f);
     size_t n;
     try {
       n = shard::read_header(fp, f);

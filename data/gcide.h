@@ -4,14 +4,17 @@
 // headwords can share one entry, so entries are the distinct (offset, length) pairs, in file
 // order. gcide.dict.dz is gzip-compatible (dictzip). The 00-database-* entries are metadata.
 #pragma once
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
-#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "common/files.h"
 
 namespace gcide {
 
@@ -28,13 +31,31 @@ inline long long dictd_b64(const std::string& s, const std::string& where) {
   return v;
 }
 
-inline std::string gunzip_file(const std::string& path) {
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) throw std::runtime_error(path + ": cannot open (install the dict-gcide package: scripts/setup.sh)");
+// The decompressed text, refusing more than max_bytes (a small file can inflate without bound).
+inline std::string gunzip_file(const std::string& path, size_t max_bytes = size_t(1) << 30) {
+  FILE* raw = nullptr;
+  try {
+    raw = files::open_regular(path, nullptr, "GCIDE dictionary");
+  } catch (const files::FileError& e) {
+    throw std::runtime_error(std::string(e.what()) + " (install the dict-gcide package: scripts/setup.sh)");
+  }
+  const int fd = dup(fileno(raw));
+  std::fclose(raw);
+  gzFile f = fd >= 0 ? gzdopen(fd, "rb") : nullptr;
+  if (!f) {
+    if (fd >= 0) close(fd);
+    throw std::runtime_error(path + ": cannot read");
+  }
   std::string out;
   char buf[1 << 16];
   int n;
-  while ((n = gzread(f, buf, sizeof(buf))) > 0) out.append(buf, n);
+  while ((n = gzread(f, buf, sizeof(buf))) > 0) {
+    out.append(buf, n);
+    if (out.size() > max_bytes) {
+      gzclose(f);
+      throw std::runtime_error(path + ": decompresses to more than " + std::to_string(max_bytes) + " bytes; not the GCIDE dictionary");
+    }
+  }
   int err;
   const char* msg = gzerror(f, &err);
   gzclose(f);
@@ -44,8 +65,13 @@ inline std::string gunzip_file(const std::string& path) {
 
 inline std::vector<std::string> load_documents(const std::string& dir = kDefaultDir) {
   std::string index_path = dir + "/gcide.index", dict_path = dir + "/gcide.dict.dz";
-  std::ifstream idx(index_path);
-  if (!idx) throw std::runtime_error(index_path + ": cannot open (install the dict-gcide package: scripts/setup.sh)");
+  std::string index_text;
+  try {
+    index_text = files::read_regular(index_path, size_t(256) << 20, "GCIDE index");
+  } catch (const files::FileError& e) {
+    throw std::runtime_error(std::string(e.what()) + " (install the dict-gcide package: scripts/setup.sh)");
+  }
+  std::istringstream idx(index_text);
   std::vector<std::pair<long long, long long>> entries;
   std::string line;
   size_t lineno = 0;

@@ -1,21 +1,35 @@
-// prepare: text -> token shards (SPEC section 5). Every document is tokenized with the GPT-2
-// tokenizer and preceded by token 50256. Documents are kept whole inside a shard unless one is
-// longer than a shard. The first shard written is the validation shard (NAME_val_000000.bin),
-// then NAME_train_000001.bin, ... Documents are shuffled with a fixed seed by default, since the
-// default corpus (GCIDE) is in alphabetical order and a validation set of "A" words would be
-// unlike the training data.
+// prepare: text -> token shards (format: docs/formats.md). Every document is tokenized with the
+// GPT-2 tokenizer and preceded by token 50256. Documents are kept whole inside a shard unless
+// one is longer than a shard, which is then split at shard boundaries; every shard but the last
+// holds exactly --shard-tokens tokens or ends where the next document would not fit. The first
+// shard written is the validation shard (NAME_val_000000.bin), then NAME_train_000001.bin, ...
+// Documents are shuffled with a fixed seed by default, since the default corpus (GCIDE) is in
+// alphabetical order and a validation set of "A" words would be unlike the training data.
+//
+// The output is a fresh folder, never a used one: shards are written into a hidden folder beside
+// it, with a manifest (data/manifest.h), which is renamed into place at the end. A folder that
+// exists and is not empty is refused, so old shards are never left beside new ones, and a crash
+// or a full disk leaves no partial set behind.
 #include <CLI/CLI.hpp>
 
-#include <atomic>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
+#include <filesystem>
 #include <thread>
 
-#include "gcide.h"
-#include "shard.h"
-#include "tokenizer.h"
+#include "common/cli.h"
+#include "common/files.h"
+#include "common/sha256.h"
+#include "data/gcide.h"
+#include "data/manifest.h"
+#include "data/shard.h"
+#include "data/tokenizer.h"
+
+namespace fs = std::filesystem;
 
 struct Options {
   std::vector<std::string> text_files;
@@ -36,12 +50,21 @@ static uint64_t splitmix64(uint64_t& s) {
   return z ^ (z >> 31);
 }
 
-static std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error(path + ": cannot open");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+// The output folder must not exist yet, or be empty (it is replaced as a whole at the end).
+static fs::path check_out_dir(const std::string& out_dir) {
+  fs::path out = fs::path(out_dir).lexically_normal();
+  if (out.has_filename() == false) out = out.parent_path();  // "dir/" -> "dir"
+  if (out.empty() || out == "." || out == ".." || out == "/")
+    throw CLI::ValidationError("--out-dir", "'" + out_dir + "' cannot be replaced: name a folder of its own for the shards");
+  std::error_code ec;
+  const auto st = fs::symlink_status(out, ec);
+  if (!ec && fs::exists(st)) {
+    if (!fs::is_directory(st)) throw CLI::ValidationError("--out-dir", out_dir + " exists and is not a folder");
+    if (!fs::is_empty(out, ec))
+      throw CLI::ValidationError("--out-dir", out_dir + " is not empty: prepare writes a fresh folder, so that shards of two runs "
+                                                        "never mix; remove it or name another");
+  }
+  return out;
 }
 
 int main(int argc, char** argv) {
@@ -49,20 +72,31 @@ int main(int argc, char** argv) {
   CLI::App app{"prepare: tokenize a corpus into llm.c / modded-nanogpt token shards"};
   app.add_option("--text", o.text_files, "text files to tokenize, one document per file (default: the GCIDE dictionary, one entry per document)");
   app.add_option("--gcide-dir", o.gcide_dir, "directory holding gcide.index and gcide.dict.dz")->capture_default_str();
-  app.add_option("--out-dir", o.out_dir, "directory for the shards")->capture_default_str();
+  app.add_option("--out-dir", o.out_dir, "new (or empty) folder for the shards")->capture_default_str();
   app.add_option("--name", o.name, "shard name prefix: NAME_val_000000.bin, NAME_train_000001.bin, ...")->capture_default_str();
-  app.add_option("--vocab-dir", o.vocab_dir, "directory with GPT-2's encoder.json and vocab.bpe (downloaded when absent)")->capture_default_str();
-  app.add_option("--shard-tokens", o.shard_tokens, "tokens per shard")->capture_default_str()->check(CLI::Range((size_t)1, (size_t)INT32_MAX));
-  app.add_option("--threads", o.threads, "tokenizer threads (0: one per core)")->capture_default_str();
-  app.add_option("--seed", o.seed, "document shuffle seed")->capture_default_str();
+  app.add_option("--vocab-dir", o.vocab_dir, "directory with GPT-2's encoder.json and vocab.bpe")->capture_default_str();
+  cli::integer<size_t>(app, "--shard-tokens", o.shard_tokens, 64, (size_t)INT32_MAX, "tokens per shard")->capture_default_str();
+  cli::integer<unsigned>(app, "--threads", o.threads, 0, 256, "tokenizer threads (0: one per core)")->capture_default_str();
+  cli::integer<uint64_t>(app, "--seed", o.seed, 0, UINT64_MAX, "document shuffle seed")->capture_default_str();
   app.add_flag("--no-shuffle", o.no_shuffle, "keep documents in input order");
-  CLI11_PARSE(app, argc, argv);
+  fs::path out;
+  try {
+    app.parse(argc, argv);
+    if (o.name.empty() || o.name.find('/') != std::string::npos || o.name[0] == '.')
+      throw CLI::ValidationError("--name", "'" + o.name + "' must be a plain file name prefix (no '/', not starting with '.')");
+    out = check_out_dir(o.out_dir);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
 
+  std::string staging;
   try {
     auto t0 = std::chrono::steady_clock::now();
+    gpt2::Tokenizer base(o.vocab_dir);
     std::vector<std::string> docs;
     if (!o.text_files.empty()) {
-      for (auto& p : o.text_files) docs.push_back(slurp(p));
+      for (auto& p : o.text_files) docs.push_back(files::read_regular(p, size_t(1) << 30, "input text (--text)"));
     } else {
       std::fprintf(stderr, "prepare: reading GCIDE from %s\n", o.gcide_dir.c_str());
       docs = gcide::load_documents(o.gcide_dir);
@@ -73,24 +107,41 @@ int main(int argc, char** argv) {
     }
     size_t total_bytes = 0;
     for (auto& d : docs) total_bytes += d.size();
-    gpt2::Tokenizer base(o.vocab_dir);
-    if (std::system(("mkdir -p '" + o.out_dir + "'").c_str()) != 0) throw std::runtime_error(o.out_dir + ": cannot create");
+
+    // the shards go into a hidden folder beside the output, renamed into place when complete
+    const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+    fs::create_directories(parent);
+    std::string tmpl = (parent / ("." + out.filename().string() + ".partial-XXXXXX")).string();
+    if (!mkdtemp(&tmpl[0])) throw std::runtime_error(parent.string() + ": cannot create a folder there (--out-dir)");
+    staging = tmpl;
+    const mode_t mask = umask(0);  // mkdtemp makes it 0700; the shards' folder gets the usual mode
+    umask(mask);
+    fs::permissions(staging, static_cast<fs::perms>(0777 & ~mask));
 
     unsigned nthreads = o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
     std::vector<gpt2::Tokenizer> toks(nthreads, base);
     std::vector<uint16_t> shard_buf;
     int shard_index = 0;
     size_t total_tokens = 0, done_bytes = 0;
-    std::vector<std::string> written;
+    std::vector<manifest::Entry> written;
     auto flush = [&] {
       if (shard_buf.empty()) return;
       char fname[64];
       std::snprintf(fname, sizeof(fname), "_%s_%06d.bin", shard_index == 0 ? "val" : "train", shard_index);
-      std::string path = o.out_dir + "/" + o.name + fname;
-      shard::write_shard(path, shard_buf);
-      written.push_back(path);
+      const std::string file = o.name + fname;
+      shard::write_shard(staging + "/" + file, shard_buf);
+      const std::string bytes = std::string((const char*)shard_buf.data(), shard_buf.size() * 2);
+      size_t documents = 0;
+      for (uint16_t t : shard_buf) documents += t == shard::kBos;
+      // the SHA-256 is of the whole file: header, then the tokens
+      int32_t header[shard::kHeaderInts] = {shard::kMagic, shard::kVersion, (int32_t)shard_buf.size()};
+      written.push_back({file, shard_buf.size(), documents, sha256::hex(std::string((const char*)header, sizeof(header)) + bytes)});
       shard_index++;
       shard_buf.clear();
+    };
+    auto push = [&](uint16_t t) {
+      shard_buf.push_back(t);
+      if (shard_buf.size() == o.shard_tokens) flush();
     };
     bool tty = isatty(fileno(stderr));
     auto last_report = t0;
@@ -110,12 +161,9 @@ int main(int argc, char** argv) {
       for (size_t i = b0; i < b1; i++) {
         auto& d = ids[i - b0];
         size_t len = d.size() + 1;
-        if (!shard_buf.empty() && shard_buf.size() + len > o.shard_tokens) flush();
-        shard_buf.push_back(shard::kBos);
-        for (int id : d) {
-          shard_buf.push_back((uint16_t)id);
-          if (shard_buf.size() == o.shard_tokens) flush();
-        }
+        if (!shard_buf.empty() && shard_buf.size() + len > o.shard_tokens) flush();  // keep short documents whole
+        push(shard::kBos);
+        for (int id : d) push((uint16_t)id);
         total_tokens += len;
         done_bytes += docs[i].size();
       }
@@ -129,14 +177,23 @@ int main(int argc, char** argv) {
       }
     }
     flush();
+    manifest::write(staging, written);
+    // into place: rename() replaces only a missing or empty folder, so a folder filled meanwhile is not touched
+    std::error_code ec;
+    fs::rename(staging, out, ec);
+    if (ec) throw std::runtime_error(out.string() + ": cannot move the new shards into place (" + ec.message() + "); is it still empty?");
+    staging.clear();
     double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::fprintf(stderr, "%sprepare: %zu documents, %zu tokens in %zu shards under %s/ (%.1f s, %.2f MB/s with %u threads)\n",
-                 tty ? "\n" : "", docs.size(), total_tokens, written.size(), o.out_dir.c_str(), el, total_bytes / 1e6 / el,
-                 nthreads);
+                 tty ? "\n" : "", docs.size(), total_tokens, written.size(), out.c_str(), el, total_bytes / 1e6 / el, nthreads);
     if (written.size() < 2)
       std::fprintf(stderr, "prepare: warning: only a validation shard was written; lower --shard-tokens to get train shards\n");
     return 0;
   } catch (const std::exception& e) {
+    if (!staging.empty()) {
+      std::error_code ec;
+      fs::remove_all(staging, ec);
+    }
     std::fprintf(stderr, "prepare: error: %s\n", e.what());
     return 1;
   }

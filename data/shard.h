@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "common/files.h"
+
 namespace shard {
 
 constexpr int32_t kMagic = 20240520;
@@ -51,6 +53,15 @@ inline void write_shard(const std::string& path, const std::vector<uint16_t>& to
   write_shard(path, tokens.data(), tokens.size());
 }
 
+// Opens a shard for reading: a regular file only (a FIFO would hang the reader).
+inline FILE* open(const std::string& path) {
+  try {
+    return files::open_regular(path, nullptr, "shard");
+  } catch (const files::FileError& e) {
+    throw ShardError(e.what());
+  }
+}
+
 // Reads and checks the header; returns the token count. Leaves f positioned at the body.
 inline size_t read_header(FILE* f, const std::string& path) {
   struct stat st;
@@ -77,8 +88,7 @@ inline size_t read_header(FILE* f, const std::string& path) {
 
 // Reads a whole shard, checking every id against vocab_size.
 inline std::vector<uint16_t> read_shard(const std::string& path, int vocab_size, ShardInfo* info = nullptr) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw ShardError(path + ": cannot open (missing file?)");
+  FILE* f = open(path);
   std::vector<uint16_t> tokens;
   try {
     size_t n = read_header(f, path);

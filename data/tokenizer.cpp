@@ -1,21 +1,19 @@
 // GPT-2 BPE tokenizer: see tokenizer.h for the steps and why each is as it is.
 #include "tokenizer.h"
 
-#include <sys/stat.h>
-
 #include <climits>
 #include <cstdio>
-#include <cstdlib>
-#include <fstream>
+#include <functional>
+#include <queue>
 #include <sstream>
 #include <stdexcept>
 #include <string_view>
 
+#include "common/files.h"
+#include "common/sha256.h"
 #include "unicode_tables.h"
 
 namespace gpt2 {
-
-static const char* kVocabUrl = "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/";
 
 // ---------------------------------------------------------------- UTF-8 and character classes
 
@@ -188,32 +186,26 @@ void pretokenize(const std::string& t, std::vector<std::pair<size_t, size_t>>& p
 
 // ---------------------------------------------------------------- vocabulary files
 
-static bool file_exists(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
+// The only pair of files this tokenizer accepts (data/gpt2/README.md gives the same sums).
+static const char* kEncoderSha256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783";
+static const char* kVocabBpeSha256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5";
 
-static std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error(path + ": cannot open");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-static void fetch_vocab_file(const std::string& dir, const std::string& name) {
-  std::string dst = dir + "/" + name, tmp = dst + ".part";
-  std::string url = std::string(kVocabUrl) + name;
-  std::fprintf(stderr, "tokenizer: %s is missing; downloading %s\n", dst.c_str(), url.c_str());
-  std::string cmd = "mkdir -p '" + dir + "' && (curl -fsSL --retry 2 -o '" + tmp + "' '" + url +
-                    "' || wget -q -O '" + tmp + "' '" + url + "') 2>/dev/null";
-  if (std::system(cmd.c_str()) != 0 || !file_exists(tmp) || std::rename(tmp.c_str(), dst.c_str())) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error(
-        dst + " is missing and could not be downloaded from " + url +
-        " (offline?). The GPT-2 tokenizer needs encoder.json and vocab.bpe: copy both into " +
-        dir + " (or point --vocab-dir at a directory holding them).");
+// Reads one of the two files and checks its SHA-256, so that another vocabulary (or a damaged
+// copy) can never tokenize silently into other ids.
+static std::string read_vocab_file(const std::string& dir, const char* name, const char* want_sha) {
+  const std::string path = dir + "/" + name;
+  std::string data;
+  try {
+    data = files::read_regular(path, 16u << 20, "GPT-2 vocabulary file");
+  } catch (const files::FileError& e) {
+    throw std::runtime_error(std::string(e.what()) + ". The GPT-2 tokenizer needs encoder.json and vocab.bpe: the repository ships "
+                             "them in data/gpt2 (--vocab-dir DIR points elsewhere)");
   }
+  const std::string got = sha256::hex(data);
+  if (got != want_sha)
+    throw std::runtime_error(path + ": SHA-256 " + got + " is not GPT-2's " + want_sha +
+                             " (a damaged or different file; data/gpt2 holds the right one)");
+  return data;
 }
 
 // The byte <-> printable-character table GPT-2's files are written in.
@@ -227,8 +219,7 @@ static void bytes_to_unicode(uint32_t table[256]) {
 }
 
 // Parses encoder.json: one JSON object of string -> integer. Returns (key as UTF-8, id).
-static std::vector<std::pair<std::string, int>> parse_encoder_json(const std::string& path) {
-  std::string s = read_file(path);
+static std::vector<std::pair<std::string, int>> parse_encoder_json(const std::string& path, const std::string& s) {
   std::vector<std::pair<std::string, int>> out;
   size_t i = 0, n = s.size();
   auto fail = [&](const char* what) {
@@ -300,20 +291,16 @@ static std::vector<std::pair<std::string, int>> parse_encoder_json(const std::st
   return out;
 }
 
-Tokenizer::Tokenizer(const std::string& dir, bool allow_download) {
-  std::string enc_path = dir + "/encoder.json", bpe_path = dir + "/vocab.bpe";
-  for (const char* name : {"encoder.json", "vocab.bpe"}) {
-    if (file_exists(dir + "/" + name)) continue;
-    if (!allow_download)
-      throw std::runtime_error(dir + "/" + name + " is missing: the GPT-2 tokenizer needs encoder.json and vocab.bpe there");
-    fetch_vocab_file(dir, name);
-  }
+Tokenizer::Tokenizer(const std::string& dir) {
+  const std::string enc_path = dir + "/encoder.json", bpe_path = dir + "/vocab.bpe";
+  const std::string enc_text = read_vocab_file(dir, "encoder.json", kEncoderSha256);
+  const std::string bpe_text = read_vocab_file(dir, "vocab.bpe", kVocabBpeSha256);
   uint32_t b2u[256];
   bytes_to_unicode(b2u);
   std::unordered_map<uint32_t, int> u2b;
   for (int b = 0; b < 256; b++) u2b[b2u[b]] = b;
 
-  auto entries = parse_encoder_json(enc_path);
+  auto entries = parse_encoder_json(enc_path, enc_text);
   if (entries.size() != (size_t)kVocabSize)
     throw std::runtime_error(enc_path + ": expected " + std::to_string(kVocabSize) + " entries, found " +
                              std::to_string(entries.size()));
@@ -343,7 +330,7 @@ Tokenizer::Tokenizer(const std::string& dir, bool allow_download) {
     if (id != kEndOfText) bytes_to_id_.emplace(id_to_bytes_[id], id);
 
   // vocab.bpe must describe the same vocabulary: merge k creates token 256 + k.
-  std::istringstream bpe(read_file(bpe_path));
+  std::istringstream bpe(bpe_text);
   std::string line;
   int k = 0;
   std::getline(bpe, line);
@@ -385,31 +372,46 @@ void Tokenizer::encode_piece(const char* p, size_t n, std::vector<int>& out) {
     out.insert(out.end(), cached->second.begin(), cached->second.end());
     return;
   }
-  // parts[i] = (start of part i, rank of merging part i with part i+1)
-  std::vector<std::pair<size_t, int>> parts;
-  parts.reserve(n + 1);
+  // The parts form a linked list (each part's start never changes; a merge absorbs the right
+  // part into the left). Candidate merges wait in a min-heap ordered by (rank, start): the
+  // lowest rank, leftmost on ties, exactly the pair a scan of every pair would pick, in
+  // O(n log n) instead of O(n^2) for a long piece. A heap entry is stale once either of its parts
+  // has changed: it records the boundaries (start, mid, end) and is skipped unless they still hold.
   std::string tmp;
   auto rank_of = [&](size_t a, size_t b) -> int {
     tmp.assign(p + a, b - a);
     auto it = bytes_to_id_.find(tmp);
     return it == bytes_to_id_.end() ? INT_MAX : it->second;
   };
-  for (size_t i = 0; i + 1 < n; i++) parts.emplace_back(i, rank_of(i, i + 2));
-  parts.emplace_back(n - 1, INT_MAX);
-  parts.emplace_back(n, INT_MAX);
-  auto get_rank = [&](size_t i) { return i + 3 < parts.size() ? rank_of(parts[i].first, parts[i + 3].first) : INT_MAX; };
-  for (;;) {
-    int best = INT_MAX;
-    size_t bi = 0;
-    for (size_t i = 0; i + 1 < parts.size(); i++)
-      if (parts[i].second < best) { best = parts[i].second; bi = i; }
-    if (best == INT_MAX) break;
-    if (bi > 0) parts[bi - 1].second = get_rank(bi - 1);
-    parts[bi].second = get_rank(bi);
-    parts.erase(parts.begin() + bi + 1);
+  std::vector<size_t> next(n), prev(n);  // by start byte; next = end of the part
+  std::vector<char> alive(n, 1);
+  for (size_t i = 0; i < n; i++) next[i] = i + 1, prev[i] = i - 1;  // prev[0] wraps: never read
+  struct Cand {
+    int rank;
+    size_t start, mid, end;
+    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : start > o.start; }
+  };
+  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
+  auto push = [&](size_t a) {  // the merge of the part at a with the one after it
+    const size_t mid = next[a];
+    if (mid >= n) return;
+    const size_t end = next[mid];
+    const int r = rank_of(a, end);
+    if (r != INT_MAX) heap.push({r, a, mid, end});
+  };
+  for (size_t i = 0; i + 1 < n; i++) push(i);
+  while (!heap.empty()) {
+    const Cand c = heap.top();
+    heap.pop();
+    if (!alive[c.start] || next[c.start] != c.mid || !alive[c.mid] || next[c.mid] != c.end) continue;
+    alive[c.mid] = 0;
+    next[c.start] = c.end;
+    if (c.end < n) prev[c.end] = c.start;
+    if (c.start > 0) push(prev[c.start]);
+    push(c.start);
   }
   std::vector<int> ids;
-  for (size_t i = 0; i + 1 < parts.size(); i++) ids.push_back(rank_of(parts[i].first, parts[i + 1].first));
+  for (size_t i = 0; i < n; i = next[i]) ids.push_back(rank_of(i, next[i]));
   out.insert(out.end(), ids.begin(), ids.end());
   if (cache_.size() > (1u << 20)) cache_.clear();
   cache_.emplace(std::move(key), std::move(ids));

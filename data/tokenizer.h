@@ -11,8 +11,8 @@
 //      repeatedly merge the adjacent pair whose concatenation has the lowest rank (leftmost on
 //      ties). GPT-2's ids are those ranks: 0..255 bytes, then merges in vocab.bpe order.
 //
-// encoder.json and vocab.bpe are read from a directory; when missing they are downloaded from
-// OpenAI's public location (needs network; the error says what to copy where when offline).
+// encoder.json and vocab.bpe are read from a directory (the repository ships them in data/gpt2)
+// and must match GPT-2's published SHA-256 sums. Nothing is downloaded.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -36,9 +36,9 @@ bool is_whitespace(uint32_t cp);
 
 class Tokenizer {
  public:
-  // Loads DIR/encoder.json and DIR/vocab.bpe (downloading them if absent and allowed).
+  // Loads DIR/encoder.json and DIR/vocab.bpe, checking their SHA-256 sums.
   // Throws std::runtime_error with a message naming the file on any problem.
-  explicit Tokenizer(const std::string& dir, bool allow_download = true);
+  explicit Tokenizer(const std::string& dir);
 
   // Appends the ids of `text` (any bytes) to `out`. Not thread-safe (it caches pieces);
   // use one Tokenizer per thread, or copy one.

@@ -34,6 +34,22 @@ def read_shard(path):
     return header, np.frombuffer(raw[1024:], dtype="<u2")
 
 
+def write_shard(path, tokens):
+    header = np.zeros(256, dtype="<i4")
+    header[:3] = [20240520, 1, len(tokens)]
+    with open(path, "wb") as f:
+        f.write(header.tobytes() + np.asarray(tokens, dtype="<u2").tobytes())
+
+
+# small good shards for the runs that must get past the data checks (tiny preset: 1024-token sequences)
+SHARDS = tempfile.mkdtemp(prefix="cli_shards_")
+_rng = np.random.default_rng(3)
+for name in ("toy_val_000000.bin", "toy_train_000001.bin"):
+    toks = _rng.integers(0, 50256, size=20000)
+    toks[::700] = 50256
+    write_shard(os.path.join(SHARDS, name), toks)
+DATA = ["--train-data", os.path.join(SHARDS, "toy_train_*.bin"), "--val-data", os.path.join(SHARDS, "toy_val_*.bin")]
+
 rc, out, err = run(TRAIN, "--help")
 check("train_gpt --help works without a GPU", rc == 0 and "--check-data" in out and "--train-data" in out, err)
 rc, out, err = run(TRAIN, "--preset", "nope")
@@ -43,7 +59,7 @@ check("impossible head size: exit 2 naming the flag", rc == 2 and "--heads" in (
 rc, out, err = run(TRAIN, "--layers", "3")
 check("odd layer count: exit 2 naming the flag", rc == 2 and "--layers" in (out + err), out + err)
 if shutil.which("nvidia-smi") is None:  # CI and this machine: no GPU
-    rc, out, err = run(TRAIN, "--steps", "1")
+    rc, out, err = run(TRAIN, "--preset", "tiny", "--steps", "1", *DATA)
     check("training without a GPU: a clear error", rc == 1 and "no CUDA GPU" in err, out + err)
 rc, out, err = run(TRAIN, "--resume", "/nonexistent/run.ckpt")
 check("resume from a missing checkpoint: exit 1 naming it", rc == 1 and "/nonexistent/run.ckpt" in err, out + err)
@@ -77,7 +93,7 @@ if shutil.which("mpirun"):
     check("mpirun -np 2 ./train_gpt --help: exit 0, help printed once", r.returncode == 0 and r.stdout.count("--grad-sync") == 1,
           r.stdout + r.stderr)
     if shutil.which("nvidia-smi") is None:
-        r = subprocess.run(["mpirun", "-np", "2", TRAIN, "--preset", "tiny"], capture_output=True, text=True, timeout=120, env=env)
+        r = subprocess.run(["mpirun", "-np", "2", TRAIN, "--preset", "tiny", *DATA], capture_output=True, text=True, timeout=120, env=env)
         msg = r.stdout + r.stderr
         check("mpirun -np 2 without a GPU: the job ends, each error names its rank",
               r.returncode != 0 and "of 2: error: no CUDA GPU" in msg, msg)
@@ -101,7 +117,8 @@ with tempfile.TemporaryDirectory() as d:
                        "--shard-tokens", str(shard_tokens), "--no-shuffle", "--threads", "2")
     check("prepare runs", rc == 0, err)
     check("prepare reports progress and a summary", "4 documents" in err and "MB/s" in err, err)
-    names = sorted(os.listdir(out_dir), key=lambda n: ("_val_" not in n, n))
+    names = sorted((n for n in os.listdir(out_dir) if n.endswith(".bin")), key=lambda n: ("_val_" not in n, n))
+    check("prepare writes a manifest of its shards", sorted(os.listdir(out_dir)) == sorted(names + ["manifest.tsv"]), str(os.listdir(out_dir)))
     check("first shard is val, then train", names[0] == "toy_val_000000.bin" and names[1] == "toy_train_000001.bin", str(names))
     stream, sizes = [], []
     for n in names:
@@ -126,10 +143,16 @@ with tempfile.TemporaryDirectory() as d:
         outs.append(read_shard(os.path.join(od, "gcide_val_000000.bin"))[1].tolist())
     check("shuffle is reproducible", rc == 0 and outs[0] == outs[1], err)
     check("shuffle keeps every token", sorted(outs[0]) == sorted(expect))
-    rc, out, err = run(PREPARE, "--text", os.path.join(d, "missing.txt"), "--out-dir", out_dir, "--vocab-dir", vocab)
-    check("missing input named", rc == 1 and "missing.txt" in err, err)
-    rc, out, err = run(PREPARE, "--text", paths[0], "--out-dir", out_dir, "--vocab-dir", os.path.join(d, "novocab"))
+    rc, out, err = run(PREPARE, "--text", os.path.join(d, "missing.txt"), "--out-dir", os.path.join(d, "new1"), "--vocab-dir", vocab)
+    check("missing input named", rc == 1 and "missing.txt" in err and not os.path.exists(os.path.join(d, "new1")), err)
+    rc, out, err = run(PREPARE, "--text", paths[0], "--out-dir", os.path.join(d, "new2"), "--vocab-dir", os.path.join(d, "novocab"))
     check("missing vocabulary: clear error", rc == 1 and "encoder.json" in err, err)
+    before = sorted(os.listdir(out_dir))
+    rc, out, err = run(PREPARE, "--text", paths[0], "--out-dir", out_dir, "--vocab-dir", vocab, "--name", "toy")
+    check("prepare into a used folder: refused (exit 2) naming --out-dir, nothing changed",
+          rc == 2 and "--out-dir" in err and "not empty" in err and sorted(os.listdir(out_dir)) == before, err)
+    leftovers = [n for n in os.listdir(d) if ".partial" in n]
+    check("no staging folder is left behind by the failed runs", not leftovers, str(leftovers))
 
     # --check-data
     pat_train, pat_val = os.path.join(out_dir, "toy_train_*.bin"), os.path.join(out_dir, "toy_val_*.bin")
@@ -149,4 +172,16 @@ with tempfile.TemporaryDirectory() as d:
         check(f"check-data finds {name}", rc == 1 and "toy_train_000002.bin" in err and expect_msg in err, err)
     open(bad, "wb").write(bytes(raw))
 
+    # a shard copied in beside the run's: the manifest refuses the mix, in --check-data and in training
+    shutil.copy(os.path.join(out_dir, "toy_train_000001.bin"), os.path.join(out_dir, "toy_train_000009.bin"))
+    rc, out, err = run(TRAIN, "--check-data", "--train-data", pat_train, "--val-data", pat_val)
+    check("check-data: a shard not in the manifest is named", rc == 1 and "toy_train_000009.bin: not listed" in err, err)
+    rc, out, err = run(TRAIN, "--steps", "1", "--train-data", pat_train, "--val-data", pat_val, "--seq-len", "16", "--val-tokens", "16")
+    check("training on a mixed folder: refused before any GPU is needed", rc == 1 and "toy_train_000009.bin: not listed" in err, err)
+    os.remove(os.path.join(out_dir, "toy_train_000009.bin"))
+    os.remove(os.path.join(out_dir, "toy_train_000003.bin"))
+    rc, out, err = run(TRAIN, "--check-data", "--train-data", pat_train, "--val-data", pat_val)
+    check("check-data: a shard of the manifest that is missing is named", rc == 1 and "toy_train_000003.bin: listed" in err, err)
+
+shutil.rmtree(SHARDS, ignore_errors=True)
 finish("cli")

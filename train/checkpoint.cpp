@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/files.h"
+
 namespace train {
 
 static const char kMagic[8] = {'T', 'G', 'P', 'T', 'C', 'K', 'P', 'T'};
@@ -36,9 +38,17 @@ struct Writer {
 struct Reader {
   FILE* f;
   const std::string& path;
+  size_t left;  // bytes of the file not read yet: every size field is checked against it first
   Hasher hash;
+  void need(uint64_t n, const char* what) {
+    if (n > left)
+      throw CheckpointError(path + ": corrupt or truncated checkpoint (" + what + " of " + std::to_string(n) + " bytes, " +
+                            std::to_string(left) + " left in the file)");
+  }
   void get(void* p, size_t n) {
+    need(n, "field");
     if (std::fread(p, 1, n, f) != n) throw CheckpointError(path + ": truncated checkpoint");
+    left -= n;
     hash.add(p, n);
   }
   template <typename T>
@@ -79,9 +89,14 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
 }
 
 Checkpoint read_checkpoint(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw CheckpointError(path + ": cannot open checkpoint");
-  Reader r{f, path, Hasher{}};
+  size_t size = 0;
+  FILE* f = nullptr;
+  try {
+    f = files::open_regular(path, &size, "checkpoint (--resume)");
+  } catch (const files::FileError& e) {
+    throw CheckpointError(e.what());
+  }
+  Reader r{f, path, size, Hasher{}};
   Checkpoint c;
   try {
     char magic[8];
@@ -91,6 +106,7 @@ Checkpoint read_checkpoint(const std::string& path) {
     if (version != kVersion) throw CheckpointError(path + ": checkpoint version " + std::to_string(version) + ", this build reads " + std::to_string(kVersion));
     const uint64_t clen = r.get<uint64_t>();
     if (clen > (1u << 20)) throw CheckpointError(path + ": corrupt checkpoint (config length)");
+    r.need(clen, "configuration");
     c.config.resize(clen);
     r.get(&c.config[0], clen);
     c.step = r.get<int64_t>();
@@ -99,10 +115,12 @@ Checkpoint read_checkpoint(const std::string& path) {
     for (uint32_t i = 0; i < n; i++) {
       const uint32_t nl = r.get<uint32_t>();
       if (nl > 4096) throw CheckpointError(path + ": corrupt checkpoint (blob name)");
+      r.need(nl, "blob name");
       std::string name(nl, ' ');
       r.get(&name[0], nl);
       const uint64_t count = r.get<uint64_t>();
       if (count > (1ull << 40)) throw CheckpointError(path + ": corrupt checkpoint (blob size)");
+      r.need(count * sizeof(float), "blob");  // before the allocation: a header cannot claim more than the file holds
       std::vector<float> data(count);
       r.get(data.data(), count * sizeof(float));
       c.blobs[name] = std::move(data);

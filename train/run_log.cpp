@@ -1,7 +1,16 @@
 // Run logs in the record's format: see run_log.h.
 #include "train/run_log.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <random>
 #include <stdexcept>
+
+#include "common/files.h"
 
 namespace train {
 
@@ -10,12 +19,54 @@ std::string RunLog::jsonl_path(const std::string& path) {
   return (dot != std::string::npos && dot + 4 == path.size() ? path.substr(0, dot) : path) + ".jsonl";
 }
 
-RunLog::RunLog(const std::string& path, bool enabled) : enabled_(enabled) {
+std::string RunLog::refuse_existing(const std::string& path) {
+  for (const std::string& p : {path, jsonl_path(path)})
+    if (files::exists(p))
+      return p + " exists: every run writes logs of its own (a resumed run too), so that two runs are never read as one; "
+                 "name a new --log-file";
+  return "";
+}
+
+std::string RunLog::new_run_id() {
+  std::random_device rd;
+  const uint64_t t = (uint64_t)std::chrono::system_clock::now().time_since_epoch().count();
+  const uint64_t id = ((uint64_t)rd() << 32 ^ rd()) ^ (t * 0x9e3779b97f4a7c15ull);
+  char b[17];
+  std::snprintf(b, sizeof(b), "%016llx", (unsigned long long)id);
+  return b;
+}
+
+// Creates a file that must not exist yet (O_EXCL: even a race cannot append to another run's).
+static FILE* create_new(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw std::runtime_error(path + (errno == EEXIST ? ": exists: every run writes logs of its own; name a new --log-file"
+                                                     : ": cannot create the log file (--log-file): " + std::string(std::strerror(errno))));
+  FILE* f = fdopen(fd, "w");
+  if (!f) {
+    ::close(fd);
+    throw std::runtime_error(path + ": cannot write the log file (--log-file)");
+  }
+  return f;
+}
+
+RunLog::RunLog(const std::string& path, bool enabled, const std::string& run_id, const std::string& commit) : enabled_(enabled) {
   if (!enabled_ || path.empty()) return;
-  txt_ = std::fopen(path.c_str(), "a");
-  if (!txt_) throw std::runtime_error(path + ": cannot open the log file for writing (--log-file)");
-  jsonl_ = std::fopen(jsonl_path(path).c_str(), "a");
-  if (!jsonl_) throw std::runtime_error(jsonl_path(path) + ": cannot open for writing");
+  txt_path_ = path, jsonl_path_ = jsonl_path(path);
+  txt_ = create_new(txt_path_);
+  try {
+    jsonl_ = create_new(jsonl_path_);
+  } catch (...) {
+    std::fclose(txt_);
+    std::remove(txt_path_.c_str());  // ours, and empty
+    throw;
+  }
+  if (!run_id.empty()) write(txt_, txt_path_, "run_id:" + run_id + " train_gpt " + commit);
+}
+
+void RunLog::write(FILE* f, const std::string& path, const std::string& line) {
+  if (std::fprintf(f, "%s\n", line.c_str()) < 0 || std::fflush(f) != 0)
+    throw std::runtime_error(path + ": writing the log failed (disk full?): " + std::strerror(errno));
 }
 
 RunLog::~RunLog() {
@@ -27,18 +78,14 @@ void RunLog::config(const std::string& json_object) { event(json_object); }
 
 void RunLog::event(const std::string& json_object) {
   if (!enabled_ || !jsonl_) return;
-  std::fprintf(jsonl_, "%s\n", json_object.c_str());
-  std::fflush(jsonl_);
+  write(jsonl_, jsonl_path_, json_object);
 }
 
 void RunLog::note(const std::string& line) {
   if (!enabled_) return;
   std::printf("%s\n", line.c_str());
   std::fflush(stdout);
-  if (txt_) {
-    std::fprintf(txt_, "%s\n", line.c_str());
-    std::fflush(txt_);
-  }
+  if (txt_) write(txt_, txt_path_, line);
 }
 
 static std::string fmt_num(const char* f, double x) {

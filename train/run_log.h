@@ -5,18 +5,28 @@
 // and a machine-readable copy beside it (LOG with .jsonl for .txt), one JSON object per event,
 // the first being the configuration. train_time counts from the end of step 10 and excludes
 // validation (as the record does); step_avg = train_time / (step - 10), nan before. Each line
-// is flushed as it is written, so a crash loses at most the line being written.
+// is flushed as it is written, so a crash loses at most the line being written; a write that
+// fails (full disk) is an error, never ignored.
+//
+// One log is one run: the files are created new (an existing LOG or its .jsonl is refused, so
+// two runs are never appended into one), and the text log's first line names the run,
+//     run_id:5f0c2a9e81b7d3c4 train_gpt <commit>
+// with the same id in the configuration event, so that a log put together from two runs by hand
+// is recognised as such by scripts/speedrun_logs.py.
 #pragma once
 #include <cmath>
 #include <cstdio>
 #include <string>
+
+#include "train/json.h"
 
 namespace train {
 
 class RunLog {
  public:
   // path empty: stdout only. enabled false (ranks other than 0): writes nothing.
-  RunLog(const std::string& path, bool enabled);
+  // Throws when LOG or its .jsonl exists already, or cannot be created.
+  RunLog(const std::string& path, bool enabled, const std::string& run_id = "", const std::string& commit = "");
   ~RunLog();
   RunLog(const RunLog&) = delete;
   RunLog& operator=(const RunLog&) = delete;
@@ -27,9 +37,15 @@ class RunLog {
   void event(const std::string& json_object);  // any other event (checkpoint, error, summary)
   void note(const std::string& line);          // free text: stdout and the text log
   static std::string jsonl_path(const std::string& path);
+  // Empty when a run may write this log; otherwise why not (an existing file).
+  static std::string refuse_existing(const std::string& path);
+  static std::string new_run_id();  // 16 hex digits, random
+
 
  private:
+  void write(FILE* f, const std::string& path, const std::string& line);
   bool enabled_;
+  std::string txt_path_, jsonl_path_;
   FILE* txt_ = nullptr;
   FILE* jsonl_ = nullptr;
 };

@@ -20,6 +20,7 @@ from collections import OrderedDict
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ab_stats as st  # noqa: E402
 import speedrun_logs  # noqa: E402
+from tool_errors import ToolError, regular_file, run as run_tool  # noqa: E402
 
 NAME_RE = re.compile(r"^(?P<variant>.+)_g(?P<gpus>\d+)_r(?P<run>\d+)\.txt$")
 
@@ -27,8 +28,10 @@ NAME_RE = re.compile(r"^(?P<variant>.+)_g(?P<gpus>\d+)_r(?P<run>\d+)\.txt$")
 def discover(logs_dir):
     """Groups VARIANT_gN_rI.txt logs; variants in the order of the runner's campaign.json (the
     first is the baseline), else alphabetical."""
+    if not os.path.isdir(logs_dir):
+        raise ToolError(f"--logs-dir {logs_dir}: not a folder")
     found = {}
-    for path in sorted(glob.glob(os.path.join(logs_dir, "*.txt"))):
+    for path in sorted(glob.glob(os.path.join(glob.escape(logs_dir), "*.txt"))):
         m = NAME_RE.match(os.path.basename(path))
         if m:
             found.setdefault((m["variant"], int(m["gpus"])), []).append((int(m["run"]), path))
@@ -36,7 +39,10 @@ def discover(logs_dir):
     manifest = os.path.join(logs_dir, "campaign.json")
     if os.path.exists(manifest):
         import json
-        listed = [v[0] for v in json.load(open(manifest))["variants"]]
+        try:
+            listed = [v[0] for v in json.load(open(regular_file(manifest, "campaign record")))["variants"]]
+        except (json.JSONDecodeError, KeyError, TypeError, IndexError) as e:
+            raise ToolError(f"{manifest}: not a campaign record of scripts/ab_run.py ({e})")
         order = [v for v in listed if v in order] + [v for v in order if v not in listed]
     groups = OrderedDict()
     for gpus in sorted({g for _, g in found}):
@@ -50,13 +56,18 @@ def from_patterns(specs):
     groups = OrderedDict()
     for spec in specs:
         if "=" not in spec or "@" not in spec.split("=", 1)[0]:
-            raise SystemExit(f"ab_report: error: --group wants NAME@GPUS=PATTERN, got {spec!r}")
+            raise ToolError(f"--group wants NAME@GPUS=PATTERN, got {spec!r}")
         name, pattern = spec.split("=", 1)
         variant, gpus = name.rsplit("@", 1)
+        if not variant or not gpus.isdigit() or int(gpus) < 1:
+            raise ToolError(f"--group {spec!r}: want a non-empty NAME and a positive whole GPUS in NAME@GPUS")
+        key = (variant, int(gpus))
+        if key in groups:  # two groups of one name would be merged and one of them lost
+            raise ToolError(f"--group {spec!r}: the group {variant}@{gpus} is given twice; give each group a name of its own")
         files = sorted(glob.glob(pattern))
         if not files:
-            raise SystemExit(f"ab_report: error: --group {spec!r}: pattern matches no file")
-        groups[(variant, int(gpus))] = list(enumerate(files))
+            raise ToolError(f"--group {spec!r}: pattern matches no file")
+        groups[key] = list(enumerate(files))
     return groups
 
 
@@ -92,14 +103,29 @@ def build(groups, out_dir, title):
              "| variant | GPUs | runs (complete) | " + " | ".join(f"{m} mean | std | 95% CI" for m, _, _ in metrics) + " |",
              "|" + " --- |" * (3 + 3 * len(metrics))]
     values = {}
+    left_out = []  # runs not in the statistics, each named with the reason
     for (variant, gpus), rs in runs.items():
-        done = [r for _, r in rs if r.complete]
+        done = []
+        for i, r in rs:
+            if not r.complete:
+                left_out.append(f"| {variant} | {gpus} | {r.path} | incomplete: no final validation (stopped at step "
+                                f"{r.train[-1][0] if r.train else 0} of {r.total_steps}) |")
+            elif not all(math.isfinite(x) for x in (r.final_val_loss, r.train_time_ms, r.step_avg_ms)):
+                left_out.append(f"| {variant} | {gpus} | {r.path} | final val loss {r.final_val_loss}, train time "
+                                f"{r.train_time_ms} ms: not finite (diverged?) |")
+            else:
+                done.append(r)
         row = [variant, str(gpus), f"{len(rs)} ({len(done)})"]
         for name, get, d in metrics:
             xs = [get(r) for r in done]
             values[(variant, gpus, name)] = xs
             row += [fmt(st.mean(xs), d) if xs else "-", fmt(st.std(xs), d) if xs else "-", fmt(st.ci95(xs), d) if xs else "-"]
         lines.append("| " + " | ".join(row) + " |")
+    if left_out:
+        lines += ["", f"**{len(left_out)} run(s) left out of the statistics:**", "", "| variant | GPUs | log | why |",
+                  "| --- | --- | --- | --- |"] + left_out
+        for row in left_out:
+            print("ab_report: warning: left out " + " ".join(c.strip() for c in row.strip("|").split("|")), file=sys.stderr)
     lines += ["", "Welch's t-test of each variant against the first variant at the same GPU count (two-sided p).", "",
               "| GPUs | variant | vs | metric | difference of means | t | p |", "| --- | --- | --- | --- | --- | --- | --- |"]
     by_gpus = OrderedDict()
@@ -141,7 +167,7 @@ def make_plots(runs, out_dir):
         return []
     fig, ax = plt.subplots(figsize=(8, 5))
     for (variant, gpus), rs in runs.items():
-        curves = [dict((s, v) for s, v, _ in r.val) for _, r in rs if r.val]
+        curves = [dict((s, v) for s, v, _ in r.val) for _, r in rs if r.val and all(math.isfinite(v) for _, v, _ in r.val)]
         if not curves:
             continue
         steps = sorted(set.intersection(*(set(c) for c in curves)))
@@ -160,7 +186,7 @@ def make_plots(runs, out_dir):
     fig, ax = plt.subplots(figsize=(8, 5))
     data, labels = [], []
     for (variant, gpus), rs in runs.items():
-        times = [t for _, r in rs for t in r.step_times_ms()]
+        times = [t for _, r in rs for t in r.step_times_ms() if math.isfinite(t)]
         if times:
             data.append(times)
             labels.append(f"{variant}\n{gpus} GPU")
@@ -186,10 +212,12 @@ def main(argv=None):
         ap.error("give exactly one of --logs-dir or --group")
     groups = discover(a.logs_dir) if a.logs_dir else from_patterns(a.group)
     if not groups:
-        ap.error(f"no logs named VARIANT_gN_rI.txt in {a.logs_dir}")
+        raise ToolError(f"no logs named VARIANT_gN_rI.txt in {a.logs_dir}")
+    if os.path.exists(a.out) and not os.path.isdir(a.out):
+        raise ToolError(f"--out {a.out}: exists and is not a folder")
     print(build(groups, a.out, a.title))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_tool(main, "ab_report")

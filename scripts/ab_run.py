@@ -4,8 +4,14 @@
 mpirun when more than one GPU is asked for; the variants take turns (run 0 of each, then run 1
 of each, ...), so a slow drift of the machine's speed does not fall on one variant. Logs are
 named CAMPAIGN/VARIANT_gN_rI.txt; a run whose log already reaches its final validation is
-skipped, so an interrupted campaign resumes where it stopped (a partial log is run again from
-the start).
+skipped, so an interrupted campaign resumes where it stopped (a partial log is moved into
+CAMPAIGN/incomplete/ and its run started again).
+
+CAMPAIGN/campaign.json records what defines the runs: the variants and their flags, the common
+flags, the first seed, the trainer and the mpirun arguments. Resuming with any of these changed
+is refused (the old logs would be reported under the new flags) unless --start-over is given,
+which moves the old logs into CAMPAIGN/old-DATE-TIME/ first; nothing is deleted. More runs or
+other GPU counts only extend a campaign and are allowed.
 
     python3 scripts/ab_run.py --campaign logs/mask --gpus 1,2 --runs 5 \\
         --variant uni='--window-mask uni' --variant bi='--window-mask bi' -- --preset default --steps 200
@@ -13,6 +19,7 @@ the start).
 Each run is: [mpirun -np N] TRAINER COMMON... VARIANT_FLAGS... --seed S --log-file LOG
 """
 import argparse
+import glob
 import json
 import os
 import shlex
@@ -22,6 +29,51 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import speedrun_logs  # noqa: E402
+from tool_errors import ToolError, regular_file, run as run_tool  # noqa: E402
+
+# what defines a campaign's runs: a change in any of these makes its old logs another experiment
+DEFINING = ("variants", "common", "seed0", "trainer", "mpirun_args")
+
+
+def split(text, flag):
+    try:
+        return shlex.split(text)
+    except ValueError as e:
+        raise ToolError(f"{flag} {text!r}: {e}")
+
+
+def campaign_logs(campaign):
+    return sorted(glob.glob(os.path.join(glob.escape(campaign), "*_g*_r*.txt")) +
+                  glob.glob(os.path.join(glob.escape(campaign), "*_g*_r*.jsonl")))
+
+
+def check_record(campaign, manifest, start_over):
+    """Refuses to resume a campaign whose defining flags changed; with start_over, moves its logs aside."""
+    path = os.path.join(campaign, "campaign.json")
+    if not os.path.exists(path):
+        if campaign_logs(campaign) and not start_over:
+            raise ToolError(f"{campaign} holds run logs but no campaign.json: they may be of other flags; "
+                            "name a new --campaign, or give --start-over to move them aside")
+        old = None
+    else:
+        try:
+            old = json.load(open(regular_file(path, "campaign record")))
+            if not isinstance(old, dict) or any(k not in old for k in DEFINING):
+                raise ValueError("want a JSON object with " + ", ".join(DEFINING))
+        except ValueError as e:
+            raise ToolError(f"{path}: not a campaign record ({e}); name a new --campaign, or give --start-over")
+    changed = [k for k in DEFINING if old is not None and json.loads(json.dumps(old.get(k))) != json.loads(json.dumps(manifest[k]))]
+    if old is not None and changed and not start_over:
+        detail = "; ".join(f"{k}: was {old.get(k)!r}, now {manifest[k]!r}" for k in changed)
+        raise ToolError(f"{campaign} was run with other flags ({detail}); its logs would be reported under the new ones. "
+                        "Run it with the old flags, name a new --campaign, or give --start-over to move the old logs aside")
+    if start_over and (old is not None or campaign_logs(campaign)):
+        aside = os.path.join(campaign, time.strftime("old-%Y%m%d-%H%M%S"))
+        os.makedirs(aside)
+        moved = campaign_logs(campaign) + ([path] if os.path.exists(path) else [])
+        for f in moved:
+            os.replace(f, os.path.join(aside, os.path.basename(f)))
+        print(f"ab_run: --start-over: moved {len(moved)} file(s) into {aside}", flush=True)
 
 
 def plan(args):
@@ -30,11 +82,20 @@ def plan(args):
         for i in range(args.runs):
             for name, flags in args.variant:
                 log = os.path.join(args.campaign, f"{name}_g{gpus}_r{i}.txt")
-                cmd = (["mpirun", "-np", str(gpus)] + shlex.split(args.mpirun_args) if gpus > 1 else [])
-                cmd += shlex.split(args.trainer) + args.common + shlex.split(flags)
+                cmd = (["mpirun", "-np", str(gpus)] + split(args.mpirun_args, "--mpirun-args") if gpus > 1 else [])
+                cmd += split(args.trainer, "--trainer") + args.common + split(flags, f"--variant {name}")
                 cmd += ["--seed", str(args.seed0 + i), "--log-file", log]
                 runs.append((name, gpus, i, log, cmd))
     return runs
+
+
+def parse_or_none(log):
+    """The parsed log, or None (with a warning) when it cannot be read as one run."""
+    try:
+        return speedrun_logs.parse(log)
+    except ToolError as e:
+        print(f"ab_run: warning: {e}", file=sys.stderr)
+        return None
 
 
 def main(argv=None):
@@ -47,14 +108,16 @@ def main(argv=None):
     ap.add_argument("--trainer", default="./train_gpt")
     ap.add_argument("--mpirun-args", default="", help="extra mpirun arguments (host file, --bind-to ...)")
     ap.add_argument("--dry-run", action="store_true", help="print the commands and what would be skipped")
+    ap.add_argument("--start-over", action="store_true",
+                    help="the campaign's flags changed: move its old logs into CAMPAIGN/old-DATE-TIME/ and run everything anew")
     ap.add_argument("common", nargs="*", help="flags for every run (after --)")
     args = ap.parse_args(argv)
     try:
         args.gpus = [int(g) for g in args.gpus.split(",")]
     except ValueError:
         ap.error(f"--gpus wants comma-separated integers, got {args.gpus!r}")
-    if any(g < 1 for g in args.gpus) or args.runs < 1:
-        ap.error("--gpus and --runs must be positive")
+    if any(g < 1 for g in args.gpus) or args.runs < 1 or args.seed0 < 0:
+        ap.error("--gpus and --runs must be positive, --seed0 not negative")
     variants = []
     for v in args.variant:
         name, sep, flags = v.partition("=")
@@ -64,16 +127,25 @@ def main(argv=None):
     if len({n for n, _ in variants}) != len(variants):
         ap.error("variant names must differ")
     args.variant = variants
-    os.makedirs(args.campaign, exist_ok=True)
+    if os.path.exists(args.campaign) and not os.path.isdir(args.campaign):
+        raise ToolError(f"--campaign {args.campaign}: exists and is not a folder")
     manifest = {"variants": variants, "gpus": args.gpus, "runs": args.runs, "seed0": args.seed0, "common": args.common,
-                "trainer": args.trainer}
-    with open(os.path.join(args.campaign, "campaign.json"), "w") as f:  # the report reads the variant order here
-        json.dump(manifest, f, indent=1)
-    runs = plan(args)
+                "trainer": args.trainer, "mpirun_args": args.mpirun_args}
+    runs = plan(args)  # checks the flags' quoting before anything is written
+    if args.dry_run:
+        if os.path.isdir(args.campaign) and not args.start_over:
+            check_record(args.campaign, manifest, False)  # says what a real run would refuse
+    else:
+        os.makedirs(args.campaign, exist_ok=True)
+        check_record(args.campaign, manifest, args.start_over)
+        record = os.path.join(args.campaign, "campaign.json")
+        with open(record + ".tmp", "w") as f:  # the report reads the variant order here
+            json.dump(manifest, f, indent=1)
+        os.replace(record + ".tmp", record)
     todo = []
     for r in runs:
         log = r[3]
-        if os.path.exists(log) and speedrun_logs.parse(log).complete:
+        if os.path.exists(log) and parse_or_none(log) is not None and parse_or_none(log).complete:
             print(f"skip (complete): {log}")
         else:
             todo.append(r)
@@ -83,11 +155,18 @@ def main(argv=None):
         if args.dry_run:
             continue
         for stale in (log, os.path.splitext(log)[0] + ".jsonl"):
-            if os.path.exists(stale):
-                os.remove(stale)  # a partial log is started again
+            if os.path.exists(stale):  # a partial log is kept aside and its run started again
+                aside = os.path.join(args.campaign, "incomplete")
+                os.makedirs(aside, exist_ok=True)
+                dst = os.path.join(aside, time.strftime("%Y%m%d-%H%M%S-") + os.path.basename(stale))
+                os.replace(stale, dst)
+                print(f"    incomplete log moved to {dst}", flush=True)
         t0 = time.time()
-        rc = subprocess.call(cmd)
-        finished = os.path.exists(log) and speedrun_logs.parse(log).complete
+        try:
+            rc = subprocess.call(cmd)
+        except OSError as e:
+            raise ToolError(f"cannot start {cmd[0]!r} (--trainer / mpirun): {e.strerror or e}")
+        finished = os.path.exists(log) and parse_or_none(log) is not None and parse_or_none(log).complete
         if rc != 0 or not finished:
             print(f"ab_run: error: run {log} failed (exit code {rc}); fix it and run the same command again to resume",
                   file=sys.stderr)
@@ -97,4 +176,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_tool(main, "ab_run")

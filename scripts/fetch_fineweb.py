@@ -2,29 +2,37 @@
 """Fetches the published pre-tokenized FineWeb shards (dataset kjj0/fineweb10B-gpt2): the val
 shard fineweb_val_000000.bin and the first N train shards fineweb_train_000001.bin ... (100M
 tokens, about 200 MB each). An interrupted download resumes where it stopped (HTTP Range, into
-NAME.part); each finished shard's header is checked (magic, version, token count against the
-size) before it is renamed into place, and shards already present and good are skipped.
+NAME.part); each finished download's header is checked (magic, version, token count against the
+size) before it is renamed into place, and shards already present and good are skipped. A local
+shard that is bad stays where it is until its replacement has arrived and passed the check; a
+download that fails the check is kept as NAME.bad and installs nothing.
 
     python3 scripts/fetch_fineweb.py 8                 # val + 8 train shards (the speedrun's 1480 steps)
     python3 scripts/fetch_fineweb.py 1 --out-dir DIR --base-url URL
 """
 import argparse
+import math
 import os
 import struct
 import sys
 import urllib.error
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tool_errors import ToolError, run as run_tool  # noqa: E402
+
 DEFAULT_URL = "https://huggingface.co/datasets/kjj0/fineweb10B-gpt2/resolve/main"
 MAGIC, VERSION, HEADER_BYTES = 20240520, 1, 1024
 
 
-class ShardError(Exception):
+class ShardError(ToolError):
     pass
 
 
 def check_shard(path):
     """Returns the token count, or raises ShardError naming the file and the fault."""
+    if not os.path.isfile(path):
+        raise ShardError(f"{path}: not a regular file")
     size = os.path.getsize(path)
     if size < HEADER_BYTES:
         raise ShardError(f"{path}: {size} bytes, shorter than the {HEADER_BYTES}-byte header")
@@ -40,6 +48,7 @@ def check_shard(path):
 
 
 def download(url, dst, timeout, log):
+    """Fetches url into dst.part (resuming it) and returns that path; dst itself is not touched."""
     part = dst + ".part"
     have = os.path.getsize(part) if os.path.exists(part) else 0
     req = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
@@ -47,8 +56,7 @@ def download(url, dst, timeout, log):
         resp = urllib.request.urlopen(req, timeout=timeout)
     except urllib.error.HTTPError as e:
         if e.code == 416 and have:  # the part file is already whole
-            os.replace(part, dst)
-            return
+            return part
         raise
     with resp:
         if have and resp.status != 206:
@@ -70,7 +78,7 @@ def download(url, dst, timeout, log):
         log("")
         if total is not None and got != total:
             raise ShardError(f"{url}: connection closed at {got} of {total} bytes; run again to resume")
-    os.replace(part, dst)
+    return part
 
 
 def main(argv=None):
@@ -80,6 +88,10 @@ def main(argv=None):
     ap.add_argument("--base-url", default=DEFAULT_URL)
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds without data before giving up")
     args = ap.parse_args(argv)
+    if not (math.isfinite(args.timeout) and 0 < args.timeout <= 3600):
+        ap.error(f"--timeout must be a number of seconds in (0, 3600], got {args.timeout}")
+    if os.path.exists(args.out_dir) and not os.path.isdir(args.out_dir):
+        ap.error(f"--out-dir {args.out_dir}: exists and is not a folder")
     if not 0 <= args.train_shards <= 103:
         ap.error(f"train_shards must be between 0 and 103 (the published count), got {args.train_shards}")
     os.makedirs(args.out_dir, exist_ok=True)
@@ -99,25 +111,25 @@ def main(argv=None):
                 log(f"{name}: present ({n} tokens)")
                 continue
             except ShardError as e:
-                log(f"{e}; fetching it again")
-                os.remove(dst)
+                log(f"{e}; fetching a replacement (the bad file stays until it arrives)")
         log(f"{name}: fetching")
         try:
-            download(f"{args.base_url}/{name}", dst, args.timeout, log)
-            n = check_shard(dst)
-        except ShardError as e:
-            print(f"fetch_fineweb: error: {e}", file=sys.stderr)
-            if os.path.exists(dst):
-                os.replace(dst, dst + ".bad")
-                print(f"fetch_fineweb: kept the bad file as {dst}.bad", file=sys.stderr)
-            return 1
+            part = download(f"{args.base_url}/{name}", dst, args.timeout, log)
         except (urllib.error.URLError, OSError) as e:
             print(f"fetch_fineweb: error: {name}: {e}; run again to resume (offline?)", file=sys.stderr)
             return 1
+        try:
+            n = check_shard(part)
+        except ShardError as e:
+            os.replace(part, dst + ".bad")
+            print(f"fetch_fineweb: error: {e}".replace(part, dst), file=sys.stderr)
+            print(f"fetch_fineweb: kept the bad download as {dst}.bad; nothing was installed", file=sys.stderr)
+            return 1
+        os.replace(part, dst)  # the checked shard replaces whatever was there, in one step
         log(f"{name}: ok ({n} tokens)")
     print(f"fetch_fineweb: {len(names)} shards in {args.out_dir}", file=sys.stderr)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_tool(main, "fetch_fineweb")

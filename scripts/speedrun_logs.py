@@ -8,7 +8,11 @@
 
 Other lines (environment, nvidia-smi, code dumps) are skipped. When a JSON-lines file sits beside
 the log (LOG.jsonl, or the log's name with .txt replaced by .jsonl) its first object is taken as
-the run's configuration (this trainer writes one: flags, seed, world size, git commit).
+the run's configuration (this trainer writes one: flags, seed, world size, git commit, run id).
+
+A log holds one run. One that holds more (two logs put together, or a run appended to another)
+is refused with LogError rather than read as one run: train_gpt names its run in the first line
+(run_id:ID) and in the configuration, and in any log the step numbers only go up.
 
     python3 scripts/speedrun_logs.py LOG... > steps.csv      # every step of every log, as CSV
 """
@@ -20,7 +24,15 @@ import re
 import sys
 from dataclasses import dataclass, field
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tool_errors import ToolError, regular_file, run as run_tool  # noqa: E402
+
 STEP_RE = re.compile(r"^step:(\d+)/(\d+)\s+(.*)$")
+RUN_ID_RE = re.compile(r"^run_id:(\S+)")
+
+
+class LogError(ToolError, ValueError):
+    """A log that cannot be read as one run."""
 FIELD_RE = re.compile(r"(\w+):(\S+)")
 
 
@@ -40,6 +52,7 @@ class Run:
     val: list = field(default_factory=list)    # (step, val_loss, train_time_ms)
     config: dict = field(default_factory=dict)
     peak_memory_mib: float = math.nan
+    run_id: str = ""
 
     @property
     def complete(self):
@@ -66,10 +79,19 @@ class Run:
 
 
 def parse(path):
+    regular_file(path, "log")
     run = Run(path=path)
+    last = {"train": -1, "val": -1}
     with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
+        for lineno, line in enumerate(f, 1):
             line = line.strip()
+            m = RUN_ID_RE.match(line)
+            if m:
+                if run.run_id and m.group(1) != run.run_id:
+                    raise LogError(f"{path}:{lineno}: a second run (run_id {m.group(1)} after {run.run_id}): "
+                                   "the file holds more than one run; give each run a log of its own")
+                run.run_id = m.group(1)
+                continue
             if line.startswith("peak memory"):
                 m = re.search(r"(\d+(?:\.\d+)?)\s*MiB", line)
                 if m:
@@ -82,20 +104,37 @@ def parse(path):
             fields = dict(FIELD_RE.findall(m.group(3)))
             if "train_time" not in fields:
                 continue
+            kind = "val" if "val_loss" in fields else "train"
+            if step <= last[kind] or (run.total_steps and total != run.total_steps):
+                raise LogError(f"{path}:{lineno}: step {step}/{total} after step {last[kind]}/{run.total_steps}: "
+                               "the file holds more than one run; give each run a log of its own")
+            last[kind] = step
             run.total_steps = total
             tt = _num(fields["train_time"])
-            if "val_loss" in fields:
+            if kind == "val":
                 run.val.append((step, _num(fields["val_loss"]), tt))
             else:
                 run.train.append((step, tt, _num(fields.get("step_avg", "nan")), _num(fields.get("train_loss", "nan"))))
     for side in (path + "l" if path.endswith(".json") else None, os.path.splitext(path)[0] + ".jsonl", path + ".jsonl"):
         if side and os.path.exists(side):
-            with open(side, encoding="utf-8") as f:
-                first = f.readline()
-            try:
-                run.config = json.loads(first) if first.strip() else {}
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{side}: first line is not JSON ({e})")
+            regular_file(side, "JSON-lines log")
+            configs = []
+            with open(side, encoding="utf-8", errors="replace") as f:
+                for lineno, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        ev = json.loads(line)
+                    except json.JSONDecodeError as e:
+                        raise LogError(f"{side}:{lineno}: not JSON ({e})")
+                    if lineno == 1 or (isinstance(ev, dict) and ev.get("event") == "config"):
+                        configs.append(ev if isinstance(ev, dict) else {})
+            if len(configs) > 1:
+                raise LogError(f"{side}: {len(configs)} configuration lines: the file holds more than one run")
+            run.config = configs[0] if configs else {}
+            cid = run.config.get("run_id")
+            if cid and run.run_id and cid != run.run_id:
+                raise LogError(f"{side}: run_id {cid} is not the run of {path} ({run.run_id})")
             break
     return run
 
@@ -116,9 +155,6 @@ def main(argv):
         return 2
     runs = []
     for p in argv:
-        if not os.path.exists(p):
-            print(f"speedrun_logs: error: {p}: no such file", file=sys.stderr)
-            return 1
         r = parse(p)
         if not r.train and not r.val:
             print(f"speedrun_logs: warning: {p}: no step lines (empty or not a speedrun log)", file=sys.stderr)
@@ -128,4 +164,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run_tool(lambda: main(sys.argv[1:]), "speedrun_logs")

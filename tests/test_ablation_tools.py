@@ -1,11 +1,12 @@
-"""The ablation tools (scripts/): the log parser on the real modded-nanogpt logs in
-../shared/data/modded-nanogpt-logs, the statistics against values worked out by hand and
+"""The ablation tools (scripts/): the log parser on the real modded-nanogpt logs shipped in
+tests/fixtures/record_logs, the statistics against values worked out by hand and
 against printed t tables, report generation on small synthetic logs, and the runner's resume
 logic with a fake trainer.
 
-    python3 tests/test_ablation_tools.py [SHARED_LOG_DIR]
+    python3 tests/test_ablation_tools.py [RECORD_LOG_DIR]
 """
 import glob
+import json
 import math
 import os
 import subprocess
@@ -20,7 +21,7 @@ import ab_stats as st  # noqa: E402
 import speedrun_logs  # noqa: E402
 from harness import check, finish  # noqa: E402
 
-logs_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "..", "shared", "data", "modded-nanogpt-logs")
+logs_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "fixtures", "record_logs")
 
 # ------------------------------------------------------------------ parser on the real logs
 real = sorted(glob.glob(os.path.join(logs_dir, "2024-12-10_*.txt")))
@@ -43,10 +44,57 @@ check("04df8c70: final train_time 231368 ms, step_avg 157.39", r.train_time_ms =
 check("04df8c70: val at 125 is 4.4235", r.val[1] == (125, 4.4235, 17298.0), str(r.val[1]))
 check("04df8c70: step 0 val_loss 10.8258 with step_avg nan", r.val[0][1] == 10.8258)
 check("04df8c70: per-step times skip the first 10 steps", len(r.step_times_ms()) == 1469, str(len(r.step_times_ms())))
-# the 2024-11-24 fixtures in the shared folder are empty files: they must parse to no steps
-for p in sorted(glob.glob(os.path.join(logs_dir, "2024-11-24_*.txt"))):
+# the 2024-11-24 record: train_loss on every step line, 1750 steps
+old = sorted(glob.glob(os.path.join(logs_dir, "2024-11-24_*.txt")))
+check("four 2024-11-24 logs present", len(old) == 4, logs_dir)
+for p in old:
     r = speedrun_logs.parse(p)
-    check(f"{os.path.basename(p)[:30]}: empty log gives no steps", not r.train and not r.val and not r.complete)
+    name = os.path.basename(p)[:30]
+    check(f"{name}: 1750 steps with train losses", r.total_steps == 1750 and len(r.train) == 1750 and
+          all(not math.isnan(t[3]) for t in r.train), f"{r.total_steps} {len(r.train)}")
+    check(f"{name}: 15 validations, complete", len(r.val) == 15 and r.complete, str([v[0] for v in r.val]))
+# exact values of one log, read off the file by eye
+r = speedrun_logs.parse(os.path.join(logs_dir, "2024-11-24_WindowWarmup_3151f69a-f89e-452c-ac80-b85118007583.txt"))
+check("3151f69a: final val_loss 3.2745 at 279398 ms", r.val[-1] == (1750, 3.2745, 279398.0), str(r.val[-1]))
+check("3151f69a: last train line 3.2751, 279349 ms, step_avg 160.55", r.train[-1] == (1750, 279349.0, 160.55, 3.2751), str(r.train[-1]))
+check("3151f69a: step 1 train_loss 10.8258, step_avg nan", r.train[0][3] == 10.8258 and math.isnan(r.train[0][2]), str(r.train[0]))
+check("3151f69a: val at 1625 is 3.2955", r.val[-2] == (1625, 3.2955, 258096.0), str(r.val[-2]))
+
+# ------------------------------------------------------------------ one log, one run
+with tempfile.TemporaryDirectory() as d:
+    both = os.path.join(d, "two.txt")
+    with open(both, "w") as f:
+        f.write(open(real[0]).read() + open(real[1]).read())
+    try:
+        speedrun_logs.parse(both)
+        check("two record logs put together: refused", False)
+    except speedrun_logs.LogError as e:
+        check("two record logs put together: refused, naming the line", "more than one run" in str(e) and "two.txt:" in str(e), str(e))
+    ids = os.path.join(d, "ids.txt")
+    with open(ids, "w") as f:
+        f.write("run_id:aaaa train_gpt x\nstep:0/2 val_loss:5.0 train_time:0ms step_avg:nanms\n"
+                "run_id:bbbb train_gpt x\nstep:1/2 train_time:1ms step_avg:nanms\n")
+    try:
+        speedrun_logs.parse(ids)
+        check("two run ids in one log: refused", False)
+    except speedrun_logs.LogError as e:
+        check("two run ids in one log: refused", "bbbb" in str(e) and "aaaa" in str(e), str(e))
+    one = os.path.join(d, "one.txt")
+    with open(one, "w") as f:
+        f.write("run_id:cccc train_gpt x\nstep:0/1 val_loss:5.0 train_time:0ms step_avg:nanms\n"
+                "step:1/1 train_time:1ms step_avg:nanms\nstep:1/1 val_loss:4.0 train_time:1ms step_avg:nanms\n")
+    with open(os.path.join(d, "one.jsonl"), "w") as f:
+        f.write('{"event": "config", "run_id": "cccc"}\n{"event": "config", "run_id": "dddd"}\n')
+    try:
+        speedrun_logs.parse(one)
+        check("two configurations in the JSON lines: refused", False)
+    except speedrun_logs.LogError as e:
+        check("two configurations in the JSON lines: refused", "more than one run" in str(e), str(e))
+    with open(os.path.join(d, "one.jsonl"), "w") as f:
+        f.write('{"event": "config", "run_id": "cccc"}\n')
+    r = speedrun_logs.parse(one)
+    check("one run with its id: parsed, id read", r.run_id == "cccc" and r.complete and r.config.get("run_id") == "cccc")
+
 # the 2024-11-24 line form, with train_loss
 with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
     f.write("noise line\nstep:0/3 val_loss:10.8258 train_time:0ms step_avg:nanms\n"
@@ -121,5 +169,45 @@ with tempfile.TemporaryDirectory() as d:
     check("report: causal off, sequences differ", rep.count("| no |") == 3 and "| yes |" not in rep, rep)
     # Welch p for final loss: identical spreads, shift 0.01 -> t = 0.01 / sqrt(2 * var / 3) with var of seeds/1000
     check("report: t-test row present", "| 1 | bi | uni | final val loss |" in rep, rep)
+
+    # a campaign resumed with other flags is refused, its logs untouched; --start-over moves them aside
+    before = sorted(os.listdir(camp))
+    r = subprocess.run(base + ["--", "--causal", "0"], capture_output=True, text=True)
+    check("campaign resumed with changed common flags: refused (exit 1), naming the change, nothing touched",
+          r.returncode == 1 and "other flags" in r.stderr and "--causal" in r.stderr and sorted(os.listdir(camp)) == before and
+          "Traceback" not in r.stderr, r.stderr)
+    r = subprocess.run([a if a != "bi=--window-mask bi" else "bi=--window-mask bi --steps 30" for a in base] + ["--", "--causal", "1"],
+                       capture_output=True, text=True)
+    check("campaign resumed with a variant's flags changed: refused", r.returncode == 1 and "variants" in r.stderr, r.stderr)
+    r = subprocess.run(base + ["--start-over", "--", "--causal", "0"], capture_output=True, text=True)
+    olds = glob.glob(os.path.join(camp, "old-*"))
+    check("--start-over: the old logs moved into old-*/, the campaign run anew",
+          r.returncode == 0 and len(olds) == 1 and len(glob.glob(os.path.join(olds[0], "*.txt"))) == 6 and "0 complete, 6 to run" in r.stdout,
+          r.stdout + r.stderr)
+    open(os.path.join(camp, "campaign.json"), "w").write('{"variants": [')
+    r = subprocess.run(base + ["--", "--causal", "0"], capture_output=True, text=True)
+    check("a damaged campaign record (bad JSON): refused with a message", r.returncode == 1 and "campaign.json" in r.stderr and
+          "Traceback" not in r.stderr, r.stderr)
+    json.dump({"variants": "garbage"}, open(os.path.join(camp, "campaign.json"), "w"))
+    r = subprocess.run(base + ["--", "--causal", "0"], capture_output=True, text=True)
+    check("a campaign record without the defining fields: refused", r.returncode == 1 and "not a campaign record" in r.stderr, r.stderr)
+
+    # the report: two groups of one name are refused, not merged
+    rep_dir = os.path.join(d, "rep2")
+    pat = os.path.join(camp2, "uni_g1_r*.txt")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_report.py"), "--group", f"x@1={pat}", "--group",
+                        f"x@1={os.path.join(camp2, 'bi_g1_r*.txt')}", "--out", rep_dir], capture_output=True, text=True)
+    check("report: two groups named alike are refused", r.returncode == 1 and "given twice" in r.stderr and
+          not os.path.exists(rep_dir), r.stderr)
+    # a run whose loss is NaN is named, not silently dropped
+    nan_log = os.path.join(camp2, "bi_g1_r0.txt")
+    text = open(nan_log).read().replace("step:20/20 val_loss:", "step:20/20 val_loss:nan ignored:")
+    open(nan_log, "w").write(text)
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_report.py"), "--logs-dir", camp2, "--out", rep_dir],
+                       capture_output=True, text=True)
+    rep = open(os.path.join(rep_dir, "report.md")).read() if os.path.exists(os.path.join(rep_dir, "report.md")) else ""
+    check("report: a NaN run is named in the report and on stderr, and left out of the statistics",
+          r.returncode == 0 and "left out of the statistics" in rep and "bi_g1_r0.txt" in rep and "bi_g1_r0.txt" in r.stderr and
+          "| bi | 1 | 3 (2) |" in rep, rep + r.stderr)
 
 finish("ablation-tools")

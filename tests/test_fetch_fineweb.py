@@ -94,10 +94,12 @@ with tempfile.TemporaryDirectory() as d:
     rc, err = fetch("2", "--out-dir", d)
     check("second run downloads nothing", rc == 0 and not state["ranges"], str(state["ranges"]))
 
-    # a local shard that is corrupt is fetched again
+    # a local shard that is corrupt is fetched again; until the replacement arrives it stays
     p = os.path.join(d, "fineweb_train_000001.bin")
     with open(p, "r+b") as f:
         f.truncate(5000)
+    rc, err = fetch("2", "--out-dir", d, base="http://127.0.0.1:9/none")
+    check("corrupt local shard, server unreachable: the bad file is not deleted", rc == 1 and os.path.getsize(p) == 5000, err)
     rc, err = fetch("2", "--out-dir", d)
     check("corrupt local shard re-fetched", rc == 0 and open(p, "rb").read() == files["fineweb_train_000001.bin"], err)
 
@@ -105,7 +107,11 @@ with tempfile.TemporaryDirectory() as d:
     files["fineweb_val_000000.bin"] = shard_bytes(1000, 4, magic=42)
     rc, err = fetch("0", "--out-dir", d)
     check("bad magic from the server is refused", rc == 1 and "bad magic 42" in err and "fineweb_val_000000.bin" in err, err)
-    check("bad file not installed", not os.path.exists(os.path.join(d, "fineweb_val_000000.bin")))
+    check("bad file not installed, kept as .bad", not os.path.exists(os.path.join(d, "fineweb_val_000000.bin")) and
+          os.path.exists(os.path.join(d, "fineweb_val_000000.bin.bad")))
+    r = subprocess.run([sys.executable, SCRIPT, "0", "--out-dir", d, "--base-url", url, "--timeout", "nan"], capture_output=True, text=True)
+    rc, err = r.returncode, r.stderr
+    check("--timeout nan: a usage error naming the flag", rc == 2 and "--timeout" in err and "Traceback" not in err, err)
 
 with tempfile.TemporaryDirectory() as d:
     rc, err = fetch("1", "--out-dir", d, base="http://127.0.0.1:9/none")

@@ -1,4 +1,4 @@
-// train_gpt: the GPT speedrun trainer (README.md; SPEC.md sections 3-6), on one GPU or many.
+// train_gpt: the GPT speedrun trainer (README.md; docs/model.md, docs/formats.md), on one GPU or many.
 //
 // Reads top to bottom: options and presets, data checks, the optimiser over the parameter
 // layout, the training loop, main. The model is model/gpt.cuh (forward and backward, checked
@@ -51,7 +51,7 @@ struct Options {
   int model_vocab = 50304, layers = 4, width = 256, heads = 2, hidden = 1024;
   int seq_len = 8192, seqs_per_step = 8, steps = 300, val_every = 50;
   long long val_tokens = 8 * 8192;
-  int window_blocks = 0;  // 0: the SPEC schedule
+  int window_blocks = 0;  // 0: the record's schedule
   std::string window_mask = "uni", window_granularity = "block";
   int causal = 1, doc_mask = 1;
   uint64_t seed = 1337;
@@ -85,7 +85,7 @@ static void apply_preset(Options& o, const std::string& name) {
     o.val_tokens = 8 * 1024;
     return;
   }
-  if (name == "speedrun") {  // SPEC sections 3-4
+  if (name == "speedrun") {  // docs/model.md
     o.layers = 12, o.width = 768, o.heads = 6, o.hidden = 3072, o.seq_len = 65536, o.steps = 1480, o.val_every = 125,
     o.val_tokens = 10485760;
     o.train_data = "data/fineweb10B/fineweb_train_*.bin", o.val_data = "data/fineweb10B/fineweb_val_*.bin";
@@ -158,7 +158,7 @@ static std::string used_checkpoint_dir(const std::string& dir, const std::string
 }
 
 // ----------------------------------------------------------------------------------- optimiser
-// SPEC section 4 over the model's parameter layout: Adam for embeddings, head and scalars,
+// docs/model.md, optimisation over the model's parameter layout: Adam for embeddings, head and scalars,
 // Muon for the block matrices (the same grouping as model/optimizer_reference.cpp). Every rank
 // runs Adam and Muon's momentum on the averaged gradients; matrix j's Newton-Schulz runs only
 // on rank j % world, which broadcasts the result (X, bf16) to the others; then every rank

@@ -14,6 +14,7 @@
 
 #include "attention/attention.h"
 #include "attention/npy.h"
+#include "common/cli.h"
 
 #define CUDA_OK(x)                                                                     \
   do {                                                                                 \
@@ -47,8 +48,8 @@ int main(int argc, char** argv) {
   app.add_option("--dout", fdo, "output gradient [T, H, D]; runs the backward when given");
   auto* od = app.add_option("--doc-ids", fdoc, "document ids [T] int32, nondecreasing");
   app.add_option("--tokens", ftok, "token ids [T] int32; documents start at 50256")->excludes(od);
-  app.add_option("--causal", causal, "1: keep k <= q")->check(CLI::Range(0, 1))->capture_default_str();
-  app.add_option("--window", window, "window size (0: none)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cli::integer(app, "--causal", causal, 0, 1, "1: keep k <= q")->capture_default_str();
+  cli::integer(app, "--window", window, 0, 1 << 24, "window size (0: none)")->capture_default_str();
   app.add_option("--window-mask", window_mask, "uni: q - k < W; bi: |q - k| < W")->check(CLI::IsMember({"uni", "bi"}))->capture_default_str();
   app.add_option("--window-granularity", granularity, "token or block (128 tokens)")->check(CLI::IsMember({"token", "block"}))->capture_default_str();
   app.add_option("--out", out, "output directory")->capture_default_str();
@@ -61,6 +62,8 @@ int main(int argc, char** argv) {
     npy::Array q = npy::load(fq), k = npy::load(fk), v = npy::load(fv);
     if (q.shape.size() != 3) throw std::runtime_error(fq + ": shape must be [T, H, D]");
     if (k.shape != q.shape || v.shape != q.shape) throw std::runtime_error("--k and --v must have the shape of --q");
+    if (q.shape[0] < 1 || q.shape[0] > (1u << 24) || q.shape[1] < 1 || q.shape[1] > 1024)
+      throw std::runtime_error(fq + ": shape [T, H, D] wants 1 <= T <= 2^24 and 1 <= H <= 1024");
     const int T = (int)q.shape[0], H = (int)q.shape[1], D = (int)q.shape[2];
     if (D != 64 && D != 128) throw std::runtime_error(fq + ": head dim " + std::to_string(D) + " (supported: 64, 128)");
     const size_t n = q.size();

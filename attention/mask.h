@@ -1,6 +1,6 @@
 // The attention mask as a small description, and everything the kernels derive from it.
 //
-// SPEC section 2. For query q and key k of one packed sequence of T tokens, (q, k) is kept when
+// docs/masks.md. For query q and key k of one packed sequence of T tokens, (q, k) is kept when
 //   causal:            k <= q
 //   window (tokens):   q - k < W           (uni)   or  |q - k| < W           (bi)
 //   window (blocks):   q/128 - k/128 < N   (uni)   or  |q/128 - k/128| < N   (bi)

@@ -1,11 +1,14 @@
 // Minimal .npy (format 1.0/2.0, C order, little-endian) reading and writing for attn_run:
-// float32 ('<f4'), raw bf16 bits ('<u2'), int32 ('<i4').
+// float32 ('<f4'), raw bf16 bits ('<u2'), int32 ('<i4'). The reader takes regular files only and
+// checks the header's shape against the file's size before allocating anything.
 #pragma once
 #include <cstdint>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "common/files.h"
 
 namespace npy {
 
@@ -21,8 +24,8 @@ struct Array {
 };
 
 inline Array load(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw std::runtime_error(path + ": cannot open");
+  size_t file_size = 0;
+  FILE* f = files::open_regular(path, &file_size, ".npy input");
   char magic[8];
   Array a;
   auto fail = [&](const std::string& why) {
@@ -38,6 +41,7 @@ inline Array load(const std::string& path) {
   } else if (std::fread(&hlen, 4, 1, f) != 1) {
     fail("short header");
   }
+  if (hlen > 65536 || hlen > file_size) fail("header length " + std::to_string(hlen) + " is not plausible");
   std::string h(hlen, ' ');
   if (std::fread(&h[0], 1, hlen, f) != hlen) fail("short header");
   auto field = [&](const std::string& key) {
@@ -54,13 +58,26 @@ inline Array load(const std::string& path) {
   for (size_t p = 0; p < shape.size();) {
     size_t q = shape.find(',', p);
     std::string tok = shape.substr(p, q == std::string::npos ? std::string::npos : q - p);
-    if (tok.find_first_of("0123456789") != std::string::npos) a.shape.push_back(std::stoull(tok));
+    const size_t b = tok.find_first_not_of(" "), e = tok.find_last_not_of(" ");
+    if (b != std::string::npos) {
+      tok = tok.substr(b, e - b + 1);
+      if (tok.empty() || tok.size() > 15 || tok.find_first_not_of("0123456789") != std::string::npos) fail("bad shape entry '" + tok + "'");
+      a.shape.push_back(std::stoull(tok));
+    }
     if (q == std::string::npos) break;
     p = q + 1;
   }
   size_t item = a.dtype == "<f4" || a.dtype == "<i4" ? 4 : a.dtype == "<u2" ? 2 : 0;
   if (!item) fail("dtype " + a.dtype + " not supported (use float32, int32, or uint16 holding bf16 bits)");
-  a.data.resize(a.size() * item);
+  size_t bytes = item;
+  for (size_t d : a.shape) {
+    if (d != 0 && bytes > file_size / d) fail("shape says more data than the file holds");
+    bytes *= d;
+  }
+  const size_t header_bytes = (magic[6] == 1 ? 10 : 12) + (size_t)hlen;
+  if (header_bytes + bytes != file_size)
+    fail("shape says " + std::to_string(bytes) + " bytes of data, the file holds " + std::to_string(file_size - std::min(file_size, header_bytes)));
+  a.data.resize(bytes);
   if (std::fread(a.data.data(), 1, a.data.size(), f) != a.data.size()) fail("file shorter than its shape says");
   std::fclose(f);
   return a;

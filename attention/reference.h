@@ -1,5 +1,5 @@
-// Plain CPU reference of masked attention, forward and backward, in fp64. It implements SPEC
-// section 2's table literally, term by term, and shares no code with the kernels' mask logic
+// Plain CPU reference of masked attention, forward and backward, in fp64. It implements the
+// table of docs/masks.md literally, term by term, and shares no code with the kernels' mask logic
 // (mask.h), so the two can check each other.
 //
 // Layout as the kernels: q, k, v, o, dout, dq, dk, dv are [T, H, D] (row stride H*D);

@@ -1,4 +1,4 @@
-// Attention benchmark at the SPEC section 7 shapes: B=1, H=6, T=65536, D=128, bf16.
+// Attention benchmark at the docs/model.md shapes: B=1, H=6, T=65536, D=128, bf16.
 // Times forward and forward+backward with CUDA events (3 warm-up calls, median of 20, three
 // input sets rotated so that L2 does not hold the inputs), and reports useful TFLOP/s counting
 // only kept pairs: forward 4*D*pairs*H, backward 2.5x that. Writes one JSON object per case to

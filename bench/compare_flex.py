@@ -8,10 +8,18 @@ Timing as the C++ benchmark: CUDA events, 3 warm-ups, median of 20, three input 
 Used only to compare against: the trainer never depends on PyTorch.
 """
 import json
+import os
 import statistics
 import sys
 
-import torch
+if len(sys.argv) not in (2, 3) or not os.path.isfile(sys.argv[1]):
+    print(__doc__ + ("\ncompare_flex: error: %s: not a regular file" % sys.argv[1] if len(sys.argv) > 1 else ""), file=sys.stderr)
+    sys.exit(2)
+try:
+    import torch
+except ImportError:
+    print("compare_flex: error: PyTorch is missing (this peer runs on a GPU machine that has it)", file=sys.stderr)
+    sys.exit(1)
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The mask ablation of issue 6, as committed in docs/mask_ablation/: q - kv < W (uni) against
+# The mask ablation, as committed in docs/mask_ablation/: q - kv < W (uni) against
 # |q - kv| < W (bi), RUNS runs each (seeds 1000...), on 1 and 2 GPUs, with causal on (the
 # speedrun's setting); then one pair with causal off on 1 GPU, where the two masks differ.
 # Shortened schedule on the offline corpus: the default preset (4 layers, width 256, 2 heads of
-# 128, 8 sequences of 8192 tokens a step, the SPEC window schedule in blocks of 128, documents
+# 128, 8 sequences of 8192 tokens a step, the record's window schedule in blocks of 128, documents
 # on) for STEPS steps (default 200), validation every 50 steps on 65536 GCIDE tokens.
 #   TRAIN=... VAL=... (shard patterns)  GPUS=1,2  RUNS=5  STEPS=200  CAMPAIGN=logs/mask
 #   bash bench/mask_ablation.sh && python3 scripts/ab_report.py --logs-dir logs/mask/causal ...

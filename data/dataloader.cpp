@@ -26,6 +26,10 @@ TokenStream::TokenStream(std::vector<std::string> files, int seq_len, int vocab_
   if (prefix_.back() == 0)
     throw shard::ShardError("no shard holds a whole sequence of " + std::to_string(seq_len + 1) + " tokens (" +
                             (files_.empty() ? std::string("no files") : files_.front() + "...") + ")");
+  // the first shard whole (every id checked) now, so that the common faults show before training
+  const int first = (int)(std::upper_bound(prefix_.begin(), prefix_.end(), 0) - prefix_.begin()) - 1;
+  tokens_ = shard::read_shard(files_[first], vocab_);
+  loaded_ = first;
 }
 
 void TokenStream::sequence(uint64_t k, uint16_t* out) {

@@ -9,7 +9,7 @@
 // sequence, and resuming at step s needs nothing but s. Validation takes the first
 // val_tokens / seq_len sequences of the validation stream (no cycling), split round-robin over
 // ranks. Shards are checked (header, size, every token id) when first loaded; all headers are
-// checked when the loader is built.
+// checked when the loader is built, and the first shard that holds a sequence is loaded whole.
 #pragma once
 #include <cstdint>
 #include <string>

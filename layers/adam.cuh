@@ -1,4 +1,4 @@
-// Adam with bias correction (SPEC section 4) on fp32 master weights, refreshing their bf16 copy:
+// Adam with bias correction (docs/model.md, optimisation) on fp32 master weights, refreshing their bf16 copy:
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
 //   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps);  p_bf16 = bf16(p)
 //   p, g, m, v: fp32 [n];  p_bf16: bf16 [n] or null;  t = the number of Adam steps taken, from 1.

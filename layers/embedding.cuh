@@ -1,4 +1,4 @@
-// Token and value embeddings (SPEC section 3):
+// Token and value embeddings (docs/model.md):
 //   forward:  out[t][:] = table[tokens[t]][:]                 table: bf16 [V][C]; out: bf16 [T][C]
 //   backward: dtable[v][:] += sum over t with tokens[t] = v of dout[t][:]    dtable: fp32 [V][C]
 // C a multiple of 8 (16-byte rows of 8 bf16), at most 8192.

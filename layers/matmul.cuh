@@ -1,4 +1,4 @@
-// Matrix products through cuBLASLt in bf16 with fp32 accumulation (SPEC section 3), row-major:
+// Matrix products through cuBLASLt in bf16 with fp32 accumulation (docs/model.md), row-major:
 //   C[m][n] (+)= op(A)[m][k] * op(B)[k][n]
 //   A is stored [m][k], or [k][m] when trans_a;  B is stored [k][n], or [n][k] when trans_b;
 //   C is bf16, or fp32 when c_fp32 (gradients); accumulate adds to C (beta = 1).

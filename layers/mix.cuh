@@ -1,4 +1,4 @@
-// The model's small elementwise mixes (SPEC section 3), with their scalars read from device
+// The model's small elementwise mixes (docs/model.md), with their scalars read from device
 // memory (they are trained parameters):
 //   lambda_mix: out = l[0] x + l[1] x0                     (block input; l = [1, 0] at init)
 //   value_mix:  v = a[0] v + a[1] ve                        (value embeddings; a = [0.5, 0.5])

@@ -1,4 +1,4 @@
-// Muon for one block matrix (SPEC section 4), on fp32 master weights with a bf16 copy:
+// Muon for one block matrix (docs/model.md, optimisation), on fp32 master weights with a bf16 copy:
 //   buf = m buf + (1 - m) g;  u = (1 - m) g + m buf                       (fp32, Nesterov)
 //   X = u / (||u||_F + 1e-7) in bf16, transposed if rows > cols (so X is r x c, r <= c)
 //   five times: A = X X^T;  B = -4.7750 A + 2.0315 A A;  X = 3.4445 X + B X   (bf16 matmuls

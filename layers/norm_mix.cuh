@@ -1,4 +1,4 @@
-// The block's lambda mix fused with the RMS norm that follows it (SPEC section 3), rows of C:
+// The block's lambda mix fused with the RMS norm that follows it (docs/model.md), rows of C:
 //   forward:  x_mix = l[0] x_in + l[1] x0 (bf16);  h = x_mix * rstd,  rstd = 1 / sqrt(mean(x_mix^2) + eps)
 //   backward: g = dx + rstd dh - rstd^3 x_mix (dh . x_mix) / C     (the norm's backward, added to
 //             the gradient dx that reaches x_mix by the residual path; rounded to bf16)

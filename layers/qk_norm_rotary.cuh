@@ -1,4 +1,4 @@
-// The per-head RMS norm of q and k followed by the rotary embedding (SPEC section 3), fused:
+// The per-head RMS norm of q and k followed by the rotary embedding (docs/model.md), fused:
 //   forward:  n = x * rstd, rstd = 1 / sqrt(mean(x^2) + eps) over each head's D dims;
 //             y1 = n1 cos + n2 sin, y2 = -n1 sin + n2 cos  (halves n1 = [0, D/2), n2 = [D/2, D),
 //             angle t f_j as in layers/rotary.cuh, from its fp64-built table [T][D/2])

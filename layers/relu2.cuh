@@ -1,4 +1,4 @@
-// The MLP's activation (SPEC section 3): r = max(u, 0)^2, backward du = 2 max(u, 0) dr.
+// The MLP's activation (docs/model.md): r = max(u, 0)^2, backward du = 2 max(u, 0) dr.
 //   u, r, dr, du: bf16 [n], n a multiple of 8; math in fp32, 16-byte loads.
 // relu2_backward_from_r takes the output r instead of u: max(u, 0) = sqrt(r), so the model keeps
 // r only (u is 4 x width a token and layer); sqrt of the bf16-rounded r is max(u, 0) within

@@ -1,4 +1,4 @@
-// RMS normalisation over the last dimension with no weight (SPEC section 3), used on the
+// RMS normalisation over the last dimension with no weight (docs/model.md), used on the
 // residual stream (n = width) and per head on q and k (rows = T * heads, n = head dim):
 //   forward:  y = x * rstd,  rstd = 1 / sqrt(mean(x^2) + eps)      x, y: bf16 [rows][n]; rstd: fp32 [rows]
 //   backward: dx = rstd * dy - rstd^3 * x * (dy . x) / n           written, or added to dx when accumulate

@@ -1,4 +1,4 @@
-// Rotary position embedding on q or k (SPEC section 3), in place:
+// Rotary position embedding on q or k (docs/model.md), in place:
 //   x: bf16 [T][H][D]; for j < D/2, with x1 = x[.., j], x2 = x[.., D/2 + j] and angle t * f_j,
 //   f_j = 10000^(-j/(D/2)):   y1 = x1 cos + x2 sin,   y2 = -x1 sin + x2 cos
 //   sign = -1 applies the transpose, which is the backward (rotations are orthogonal).

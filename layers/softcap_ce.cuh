@@ -1,4 +1,4 @@
-// Softcapped cross-entropy on a chunk of the lm head's output (SPEC section 3), fused so that no
+// Softcapped cross-entropy on a chunk of the lm head's output (docs/model.md), fused so that no
 // logits tensor outlives its chunk:
 //   logits = 30 tanh(z / 30);  loss[r] = logsumexp(logits[r]) - logits[r][target[r]]
 //   dz[r] = grad_scale * (softmax(logits[r]) - onehot(target[r])) * (1 - tanh^2(z / 30))

@@ -1,8 +1,8 @@
-// The speedrun model on the GPU (SPEC section 3), composed from the tested layers: parameters in
+// The speedrun model on the GPU (docs/model.md), composed from the tested layers: parameters in
 // the reference model's flat layout (model/reference_model.h: the same names, shapes and
 // offsets) as bf16 for the matmuls and fp32 for the scalars; fp32 gradients in the same layout.
 //
-// Forward, per SPEC section 3, on T tokens of one packed sequence:
+// Forward, per docs/model.md, on T tokens of one packed sequence:
 //   x = norm(E[tok]); x0 = x; per layer: U-net skip, lambda mix, attention (q, k per-head norm,
 //   rotary, value-embedding mix, fused masked attention), MLP (ReLU^2); the lm head in chunks
 //   of rows whose bf16 head outputs live only inside the chunk (fused softcapped cross-entropy,

@@ -1,4 +1,4 @@
-// Plain CPU reference of the speedrun's optimisation (SPEC section 4), in fp64, over the
+// Plain CPU reference of the speedrun's optimisation (docs/model.md, optimisation), in fp64, over the
 // reference model's parameter layout (reference_model.h).
 //
 //   Adam (beta1 0.8, beta2 0.95, eps 1e-8, bias-corrected): embed and value_embed at lr 0.6,

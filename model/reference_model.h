@@ -1,4 +1,4 @@
-// Plain CPU reference of the speedrun model (SPEC section 3), forward and backward in fp64.
+// Plain CPU reference of the speedrun model (docs/model.md), forward and backward in fp64.
 // It is the yardstick for the CUDA model (issue 4): simple loops, one operation at a time, every
 // intermediate kept. Tiny configurations only (it stores T x T probabilities per head).
 //
@@ -47,7 +47,7 @@ struct Params {
   size_t size() const { return size_; }  // number of parameters
   double* ptr(const std::string& name) { return data.data() + t(name).offset; }
   const double* ptr(const std::string& name) const { return data.data() + t(name).offset; }
-  // SPEC initialisation: embeddings N(0, 1); linear weights uniform +-1/sqrt(fan_in) except Wo,
+  // Initialisation (docs/model.md): embeddings N(0, 1); linear weights uniform +-1/sqrt(fan_in) except Wo,
   // Wproj and Whead at zero; l = [1, 0], a = [0.5, 0.5], s = 1.
   void init(uint64_t seed, bool zero_init_outputs = true);
 };

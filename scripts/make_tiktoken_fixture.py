@@ -16,18 +16,30 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, HERE)
+from tool_errors import ToolError, regular_file, run as run_tool  # noqa: E402
 
 
 
 def main():
+    if len(sys.argv) < 2 or sys.argv[1] not in ("inputs", "ids") or len(sys.argv) != {"inputs": 3, "ids": 4}[sys.argv[1]]:
+        print(__doc__, file=sys.stderr)
+        return 2
     mode = sys.argv[1]
     if mode == "inputs":
         from gcide_entries import entries
         from tokenizer_cases import CASES
         texts = list(CASES) + entries(sys.argv[2])[7::421][:300]
         json.dump([t.hex() for t in texts], sys.stdout)
-        return
+        return 0
     vocab_dir, inp = sys.argv[2], sys.argv[3]
+    regular_file(inp, "inputs file")
+    for name in ("vocab.bpe", "encoder.json"):
+        regular_file(os.path.join(vocab_dir, name), "GPT-2 vocabulary file")
+    try:
+        import tiktoken  # noqa: F401
+    except ImportError:
+        raise ToolError("the Python module 'tiktoken' is missing: run this where tiktoken is installed")
     cache = tempfile.mkdtemp()
     base = "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/"
     for name in ("vocab.bpe", "encoder.json"):
@@ -40,5 +52,8 @@ def main():
     json.dump({"tiktoken_version": tiktoken.__version__, "encoding": "gpt2 (encode_ordinary)", "cases": cases}, sys.stdout)
 
 
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    run_tool(main, "make_tiktoken_fixture")

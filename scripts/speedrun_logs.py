@@ -157,7 +157,7 @@ def main(argv):
     for p in argv:
         r = parse(p)
         if not r.train and not r.val:
-            print(f"speedrun_logs: warning: {p}: no step lines (empty or not a speedrun log)", file=sys.stderr)
+            raise LogError(f"{p}: no step lines: not a speedrun log (or the run stopped before its first step)")
         runs.append(r)
     write_csv(runs, sys.stdout)
     return 0

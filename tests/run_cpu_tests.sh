@@ -43,6 +43,8 @@ run loader-log env PYTHON="$PYTHON" "$BUILD/tests/test_loader_log"
 run tokenizer "$PYTHON" tests/test_tokenizer.py "$BUILD" "$VOCAB_DIR" "$GCIDE_DIR"
 run cli "$PYTHON" tests/test_cli.py "$BUILD" "$VOCAB_DIR"
 run fetch "$PYTHON" tests/test_fetch_fineweb.py
-run ablation-tools "$PYTHON" tests/test_ablation_tools.py "${SHARED_LOGS:-../shared/data/modded-nanogpt-logs}"
+run ablation-tools "$PYTHON" tests/test_ablation_tools.py
+run standalone "$PYTHON" tests/test_standalone.py
+run hostile "$PYTHON" tests/test_hostile.py "$BUILD"
 echo "tests: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -1,5 +1,5 @@
 // CPU tests of the attention pieces that need no GPU:
-//  - the reference mask (reference.cpp, SPEC table literally) on hand-picked pairs;
+//  - the reference mask (reference.cpp, table of docs/masks.md literally) on hand-picked pairs;
 //  - the kernels' normalised mask (mask.h) equals the reference element by element;
 //  - tile classification and key/query ranges are sound: a skipped tile keeps nothing, a full
 //    tile keeps everything, and no kept pair lies outside the ranges;
@@ -31,7 +31,7 @@ static std::vector<int32_t> random_docs(int T, int mean) {
 }
 
 int main() {
-  // 1. the SPEC table on hand-picked pairs
+  // 1. the table of docs/masks.md on hand-picked pairs
   {
     ref::Mask m;  // causal only
     CHECK(ref::keep(m, 5, 5) && ref::keep(m, 5, 0) && !ref::keep(m, 5, 6), "causal");

@@ -1,7 +1,10 @@
 // Checkpoint files (train/checkpoint.h): round trip to the bit, atomic replacement, and each
 // fault named: missing file, not a checkpoint, truncation, a flipped byte (checksum), trailing
 // bytes, another configuration.
+#include <sys/stat.h>
+
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -77,6 +80,26 @@ int main() {
   } catch (const train::CheckpointError& ex) {
     CHECK(has(ex.what(), "x.ckpt"), "%s", ex.what());
   }
-  std::system(("rm -rf " + dir).c_str());
+  // a header that claims a blob larger than the file is refused before anything is allocated:
+  // magic, version, config "x", step, adam steps, 1 blob named "m" of 2^39 floats (2 TiB), no data
+  {
+    std::string b("TGPTCKPT", 8);
+    auto put = [&](const void* p, size_t n) { b.append((const char*)p, n); };
+    const uint32_t version = 1, nblobs = 1, nl = 1;
+    const uint64_t clen = 1, count = 1ull << 39;
+    const int64_t step = 1, adam = 1;
+    put(&version, 4), put(&clen, 8), b += "x", put(&step, 8), put(&adam, 8), put(&nblobs, 4), put(&nl, 4), b += "m", put(&count, 8);
+    e = err_of(write_bytes("huge.ckpt", b));
+    CHECK(has(e, "huge.ckpt") && has(e, "blob") && has(e, "left in the file"), "%s", e.c_str());
+  }
+  // not a regular file: a directory, a FIFO (which would block a plain open forever)
+  e = err_of(dir);
+  CHECK(has(e, "is a directory"), "%s", e.c_str());
+  const std::string fifo = dir + "/pipe.ckpt";
+  if (mkfifo(fifo.c_str(), 0600) == 0) {
+    e = err_of(fifo);
+    CHECK(has(e, "pipe.ckpt") && has(e, "FIFO"), "%s", e.c_str());
+  }
+  std::filesystem::remove_all(dir);
   return test_summary("checkpoint");
 }

@@ -1,5 +1,10 @@
 // Shard reader and writer: round trip, and each corruption the reader must name.
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <string>
 
@@ -144,6 +149,32 @@ int main() {
   } catch (const shard::ShardError& ex) {
     CHECK(has(ex.what(), "x.bin"), "%s", ex.what());
   }
-  std::system(("rm -rf " + dir).c_str());
+  // not regular files: a FIFO among the shards must not hang the reader, a directory is named
+  const std::string fifo = dir + "/pipe.bin";
+  if (mkfifo(fifo.c_str(), 0600) == 0) {
+    e = read_error(fifo);
+    CHECK(has(e, "pipe.bin") && has(e, "FIFO"), "%s", e.c_str());
+  }
+  std::filesystem::create_directory(dir + "/folder.bin");
+  e = read_error(dir + "/folder.bin");
+  CHECK(has(e, "folder.bin") && has(e, "directory"), "%s", e.c_str());
+  // a full disk (here: the file size limit, which fails writes the same way) is an error, and the
+  // shard is not left half written
+  {
+    struct rlimit old, small = {4096, 4096};
+    getrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, SIG_IGN);
+    small.rlim_max = old.rlim_max;
+    setrlimit(RLIMIT_FSIZE, &small);
+    try {
+      shard::write_shard(dir + "/full.bin", std::vector<uint16_t>(100000, 7));
+      CHECK(false, "a write past the size limit must throw");
+    } catch (const shard::ShardError& ex) {
+      CHECK(has(ex.what(), "full.bin") && has(ex.what(), "write failed"), "%s", ex.what());
+    }
+    setrlimit(RLIMIT_FSIZE, &old);
+    CHECK(!std::filesystem::exists(dir + "/full.bin") && !std::filesystem::exists(dir + "/full.bin.tmp"), "half shard left behind");
+  }
+  std::filesystem::remove_all(dir);
   return test_summary("shards");
 }

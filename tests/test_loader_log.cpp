@@ -4,9 +4,19 @@
 //  - for world sizes 1, 2, 4, 8 a step uses the same 8 sequences, no two ranks share one;
 //  - validation is split over ranks without overlap or loss;
 //  - a corrupt shard is named when loaded;
-//  - the log's lines are the record's format, and scripts/speedrun_logs.py reads them back.
+//  - the log's lines are the record's format, and scripts/speedrun_logs.py reads them back;
+//  - a log is created new (never appended to), names its run, and a failed write is an error.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -77,9 +87,15 @@ int main() {
     t[123] = 60000;
     const std::string bad = dir + "/bad.bin";
     shard::write_shard(bad, t);
-    data::TokenStream sb({bad}, L, 50257, true);
+    try {  // the first shard is checked whole when the stream is built
+      data::TokenStream first({bad}, L, 50257, true);
+      CHECK(false, "bad token in the first shard not found when the stream was built");
+    } catch (const shard::ShardError& e) {
+      CHECK(std::string(e.what()).find("bad.bin") != std::string::npos, "%s", e.what());
+    }
+    data::TokenStream sb({files[0], bad}, L, 50257, true);  // a later one when it is loaded
     try {
-      sb.sequence(0, buf.data());
+      sb.sequence(sb.sequences_per_pass() - 1, buf.data());
       CHECK(false, "bad token not found");
     } catch (const shard::ShardError& e) {
       CHECK(std::string(e.what()).find("bad.bin") != std::string::npos && std::string(e.what()).find("60000") != std::string::npos,
@@ -117,13 +133,70 @@ int main() {
   std::getline(js, first);
   CHECK(first == "{\"event\": \"config\", \"seed\": 1}", "%s", first.c_str());
   const char* py = std::getenv("PYTHON");
-  if (py) {  // the ablation parser reads the trainer's log
-    std::string cmd = std::string(py) + " scripts/speedrun_logs.py " + log + " | grep -c ',val,'";
-    FILE* p = popen(cmd.c_str(), "r");
-    int vals = -1;
-    if (p && std::fscanf(p, "%d", &vals) == 1) pclose(p);
-    CHECK(vals == 3, "speedrun_logs.py found %d validation rows in the trainer's log, want 3", vals);
+  if (py) {  // the ablation parser reads the trainer's log (run without a shell: argv, output to a file)
+    const std::string csv = dir + "/steps.csv";
+    std::vector<std::string> args = {py, "scripts/speedrun_logs.py", log};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(&a[0]);
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, csv.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid;
+    int status = -1;
+    if (posix_spawnp(&pid, py, &fa, nullptr, argv.data(), environ) == 0) waitpid(pid, &status, 0);
+    posix_spawn_file_actions_destroy(&fa);
+    std::ifstream in(csv);
+    int vals = 0;
+    for (std::string l; std::getline(in, l);) vals += l.find(",val,") != std::string::npos;
+    CHECK(status == 0 && vals == 3, "speedrun_logs.py found %d validation rows in the trainer's log, want 3 (status %d)", vals, status);
   }
-  std::system(("rm -rf " + dir).c_str());
+
+  // one log, one run: the files are created new, named by the run's id
+  {
+    const std::string named = dir + "/named.txt";
+    {
+      train::RunLog rl(named, true, "00ff00ff00ff00ff", "abc123");
+      rl.config(json::Object().add("event", json::str("config")).add("path", json::str("a\"b\\c\nd")).text());
+      rl.step(0, 5, 0, 4.0);
+    }
+    std::ifstream in(named);
+    std::string first;
+    std::getline(in, first);
+    CHECK(first == "run_id:00ff00ff00ff00ff train_gpt abc123", "%s", first.c_str());
+    std::ifstream js(train::RunLog::jsonl_path(named));
+    std::getline(js, first);
+    CHECK(first == "{\"event\": \"config\", \"path\": \"a\\\"b\\\\c\\nd\"}", "JSON escaping: %s", first.c_str());
+    CHECK(!train::RunLog::refuse_existing(named).empty(), "an existing log must be refused");
+    CHECK(train::RunLog::refuse_existing(dir + "/fresh.txt").empty(), "a new log must be allowed");
+    try {
+      train::RunLog again(named, true, "1111111111111111", "abc123");
+      CHECK(false, "a second run into the same log was accepted");
+    } catch (const std::runtime_error& ex) {
+      CHECK(std::string(ex.what()).find("exists") != std::string::npos, "%s", ex.what());
+    }
+    std::ifstream in2(named);
+    std::getline(in2, first);
+    CHECK(first == "run_id:00ff00ff00ff00ff train_gpt abc123", "the refused run changed the first run's log: %s", first.c_str());
+    CHECK(train::RunLog::new_run_id() != train::RunLog::new_run_id() && train::RunLog::new_run_id().size() == 16, "run ids");
+  }
+  // a full disk while logging is an error, not a silent loss (the file size limit fails writes alike)
+  {
+    struct rlimit old, small;
+    getrlimit(RLIMIT_FSIZE, &old);
+    small = {2048, old.rlim_max};
+    signal(SIGXFSZ, SIG_IGN);
+    bool threw = false;
+    try {
+      train::RunLog rl(dir + "/full.txt", true, "2222222222222222", "abc");
+      setrlimit(RLIMIT_FSIZE, &small);
+      for (int st = 0; st < 1000; st++) rl.step(st, 1000, st * 10.0, NAN, 3.0);
+    } catch (const std::runtime_error& ex) {
+      threw = std::string(ex.what()).find("full.txt") != std::string::npos || std::string(ex.what()).find("full.jsonl") != std::string::npos;
+    }
+    setrlimit(RLIMIT_FSIZE, &old);
+    CHECK(threw, "a log write past the size limit must throw, naming the file");
+  }
+  std::filesystem::remove_all(dir);
   return test_summary("loader-log");
 }

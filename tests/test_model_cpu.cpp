@@ -31,7 +31,7 @@ int main() {
   cfg.mask.blocks = true;
   cfg.mask.doc = doc.data();
 
-  // SPEC initialisation: zero head, so the loss is exactly ln(vocab)
+  // Initialisation (docs/model.md): zero head, so the loss is exactly ln(vocab)
   {
     model_ref::Params p(cfg);
     p.init(3);

@@ -1,5 +1,5 @@
 // The optimiser and schedule references (model/optimizer_reference.h) against values worked out
-// by hand from SPEC section 4, and properties of the Newton-Schulz iteration.
+// by hand from docs/model.md, optimisation, and properties of the Newton-Schulz iteration.
 #include <cmath>
 #include <random>
 

@@ -41,6 +41,18 @@ for text, ids in zip(CASES, got):
     want = ref.encode(text)
     check(f"case {text[:40]!r}", ids == want, f"got {ids[:20]} want {want[:20]}")
 
+# 1b. long pieces: the merge order of a long word (the heap-ordered merging must pick the same pair
+# as a scan of every pair: lowest rank, leftmost on ties)
+import random  # noqa: E402
+rnd = random.Random(5)
+long_cases = [b"a" * 3001, b"ab" * 1500, b"aab" * 700, b"9" * 2500, b"x" * 2 + b"yz" * 999, b"!" * 1777,
+              "\u00e9".encode() * 900, bytes(rnd.choice(b"abcdefghijklmnopqrstuvwxyz") for _ in range(4000)),
+              bytes(rnd.choice(b"ab") for _ in range(4000)), " ".join("w" * rnd.randint(50, 400) for _ in range(10)).encode()]
+got = cpp_encode(long_cases)
+for text, ids in zip(long_cases, got):
+    want = ref.encode(text)
+    check(f"long piece {text[:12]!r}... ({len(text)} bytes)", ids == want, f"got {len(ids)} ids, want {len(want)}")
+
 
 # 2. a slice of GCIDE: 2000 entries spread over the whole dictionary
 if os.path.exists(os.path.join(gcide_dir, "gcide.index")):

@@ -1,4 +1,4 @@
-"""The fp64 reference model against an independent PyTorch implementation of SPEC section 3
+"""The fp64 reference model against an independent PyTorch implementation of docs/model.md
 (written here from the spec, gradients by autograd), on the tiny configuration that
 build/model_dump writes. Compares loss, logits and every parameter's gradient in fp64:
 both sides are exact to rounding, so the bound is 1e-9 relative to each tensor's largest entry.
@@ -42,7 +42,7 @@ def norm(x):
     return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps)
 
 
-# mask from the SPEC table
+# mask from the table of docs/masks.md
 qi, ki = torch.arange(T)[:, None], torch.arange(T)[None, :]
 keep = ki <= qi if m["mask"]["causal"] else torch.ones(T, T, dtype=torch.bool)
 W = m["mask"]["window"]
@@ -63,7 +63,7 @@ def rotary(x):  # x [T, H, Dh]
 
 
 def model_loss(P):
-    """Loss and logits of SPEC section 3."""
+    """Loss and logits of docs/model.md."""
     x = norm(P["embed"][tok])
     x0 = x
     pushed = []
@@ -103,7 +103,7 @@ for t in m["tensors"]:
     worst = max(worst, err)
     check(f"grad {t['name']} ({err:.1e})", err < 1e-9 and np.abs(r).max() > 0)
 
-# three optimiser steps from SPEC section 4: torch.optim.Adam for the embeddings, head and scalars;
+# three optimiser steps from docs/model.md, optimisation: torch.optim.Adam for the embeddings, head and scalars;
 # Muon written here
 sch = m["schedule"]
 

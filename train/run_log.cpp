@@ -2,6 +2,7 @@
 #include "train/run_log.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -20,6 +21,12 @@ std::string RunLog::jsonl_path(const std::string& path) {
 }
 
 std::string RunLog::refuse_existing(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  struct stat st;
+  if (path.empty() || path.back() == '/') return "'" + path + "' is not a file name";
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return dir + ": no such folder for the log";
+  if (access(dir.c_str(), W_OK) != 0) return dir + ": cannot write the log there (" + std::strerror(errno) + ")";
   for (const std::string& p : {path, jsonl_path(path)})
     if (files::exists(p))
       return p + " exists: every run writes logs of its own (a resumed run too), so that two runs are never read as one; "

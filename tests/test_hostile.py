@@ -1,0 +1,483 @@
+"""Hostile and careless input against every binary and script of the project: each case must end
+with exit code 1 or 2 (as the case says), within a bounded time, with a message that names the
+file or flag at fault, no signal, no traceback, and nothing already written lost or changed.
+Needs no GPU: every case is refused before a GPU would be used. Prints one line per case
+(`ok`/`FAIL`, the command, how it ended), so the list of what was tried is the test's output.
+
+    python3 tests/test_hostile.py BUILD_DIR
+"""
+import hashlib
+import os
+import resource
+import shlex
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import check, finish  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build"))
+TRAIN = os.path.join(ROOT, "train_gpt")
+PREPARE = os.path.join(BUILD, "prepare")
+TOKENIZE = os.path.join(BUILD, "tokenize")
+ATTN_RUN = os.path.join(ROOT, "attention", "attn_run")
+PY = sys.executable
+S = os.path.join(ROOT, "scripts")
+T = tempfile.mkdtemp(prefix="hostile_")
+LIMIT_S = 60  # any case still running after this has hung
+summary = []
+
+
+def digest_tree(paths):
+    """What is on disk at these paths (contents of files, recursively), to prove nothing changed."""
+    h = hashlib.sha256()
+    for p in paths:
+        for d, _, names in sorted(os.walk(p)) if os.path.isdir(p) else [(os.path.dirname(p), None, [os.path.basename(p)])]:
+            for n in sorted(names):
+                f = os.path.join(d, n)
+                h.update(f.encode())
+                if os.path.isfile(f) and not os.path.islink(f):
+                    h.update(open(f, "rb").read())
+    return h.hexdigest()
+
+
+def case(name, cmd, want_rc, names, stdin=None, keep=(), fsize=None, stdout_path=None, env=None):
+    """Runs cmd; passes when it exits with want_rc (an int or a tuple) in time, its output names
+    every string of `names`, holds no traceback, and the files in `keep` are unchanged."""
+    before = digest_tree(keep) if keep else None
+
+    def limits():
+        if fsize is not None:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, resource.RLIM_INFINITY))
+
+    t0 = time.time()
+    out_f = open(stdout_path, "wb") if stdout_path else subprocess.PIPE
+    try:
+        r = subprocess.run(cmd, input=stdin, stdout=out_f, stderr=subprocess.PIPE, timeout=LIMIT_S, preexec_fn=limits,
+                           env=env, cwd=ROOT)
+        rc, out = r.returncode, ((r.stdout or b"") + r.stderr).decode("utf-8", "replace")
+    except subprocess.TimeoutExpired as e:
+        rc, out = "hung", ((e.stdout or b"") + (e.stderr or b"")).decode("utf-8", "replace")
+    finally:
+        if stdout_path:
+            out_f.close()
+    el = time.time() - t0
+    wants = want_rc if isinstance(want_rc, tuple) else (want_rc,)
+    problems = []
+    if rc == "hung":
+        problems.append(f"still running after {LIMIT_S} s")
+    elif rc < 0:
+        problems.append(f"killed by signal {-rc}")
+    elif rc not in wants:
+        problems.append(f"exit {rc}, want {'/'.join(map(str, wants))}")
+    if "Traceback" in out:
+        problems.append("a traceback")
+    for n in names:
+        if n not in out:
+            problems.append(f"the message does not name {n!r}")
+    if keep and digest_tree(keep) != before:
+        problems.append("files already written were changed")
+    first = next((ln for ln in out.splitlines() if "error" in ln.lower() or "--" in ln or ":" in ln), out.strip()[:160])
+    summary.append(f"{name}: exit {rc} in {el:.1f} s: {first.strip()[:150]}")
+    check(f"{name} -> exit {rc}" + (f" ({'; '.join(problems)})" if problems else ""), not problems,
+          f"$ {shlex.join(str(c) for c in cmd)}\n{out[-1500:]}")
+    return rc, out
+
+
+def path(*p):
+    return os.path.join(T, *p)
+
+
+def write_shard(p, tokens, magic=20240520, version=1, count=None):
+    header = np.zeros(256, dtype="<i4")
+    header[:3] = [magic, version, len(tokens) if count is None else count]
+    with open(p, "wb") as f:
+        f.write(header.tobytes() + np.asarray(tokens, dtype="<u2").tobytes())
+    return p
+
+
+def fifo(p):
+    os.mkfifo(p)
+    return p
+
+
+# ------------------------------------------------------------------------------------ fixtures
+rng = np.random.default_rng(11)
+docs = []
+for i in range(6):
+    p = path(f"doc{i}.txt")
+    open(p, "w").write(("Some words of document %d. " % i) * 200)
+    docs.append(p)
+# names that a shell would read as code, or that break quoting: legal paths, to be taken literally
+odd_dir = path("it's a $(touch PWNED) dir")
+os.makedirs(odd_dir)
+odd_doc = os.path.join(odd_dir, "doc 'one'.txt")
+shutil.copy(docs[0], odd_doc)
+GOOD = path("good")  # a good shard folder written by prepare (with its manifest)
+r = subprocess.run([PREPARE, "--text", *docs, "--out-dir", GOOD, "--name", "toy", "--shard-tokens", "4096", "--no-shuffle"],
+                   capture_output=True, text=True, cwd=ROOT)
+check("fixture: prepare writes a good shard folder", r.returncode == 0, r.stderr)
+GOOD_TRAIN, GOOD_VAL = os.path.join(GOOD, "toy_train_*.bin"), os.path.join(GOOD, "toy_val_*.bin")
+DATA = ["--train-data", GOOD_TRAIN, "--val-data", GOOD_VAL, "--seq-len", "64", "--val-tokens", "64"]
+BAD = path("bad")
+os.makedirs(BAD)
+good_tokens = rng.integers(0, 50256, size=5000)
+good_tokens[::300] = 50256
+shards = {
+    "truncated": (write_shard(path("bad", "truncated.bin"), good_tokens), lambda p: os.truncate(p, 3000), "truncated"),
+    "bad magic": (write_shard(path("bad", "magic.bin"), good_tokens, magic=7), None, "bad magic 7"),
+    "bad version": (write_shard(path("bad", "version.bin"), good_tokens, version=9), None, "unsupported version 9"),
+    "id out of range": (write_shard(path("bad", "range.bin"), np.r_[good_tokens, 60000]), None, "token id 60000"),
+    "huge count": (write_shard(path("bad", "huge.bin"), good_tokens, count=2**31 - 1), None, "header says"),
+    "negative count": (write_shard(path("bad", "neg.bin"), good_tokens, count=-5), None, "negative token count"),
+    "empty file": (path("bad", "empty.bin"), lambda p: open(p, "wb").close(), "shorter than"),
+    "text file": (path("bad", "text.bin"), lambda p: open(p, "w").write("hello world\n" * 200), "bad magic"),
+}
+for name, (p, mutate, _) in shards.items():
+    if mutate:
+        mutate(p)
+FIFO_SHARD = fifo(path("bad", "pipe.bin"))
+DIR_SHARD = path("bad", "folder.bin")
+os.makedirs(DIR_SHARD)
+EXISTING_LOG = path("old_run.txt")
+open(EXISTING_LOG, "w").write("run_id:1234 train_gpt x\nstep:0/10 val_loss:5.0 train_time:0ms step_avg:nanms\n")
+CKPT_USED = path("ckpts")
+os.makedirs(CKPT_USED)
+open(os.path.join(CKPT_USED, "ckpt_000010.bin"), "wb").write(b"TGPTCKPT" + b"\0" * 64)
+A_FILE = path("a_file")
+open(A_FILE, "w").write("not a folder\n")
+
+
+def ckpt_bytes(count, data=b""):
+    b = b"TGPTCKPT" + struct.pack("<IQ", 1, 1) + b"x" + struct.pack("<qqIIs", 1, 1, 1, 1, b"m") + struct.pack("<Q", count)
+    return b + data
+
+
+ckpts = {
+    "claims a 2 TiB blob": (ckpt_bytes(2**39), "left in the file"),
+    "truncated": (ckpt_bytes(100, b"\0" * 40), "left in the file"),
+    "not a checkpoint": (b"hello world, this is not a checkpoint", "not a train_gpt checkpoint"),
+    "empty": (b"", "truncated"),
+}
+for name, (b, _) in ckpts.items():
+    open(path("ck_" + name.replace(" ", "_") + ".bin"), "wb").write(b)
+FIFO_CKPT = fifo(path("pipe.ckpt"))
+
+# ------------------------------------------------------------------------------------ train_gpt: flags
+flag_cases = [
+    ("--steps 0", ["--steps", "0"], "--steps"),
+    ("--steps -1", ["--steps", "-1"], "--steps"),
+    ("--steps 0x10 (hex)", ["--steps", "0x10"], "--steps"),
+    ("--steps 1e3", ["--steps", "1e3"], "--steps"),
+    ("--steps 5abc", ["--steps", "5abc"], "--steps"),
+    ("--steps ''", ["--steps", ""], "--steps"),
+    ("--steps ' 5'", ["--steps", " 5"], "--steps"),
+    ("--steps beyond int64", ["--steps", "99999999999999999999999"], "--steps"),
+    ("--seed -1 (unsigned)", ["--seed", "-1"], "--seed"),
+    ("--seed 2^64", ["--seed", "18446744073709551616"], "--seed"),
+    ("--seed 1.5", ["--seed", "1.5"], "--seed"),
+    ("--timeout nan", ["--timeout", "nan"], "--timeout"),
+    ("--timeout inf", ["--timeout", "inf"], "--timeout"),
+    ("--timeout -inf", ["--timeout", "-inf"], "--timeout"),
+    ("--timeout 1e400", ["--timeout", "1e400"], "--timeout"),
+    ("--timeout 0", ["--timeout", "0"], "--timeout"),
+    ("--timeout abc", ["--timeout", "abc"], "--timeout"),
+    ("--vocab-size 0", ["--vocab-size", "0"], "--vocab-size"),
+    ("--vocab-size 70000", ["--vocab-size", "70000"], "--vocab-size"),
+    ("--preset=nope", ["--preset=nope"], "nope"),
+    ("--preset nope", ["--preset", "nope"], "nope"),
+    ("--preset without a value", ["--preset"], "--preset"),
+    ("--window-mask sideways", ["--window-mask", "sideways"], "--window-mask"),
+    ("--window-granularity page", ["--window-granularity", "page"], "--window-granularity"),
+    ("--causal 2", ["--causal", "2"], "--causal"),
+    ("--doc-mask -1", ["--doc-mask", "-1"], "--doc-mask"),
+    ("--layers 3 (odd)", ["--layers", "3"], "--layers"),
+    ("--heads 3 (head size)", ["--heads", "3"], "--heads"),
+    ("--width 100 (head size)", ["--width", "100"], "--heads"),
+    ("--seq-len 0", ["--seq-len", "0"], "--seq-len"),
+    ("--val-tokens 0", ["--val-tokens", "0"], "--val-tokens"),
+    ("--val-tokens 2^41", ["--val-tokens", str(2**41)], "--val-tokens"),
+    ("--window-blocks -1", ["--window-blocks", "-1"], "--window-blocks"),
+    ("--checkpoint-every 5 without a folder", ["--checkpoint-every", "5"], "--checkpoint-dir"),
+    ("--checkpoint-every -1", ["--checkpoint-every", "-1"], "--checkpoint-every"),
+    ("--profile -3", ["--profile", "-3"], "--profile"),
+    ("--grad-sync sometimes", ["--grad-sync", "sometimes"], "--grad-sync"),
+    ("--fault 1:2:explode", ["--fault", "1:2:explode"], "--fault"),
+    ("--fault garbage", ["--fault", "garbage"], "--fault"),
+    ("an unknown flag", ["--no-such-flag"], "--no-such-flag"),
+    ("a stray argument", ["stray"], "stray"),
+    ("--check-data with --log-file", ["--check-data", "--log-file", path("x.txt")], "--check-data"),
+    ("--check-data with --resume", ["--check-data", "--resume", path("x.ckpt")], "--check-data"),
+    ("--log-file into a missing folder", ["--log-file", path("no", "such", "log.txt")] + DATA, "--log-file"),
+    ("--log-file that is a folder", ["--log-file", T + "/"] + DATA, "--log-file"),
+]
+for name, flags, named in flag_cases:
+    case(f"train_gpt {name}", [TRAIN, *flags], 2, [named])
+case("train_gpt --val-tokens 2^40 on small data: refused before anything that size is allocated",
+     [TRAIN, *DATA[:-2], "--val-tokens", str(2**40)], 2, ["--val-tokens"])
+case("train_gpt --log-file of an earlier run: refused, the log untouched",
+     [TRAIN, *DATA, "--log-file", EXISTING_LOG], 2, ["--log-file", "old_run.txt"], keep=[EXISTING_LOG])
+open(path("old_run2.jsonl"), "w").write("{}\n")
+case("train_gpt --log-file whose .jsonl exists: refused", [TRAIN, *DATA, "--log-file", path("old_run2.txt")], 2,
+     ["old_run2.jsonl"], keep=[path("old_run2.jsonl")])
+case("train_gpt --checkpoint-dir holding another run's checkpoints: refused, untouched",
+     [TRAIN, *DATA, "--checkpoint-dir", CKPT_USED], 2, ["--checkpoint-dir", "ckpts"], keep=[CKPT_USED])
+case("train_gpt --checkpoint-dir that is a file", [TRAIN, *DATA, "--checkpoint-dir", A_FILE], 2, ["--checkpoint-dir"],
+     keep=[A_FILE])
+
+# ------------------------------------------------------------------------------------ train_gpt: files
+for name, (p, _, msg) in shards.items():
+    case(f"train_gpt --check-data, shard {name}", [TRAIN, "--check-data", "--train-data", p, "--val-data", GOOD_VAL], 1,
+         [os.path.basename(p), msg])
+    case(f"train_gpt training on a shard {name}", [TRAIN, "--train-data", p, "--val-data", GOOD_VAL, "--seq-len", "64",
+                                                  "--val-tokens", "64"], 1, [os.path.basename(p)])
+case("train_gpt --check-data, a FIFO among the shards", [TRAIN, "--check-data", "--train-data", path("bad", "pipe*.bin"),
+                                                         "--val-data", GOOD_VAL], 1, ["pipe.bin", "FIFO"])
+case("train_gpt training, a FIFO as the shard", [TRAIN, "--train-data", FIFO_SHARD, "--val-data", GOOD_VAL], 1, ["pipe.bin"])
+case("train_gpt --check-data, a folder matching the pattern", [TRAIN, "--check-data", "--train-data", DIR_SHARD,
+                                                               "--val-data", GOOD_VAL], 1, ["folder.bin", "directory"])
+case("train_gpt --check-data, a pattern matching nothing", [TRAIN, "--check-data", "--train-data", path("nothing_*.bin"),
+                                                            "--val-data", GOOD_VAL], 1, ["nothing_*.bin", "--train-data"])
+for name, (b, msg) in ckpts.items():
+    p = path("ck_" + name.replace(" ", "_") + ".bin")
+    case(f"train_gpt --resume, checkpoint {name}", [TRAIN, *DATA, "--resume", p], 1, [os.path.basename(p), msg], keep=[p])
+case("train_gpt --resume a FIFO", [TRAIN, *DATA, "--resume", FIFO_CKPT], 1, ["pipe.ckpt", "FIFO"])
+case("train_gpt --resume a folder", [TRAIN, *DATA, "--resume", T], 1, [T, "directory"])
+case("train_gpt --resume a missing file", [TRAIN, *DATA, "--resume", path("missing.ckpt")], 1, ["missing.ckpt"])
+# a shard copied in beside a prepared set: the manifest names it
+shutil.copy(os.path.join(GOOD, "toy_train_000001.bin"), os.path.join(GOOD, "toy_train_000077.bin"))
+case("train_gpt --check-data, a foreign shard among prepared ones", [TRAIN, "--check-data", "--train-data", GOOD_TRAIN,
+                                                                      "--val-data", GOOD_VAL], 1, ["toy_train_000077.bin"])
+case("train_gpt training, a foreign shard among prepared ones", [TRAIN, *DATA], 1, ["toy_train_000077.bin", "not listed"])
+os.remove(os.path.join(GOOD, "toy_train_000077.bin"))
+good_copy = path("good_changed")
+shutil.copytree(GOOD, good_copy)
+with open(os.path.join(good_copy, "toy_train_000001.bin"), "r+b") as f:
+    f.seek(2000)
+    f.write(b"\x01\x00")
+case("train_gpt --check-data, a prepared shard changed after it was written", [TRAIN, "--check-data", "--train-data",
+     os.path.join(good_copy, "toy_train_*.bin"), "--val-data", GOOD_VAL], 1, ["toy_train_000001.bin", "SHA-256"])
+# paths that a shell would misread are taken literally
+odd_shards = os.path.join(odd_dir, "shards")
+r = subprocess.run([PREPARE, "--text", odd_doc, *docs[1:], "--out-dir", odd_shards, "--name", "o", "--shard-tokens", "4096"],
+                   capture_output=True, text=True, cwd=ROOT)
+check("prepare with quotes, spaces and $(...) in its paths: works, runs no command",
+      r.returncode == 0 and not os.path.exists(os.path.join(ROOT, "PWNED")) and not os.path.exists("PWNED"), r.stderr)
+r = subprocess.run([TRAIN, "--check-data", "--train-data", os.path.join(odd_shards, "o_train_*.bin"), "--val-data",
+                    os.path.join(odd_shards, "o_val_*.bin")], capture_output=True, text=True, cwd=ROOT)
+check("train_gpt --check-data on those paths: all good", r.returncode == 0 and "all shards good" in r.stdout, r.stdout + r.stderr)
+
+# ------------------------------------------------------------------------------------ prepare
+for name, flags, named in [
+    ("--shard-tokens 1", ["--shard-tokens", "1"], "--shard-tokens"),
+    ("--shard-tokens 0", ["--shard-tokens", "0"], "--shard-tokens"),
+    ("--shard-tokens -5", ["--shard-tokens", "-5"], "--shard-tokens"),
+    ("--shard-tokens 2^40", ["--shard-tokens", str(2**40)], "--shard-tokens"),
+    ("--shard-tokens abc", ["--shard-tokens", "abc"], "--shard-tokens"),
+    ("--threads 100000", ["--threads", "100000"], "--threads"),
+    ("--threads -1", ["--threads", "-1"], "--threads"),
+    ("--seed -1", ["--seed", "-1"], "--seed"),
+    ("--seed 010 is decimal, 08 too", ["--seed", "08", "--bogus"], "--bogus"),
+    ("--name with a slash", ["--name", "a/b"], "--name"),
+    ("--name empty", ["--name", ""], "--name"),
+    ("--name hidden", ["--name", ".x"], "--name"),
+    ("an unknown flag", ["--frobnicate"], "--frobnicate"),
+]:
+    case(f"prepare {name}", [PREPARE, "--text", docs[0], "--out-dir", path("p_" + str(abs(hash(name)))), *flags], 2, [named])
+case("prepare into a used folder: refused, the old shards untouched", [PREPARE, "--text", docs[0], "--out-dir", GOOD,
+     "--name", "toy"], 2, ["--out-dir", "not empty"], keep=[GOOD])
+case("prepare --out-dir that is a file", [PREPARE, "--text", docs[0], "--out-dir", A_FILE], 2, ["--out-dir"], keep=[A_FILE])
+case("prepare --out-dir /", [PREPARE, "--text", docs[0], "--out-dir", "/"], 2, ["--out-dir"])
+case("prepare --out-dir .", [PREPARE, "--text", docs[0], "--out-dir", "."], 2, ["--out-dir"])
+case("prepare --text a FIFO", [PREPARE, "--text", fifo(path("text.fifo")), "--out-dir", path("p_fifo")], 1, ["text.fifo", "FIFO"])
+case("prepare --text a folder", [PREPARE, "--text", T, "--out-dir", path("p_dir")], 1, [T, "directory"])
+case("prepare --text a missing file", [PREPARE, "--text", path("nope.txt"), "--out-dir", path("p_miss")], 1, ["nope.txt"])
+vocab_bad = path("vocab_bad")
+os.makedirs(vocab_bad)
+shutil.copy(os.path.join(ROOT, "data/gpt2/vocab.bpe"), vocab_bad)
+enc = bytearray(open(os.path.join(ROOT, "data/gpt2/encoder.json"), "rb").read())
+enc[100] ^= 1
+open(os.path.join(vocab_bad, "encoder.json"), "wb").write(bytes(enc))
+case("prepare --vocab-dir with a changed encoder.json", [PREPARE, "--text", docs[0], "--out-dir", path("p_v1"), "--vocab-dir",
+     vocab_bad], 1, ["encoder.json", "SHA-256"])
+case("prepare --vocab-dir missing", [PREPARE, "--text", docs[0], "--out-dir", path("p_v2"), "--vocab-dir", path("novocab")], 1,
+     ["encoder.json"])
+vocab_fifo = path("vocab_fifo")
+os.makedirs(vocab_fifo)
+fifo(os.path.join(vocab_fifo, "encoder.json"))
+case("prepare --vocab-dir whose encoder.json is a FIFO", [PREPARE, "--text", docs[0], "--out-dir", path("p_v3"), "--vocab-dir",
+     vocab_fifo], 1, ["encoder.json", "FIFO"])
+gc_bad = path("gcide_bad")
+os.makedirs(gc_bad)
+open(os.path.join(gc_bad, "gcide.index"), "w").write("word\tnot*base64\tB\n")
+open(os.path.join(gc_bad, "gcide.dict.dz"), "wb").write(b"not gzip at all")
+case("prepare --gcide-dir with a corrupt index", [PREPARE, "--gcide-dir", gc_bad, "--out-dir", path("p_g1")], 1, ["gcide.index"])
+case("prepare --gcide-dir missing", [PREPARE, "--gcide-dir", path("nogcide"), "--out-dir", path("p_g2")], 1, ["gcide.index"])
+gc_fifo = path("gcide_fifo")
+os.makedirs(gc_fifo)
+fifo(os.path.join(gc_fifo, "gcide.index"))
+case("prepare --gcide-dir with a FIFO index", [PREPARE, "--gcide-dir", gc_fifo, "--out-dir", path("p_g3")], 1, ["gcide.index", "FIFO"])
+big = [path("big%d.txt" % i) for i in range(3)]
+for p in big:
+    open(p, "w").write("word " * 200000)
+case("prepare on a full disk (file size limit): an error, no shard folder left", [PREPARE, "--text", *big, "--out-dir",
+     path("p_full"), "--shard-tokens", "100000"], 1, ["write failed"], fsize=100000)
+check("prepare on a full disk: neither the folder nor a staging folder is left",
+      not os.path.exists(path("p_full")) and not [n for n in os.listdir(T) if n.startswith(".p_full")], str(os.listdir(T)))
+r = subprocess.run([PREPARE, "--text", docs[0], "--out-dir", path("p_ok"), "--shard-tokens", "64", "--no-shuffle"],
+                   capture_output=True, text=True, cwd=ROOT)
+ok_names = sorted((n for n in os.listdir(path("p_ok")) if n.endswith(".bin")), key=lambda n: int(n[-10:-4]))  # by shard index
+sizes = [os.path.getsize(os.path.join(path("p_ok"), n)) for n in ok_names]
+check("prepare --shard-tokens 64: every shard but the last holds exactly 64 tokens",
+      r.returncode == 0 and len(sizes) > 2 and all(s == 1024 + 128 for s in sizes[:-1]) and sizes[-1] <= 1024 + 128, str(sizes[:5]))
+
+# ------------------------------------------------------------------------------------ tokenize
+case("tokenize a FIFO", [TOKENIZE, fifo(path("tok.fifo"))], 1, ["tok.fifo", "FIFO"])
+case("tokenize a folder", [TOKENIZE, T], 1, ["directory"])
+case("tokenize a missing file", [TOKENIZE, path("nope")], 1, ["nope"])
+case("tokenize with no input", [TOKENIZE], 2, ["FILE"])
+case("tokenize --hex and a FILE", [TOKENIZE, "--hex", docs[0]], 2, ["--hex"])
+case("tokenize --bench --hex", [TOKENIZE, "--bench", "--hex"], 2, ["--bench"], stdin=b"")
+case("tokenize --hex, odd length", [TOKENIZE, "--hex"], 1, ["line 2", "odd"], stdin=b"6869\nabc\n")
+case("tokenize --hex, not hex", [TOKENIZE, "--hex"], 1, ["line 1", "hex digit"], stdin=b"zz\n")
+case("tokenize --hex, a space inside", [TOKENIZE, "--hex"], 1, ["line 1"], stdin=b"68 69\n")
+case("tokenize --vocab-dir with a changed encoder.json", [TOKENIZE, "--vocab-dir", vocab_bad, docs[0]], 1, ["SHA-256"])
+case("tokenize, standard output on a full disk", [TOKENIZE, docs[0]], 1, ["stdout"], stdout_path="/dev/full")
+long_word = path("long_word.txt")
+open(long_word, "w").write("a" * 400000)
+t0 = time.time()
+r = subprocess.run([TOKENIZE, "--bench", long_word], capture_output=True, text=True, timeout=LIMIT_S)
+el = time.time() - t0
+check(f"tokenize one 400 KB word: finishes (it took {el:.1f} s; quadratic merging took 88 s)",
+      r.returncode == 0 and "100000 tokens" in r.stdout, r.stdout + r.stderr)
+summary.append(f"tokenize --bench on a 400 KB word: exit {r.returncode} in {el:.1f} s: {r.stdout.strip()}")
+
+# ------------------------------------------------------------------------------------ attn_run (its inputs are read before any GPU)
+
+
+def npy(p, arr=None, header=None, raw=None):
+    if raw is not None:
+        open(p, "wb").write(raw)
+    elif header is not None:
+        h = header.encode()
+        h += b" " * ((64 - (10 + len(h) + 1) % 64) % 64) + b"\n"
+        open(p, "wb").write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h + (b"" if arr is None else arr.tobytes()))
+    else:
+        np.save(p, arr)
+    return p
+
+
+q = npy(path("q.npy"), rng.standard_normal((256, 2, 64)).astype(np.float32))
+npys = {
+    "not .npy": (npy(path("n_text.npy"), raw=b"hello there, not an array"), "not a .npy"),
+    "a 2^60-element shape": (npy(path("n_huge.npy"), np.zeros(4, np.float32), header="{'descr': '<f4', 'fortran_order': False, "
+                                                                               "'shape': (1048576, 1048576, 1048576), }"), "shape"),
+    "a shape larger than the file": (npy(path("n_short.npy"), np.zeros(10, np.float32), header="{'descr': '<f4', "
+                                                                                             "'fortran_order': False, 'shape': (256, 2, 64), }"),
+                                     "shape"),
+    "a float64 dtype": (npy(path("n_f8.npy"), rng.standard_normal((256, 2, 64))), "dtype"),
+    "a bad shape entry": (npy(path("n_shape.npy"), None, header="{'descr': '<f4', 'fortran_order': False, 'shape': (2x, 3), }"),
+                          "shape"),
+    "a header length past the file": (npy(path("n_hlen.npy"), raw=b"\x93NUMPY\x01\x00\xff\xff{'descr'"), "header"),
+}
+for name, (p, msg) in npys.items():
+    case(f"attn_run --q {name}", [ATTN_RUN, "--q", p, "--k", q, "--v", q], 1, [os.path.basename(p), msg])
+case("attn_run --q a FIFO", [ATTN_RUN, "--q", fifo(path("q.fifo")), "--k", q, "--v", q], 1, ["q.fifo", "FIFO"])
+case("attn_run --q a folder", [ATTN_RUN, "--q", T, "--k", q, "--v", q], 1, ["directory"])
+case("attn_run --k of another shape", [ATTN_RUN, "--q", q, "--k", npy(path("k_small.npy"), np.zeros((128, 2, 64), np.float32)),
+     "--v", q], 1, ["--k"])
+case("attn_run --doc-ids of the wrong length", [ATTN_RUN, "--q", q, "--k", q, "--v", q, "--doc-ids",
+     npy(path("doc.npy"), np.zeros(7, np.int32))], 1, ["doc.npy"])
+case("attn_run --doc-ids decreasing", [ATTN_RUN, "--q", q, "--k", q, "--v", q, "--doc-ids",
+     npy(path("doc2.npy"), np.arange(256, 0, -1).astype(np.int32))], 1, ["doc2.npy", "nondecreasing"])
+case("attn_run without --q", [ATTN_RUN, "--k", q, "--v", q], 2, ["--q"])
+case("attn_run --window -1", [ATTN_RUN, "--q", q, "--k", q, "--v", q, "--window", "-1"], 2, ["--window"])
+case("attn_run --causal 2", [ATTN_RUN, "--q", q, "--k", q, "--v", q, "--causal", "2"], 2, ["--causal"])
+case("attn_run --window-mask up", [ATTN_RUN, "--q", q, "--k", q, "--v", q, "--window-mask", "up"], 2, ["--window-mask"])
+
+# ------------------------------------------------------------------------------------ scripts
+LOGS = os.path.join(ROOT, "tests", "fixtures", "record_logs")
+rec = sorted(os.path.join(LOGS, n) for n in os.listdir(LOGS) if n.endswith(".txt"))
+two_runs = path("two_runs.txt")
+open(two_runs, "w").write(open(rec[4]).read() + open(rec[5]).read())
+case("speedrun_logs on two runs put together", [PY, os.path.join(S, "speedrun_logs.py"), two_runs], 1, ["two_runs.txt", "more than one run"])
+case("speedrun_logs on a folder", [PY, os.path.join(S, "speedrun_logs.py"), T], 1, [T, "directory"])
+case("speedrun_logs on a FIFO", [PY, os.path.join(S, "speedrun_logs.py"), fifo(path("log.fifo"))], 1, ["log.fifo", "FIFO"])
+case("speedrun_logs on a missing file", [PY, os.path.join(S, "speedrun_logs.py"), path("nolog.txt")], 1, ["nolog.txt"])
+case("speedrun_logs on a binary file", [PY, os.path.join(S, "speedrun_logs.py"), path("ck_empty.bin")], 1, ["ck_empty.bin"])
+open(path("badjson.txt"), "w").write(open(rec[4]).read())
+open(path("badjson.jsonl"), "w").write("{not json\n")
+case("speedrun_logs with a broken JSON-lines file beside the log", [PY, os.path.join(S, "speedrun_logs.py"), path("badjson.txt")], 1,
+     ["badjson.jsonl"])
+case("speedrun_logs, standard output on a full disk", [PY, os.path.join(S, "speedrun_logs.py"), rec[4]], 1, ["disk full"],
+     stdout_path="/dev/full")
+REP = [PY, os.path.join(S, "ab_report.py")]
+case("ab_report --logs-dir missing", REP + ["--logs-dir", path("nologs"), "--out", path("rep")], 1, ["nologs"])
+case("ab_report --logs-dir a file", REP + ["--logs-dir", A_FILE, "--out", path("rep")], 1, ["a_file"])
+case("ab_report with neither --logs-dir nor --group", REP + ["--out", path("rep")], 2, ["--logs-dir"])
+case("ab_report --group without @GPUS", REP + ["--group", "x=" + rec[4], "--out", path("rep")], 1, ["--group"])
+case("ab_report --group with GPUS 'two'", REP + ["--group", "x@two=" + rec[4], "--out", path("rep")], 1, ["--group"])
+case("ab_report --group matching nothing", REP + ["--group", "x@1=" + path("none*.txt"), "--out", path("rep")], 1, ["matches no file"])
+case("ab_report two groups of one name", REP + ["--group", "x@8=" + rec[4], "--group", "x@8=" + rec[5], "--out", path("rep")], 1,
+     ["given twice"])
+case("ab_report --out that is a file", REP + ["--group", "x@8=" + rec[4], "--out", A_FILE], 1, ["--out"], keep=[A_FILE])
+case("ab_report on a log holding two runs", REP + ["--group", "x@8=" + two_runs, "--out", path("rep")], 1, ["more than one run"])
+logs_fifo = path("logs_fifo")
+os.makedirs(logs_fifo)
+fifo(os.path.join(logs_fifo, "uni_g1_r0.txt"))
+case("ab_report, a FIFO named like a log", REP + ["--logs-dir", logs_fifo, "--out", path("rep")], 1, ["uni_g1_r0.txt", "FIFO"])
+logs_badcamp = path("logs_badcamp")
+os.makedirs(logs_badcamp)
+shutil.copy(rec[4], os.path.join(logs_badcamp, "uni_g8_r0.txt"))
+open(os.path.join(logs_badcamp, "campaign.json"), "w").write("{nope")
+case("ab_report, a broken campaign.json", REP + ["--logs-dir", logs_badcamp, "--out", path("rep")], 1, ["campaign.json"])
+RUN = [PY, os.path.join(S, "ab_run.py")]
+fake = f"{PY} {os.path.join(ROOT, 'tests', 'fake_trainer.py')}"
+for name, flags, rc, named in [
+    ("--campaign that is a file", ["--campaign", A_FILE, "--variant", "a=", "--trainer", fake], 1, "--campaign"),
+    ("--gpus x", ["--campaign", path("c1"), "--gpus", "x", "--variant", "a="], 2, "--gpus"),
+    ("--gpus 0", ["--campaign", path("c1"), "--gpus", "0", "--variant", "a="], 2, "--gpus"),
+    ("--runs 0", ["--campaign", path("c1"), "--runs", "0", "--variant", "a="], 2, "--runs"),
+    ("--runs abc", ["--campaign", path("c1"), "--runs", "abc", "--variant", "a="], 2, "--runs"),
+    ("--seed0 -1", ["--campaign", path("c1"), "--seed0", "-1", "--variant", "a="], 2, "--seed0"),
+    ("--variant without =", ["--campaign", path("c1"), "--variant", "a"], 2, "--variant"),
+    ("--variant with a slash", ["--campaign", path("c1"), "--variant", "a/b=x"], 2, "--variant"),
+    ("two variants of one name", ["--campaign", path("c1"), "--variant", "a=", "--variant", "a=--x 1"], 2, "variant names"),
+    ("--variant with an unbalanced quote", ["--campaign", path("c1"), "--variant", "a=--x 'y"], 1, "--variant a"),
+    ("--trainer with an unbalanced quote", ["--campaign", path("c1"), "--variant", "a=", "--trainer", "'x"], 1, "--trainer"),
+    ("--trainer that does not exist", ["--campaign", path("c2"), "--variant", "a=", "--runs", "1", "--trainer", path("no_trainer")], 1,
+     "no_trainer"),
+]:
+    case(f"ab_run {name}", RUN + flags, rc, [named])
+FF = [PY, os.path.join(S, "fetch_fineweb.py")]
+for name, flags, named in [
+    ("-1 shards", ["-1"], "train_shards"),
+    ("500 shards", ["500"], "train_shards"),
+    ("abc shards", ["abc"], "train_shards"),
+    ("--timeout nan", ["1", "--timeout", "nan"], "--timeout"),
+    ("--timeout -5", ["1", "--timeout", "-5"], "--timeout"),
+    ("--out-dir that is a file", ["1", "--out-dir", A_FILE], "--out-dir"),
+]:
+    case(f"fetch_fineweb {name}", FF + flags + ["--base-url", "http://127.0.0.1:9/none"], 2, [named], keep=[A_FILE])
+case("fetch_fineweb, server unreachable", FF + ["0", "--out-dir", path("fw"), "--base-url", "http://127.0.0.1:9/none", "--timeout", "5"],
+     1, ["fineweb_val_000000.bin", "offline"])
+case("gen_unicode_tables with an argument", [PY, os.path.join(S, "gen_unicode_tables.py"), "extra"], 2, ["gen_unicode_tables"])
+case("make_tiktoken_fixture with no mode", [PY, os.path.join(S, "make_tiktoken_fixture.py")], 2, ["inputs"])
+case("make_tiktoken_fixture ids on a missing input", [PY, os.path.join(S, "make_tiktoken_fixture.py"), "ids",
+     os.path.join(ROOT, "data", "gpt2"), path("no.json")], 1, ["no.json"])
+case("compare_flex on a missing file", [PY, os.path.join(ROOT, "bench", "compare_flex.py"), path("no.json")], 2, ["no.json"])
+
+print("\nWhat was tried and how it ended:")
+for line in summary:
+    print("  " + line)
+shutil.rmtree(T, ignore_errors=True)
+finish("hostile")

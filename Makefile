@@ -53,7 +53,7 @@ setup:
 	./scripts/setup.sh
 
 # ---------------------------------------------------------------------------- binaries
-train_gpt: $(BUILD)/train_gpt.o $(ATTN_OBJS) $(BUILD)/data/dataloader.o $(BUILD)/train/run_log.o $(BUILD)/train/checkpoint.o \
+train_gpt: $(BUILD)/train_gpt.o $(ATTN_OBJS) $(BUILD)/data/dataloader.o $(BUILD)/train/run_log.o $(BUILD)/train/options.o $(BUILD)/train/checkpoint.o \
            $(BUILD)/train/dist.o $(MODEL_REF_OBJS) $(BUILD)/version.o
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(MPI_LIBS) -Xcompiler -fopenmp -lgomp
 
@@ -101,7 +101,7 @@ $(BUILD)/tests/test_attention_cpu: $(BUILD)/tests/test_attention_cpu.o $(BUILD)/
 $(BUILD)/tests/test_model_cpu: $(BUILD)/tests/test_model_cpu.o $(MODEL_REF_OBJS)
 	$(CXX) -fopenmp $^ -o $@
 
-$(BUILD)/tests/test_loader_log: $(BUILD)/tests/test_loader_log.o $(BUILD)/data/dataloader.o $(BUILD)/train/run_log.o
+$(BUILD)/tests/test_loader_log: $(BUILD)/tests/test_loader_log.o $(BUILD)/data/dataloader.o $(BUILD)/train/run_log.o $(BUILD)/train/options.o
 	$(CXX) $^ -o $@
 
 $(BUILD)/tests/test_checkpoint: $(BUILD)/tests/test_checkpoint.o $(BUILD)/train/checkpoint.o

@@ -23,7 +23,10 @@
 
 #include "data/dataloader.h"
 #include "tests/check.h"
+#include "train/options.h"
 #include "train/run_log.h"
+
+#include <nlohmann/json.hpp>
 
 int main() {
   char tmpl[] = "/tmp/loader_test_XXXXXX";
@@ -155,9 +158,11 @@ int main() {
   // one log, one run: the files are created new, named by the run's id
   {
     const std::string named = dir + "/named.txt";
+    train::Options opt;
+    opt.train_data = "a\"b\\c\nd '$(x)' \xff";  // quotes, a backslash, a newline and a byte that is not UTF-8
     {
       train::RunLog rl(named, true, "00ff00ff00ff00ff", "abc123");
-      rl.config(json::Object().add("event", json::str("config")).add("path", json::str("a\"b\\c\nd")).text());
+      rl.config(train::config_json(opt, "00ff00ff00ff00ff", 1, "GPU \"x\"", "abc123"));
       rl.step(0, 5, 0, 4.0);
     }
     std::ifstream in(named);
@@ -166,7 +171,18 @@ int main() {
     CHECK(first == "run_id:00ff00ff00ff00ff train_gpt abc123", "%s", first.c_str());
     std::ifstream js(train::RunLog::jsonl_path(named));
     std::getline(js, first);
-    CHECK(first == "{\"event\": \"config\", \"path\": \"a\\\"b\\\\c\\nd\"}", "JSON escaping: %s", first.c_str());
+    try {
+      const auto cfg = nlohmann::json::parse(first);
+      CHECK(cfg.at("train_data") == "a\"b\\c\nd '$(x)' \xef\xbf\xbd" && cfg.at("gpu") == "GPU \"x\"" && cfg.at("seed") == 1337 &&
+                cfg.at("run_id") == "00ff00ff00ff00ff" && cfg.at("window_mask") == "uni" && !cfg.contains("fault"),
+            "configuration read back: %s", first.c_str());
+    } catch (const std::exception& e) {
+      CHECK(false, "the configuration line is not JSON (%s): %s", e.what(), first.c_str());
+    }
+    CHECK(train::fingerprint(opt) ==
+              "layers=4 width=256 heads=2 hidden=1024 vocab=50304 seq_len=8192 seqs_per_step=8 steps=300 window_blocks=0 "
+              "window_mask=uni window_granularity=block causal=1 doc_mask=1 seed=1337",
+          "fingerprint: %s", train::fingerprint(opt).c_str());
     CHECK(!train::RunLog::refuse_existing(named).empty(), "an existing log must be refused");
     CHECK(train::RunLog::refuse_existing(dir + "/fresh.txt").empty(), "a new log must be allowed");
     try {

@@ -11,6 +11,8 @@
 #include <random>
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
 #include "common/files.h"
 
 namespace train {
@@ -102,6 +104,13 @@ static std::string fmt_num(const char* f, double x) {
   return b;
 }
 
+void RunLog::event(const std::string& name, const std::vector<std::pair<std::string, double>>& fields) {
+  nlohmann::ordered_json j;
+  j["event"] = name;
+  for (const auto& [k, v] : fields) j[k] = std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
+  event(j.dump());
+}
+
 void RunLog::step(int step, int total, double train_time_ms, double val_loss, double train_loss) {
   if (!enabled_) return;
   const double avg = step > 10 ? train_time_ms / (step - 10) : NAN;
@@ -110,11 +119,14 @@ void RunLog::step(int step, int total, double train_time_ms, double val_loss, do
   if (!std::isnan(train_loss)) line += " train_loss:" + fmt_num("%.4f", train_loss);
   line += " train_time:" + fmt_num("%.0f", train_time_ms) + "ms step_avg:" + fmt_num("%.2f", avg) + "ms";
   note(line);
-  std::string js = "{\"event\": \"" + std::string(std::isnan(val_loss) ? "step" : "val") + "\", \"step\": " + std::to_string(step) +
-                   ", \"total_steps\": " + std::to_string(total) + ", \"train_time_ms\": " + fmt_num("%.3f", train_time_ms);
-  if (!std::isnan(val_loss)) js += ", \"val_loss\": " + fmt_num("%.17g", val_loss);
-  if (!std::isnan(train_loss)) js += ", \"train_loss\": " + fmt_num("%.17g", train_loss);
-  event(js + "}");
+  nlohmann::ordered_json j;  // doubles are written so that they read back to the same bits
+  j["event"] = std::isnan(val_loss) ? "step" : "val";
+  j["step"] = step;
+  j["total_steps"] = total;
+  j["train_time_ms"] = train_time_ms;
+  if (!std::isnan(val_loss)) j["val_loss"] = val_loss;
+  if (!std::isnan(train_loss)) j["train_loss"] = train_loss;
+  event(j.dump());
 }
 
 }  // namespace train

@@ -17,8 +17,8 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
-
-#include "train/json.h"
+#include <utility>
+#include <vector>
 
 namespace train {
 
@@ -34,7 +34,9 @@ class RunLog {
   void config(const std::string& json_object);  // the first JSON line
   // One step line; val_loss / train_loss NaN when not measured at this step.
   void step(int step, int total, double train_time_ms, double val_loss = NAN, double train_loss = NAN);
-  void event(const std::string& json_object);  // any other event (checkpoint, error, summary)
+  void event(const std::string& json_object);  // any other event, as a JSON object
+  // An event of numbers: {"event": name, key: value, ...} (non-finite values as null).
+  void event(const std::string& name, const std::vector<std::pair<std::string, double>>& fields);
   void note(const std::string& line);          // free text: stdout and the text log
   static std::string jsonl_path(const std::string& path);
   // Empty when a run may write this log; otherwise why not (an existing file).

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The benchmarks, on any machine with an NVIDIA GPU: builds, then runs the parts asked for and
+# prints a short summary last; every log goes to a new folder.
+#   attention  build/bench/bench_attention (the speedrun's shape, every mask of the table in
+#              bench/RESULTS.md) and, where PyTorch is installed, bench/compare_flex.py on the
+#              same GPU right after it: FlexAttention and cuDNN on the same shapes and masks
+#   step       the training step at the speedrun's size on one GPU, window fixed at 8 blocks,
+#              with --profile (GPU time by category); on a machine with several GPUs, the same
+#              on all of them under mpirun
+#   default    the default job (300 steps of the default preset)
+#
+#   bash bench/gpu_bench.sh                          # every part
+#   PARTS="step" STEPS=30 bash bench/gpu_bench.sh    # one part, longer
+# Variables: PARTS (default "attention step default"), STEPS (20), LOG_DIR (default
+# logs/bench-DATE-TIME; must not exist), TRAIN_DATA / VAL_DATA (shard patterns; default the
+# GCIDE shards of `make data`), JOBS (make -j, default the core count).
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+PARTS=${PARTS:-attention step default}
+STEPS=${STEPS:-20}
+LOG_DIR=${LOG_DIR:-logs/bench-$(date +%Y%m%d-%H%M%S)}
+TRAIN_DATA=${TRAIN_DATA:-data/gcide/gcide_train_*.bin}
+VAL_DATA=${VAL_DATA:-data/gcide/gcide_val_*.bin}
+JOBS=${JOBS:-$(nproc)}
+case "$STEPS" in ''|*[!0-9]*) echo "gpu_bench: STEPS must be a whole number, got '$STEPS'" >&2; exit 2;; esac
+for p in $PARTS; do
+  case "$p" in attention|step|default) ;; *) echo "gpu_bench: unknown part '$p' in PARTS (attention, step, default)" >&2; exit 2;; esac
+done
+if [ -e "$LOG_DIR" ]; then echo "gpu_bench: $LOG_DIR exists: name a new LOG_DIR" >&2; exit 2; fi
+nvidia-smi -L >/dev/null 2>&1 || { echo "gpu_bench: no GPU on this machine (nvidia-smi finds none)" >&2; exit 1; }
+mkdir -p "$LOG_DIR"
+export PYTHONUNBUFFERED=1
+NGPU=$(nvidia-smi -L | grep -c '^GPU ')
+step() { echo "== $1 ($(date +%T))"; }
+set -f  # the shard patterns go to train_gpt as they are
+
+step build
+if ! make -j"$JOBS" train_gpt build/bench/bench_attention > "$LOG_DIR/build.log" 2>&1; then
+  tail -30 "$LOG_DIR/build.log"; exit 1
+fi
+nvidia-smi -L > "$LOG_DIR/gpu.txt"
+if [[ " $PARTS " == *" attention "* ]]; then
+  step attention
+  build/bench/bench_attention "$LOG_DIR/bench_attention.json" > "$LOG_DIR/bench_attention.txt" 2>&1
+  if python3 -c 'import torch' 2>/dev/null; then
+    step flex
+    timeout 900 python3 bench/compare_flex.py "$LOG_DIR/bench_attention.json" "$LOG_DIR/compare_flex.md" > "$LOG_DIR/compare_flex.log" 2>&1
+  fi
+fi
+SR=(--preset speedrun --train-data "$TRAIN_DATA" --val-data "$VAL_DATA" --steps "$STEPS" --val-every 100000 --val-tokens 65536
+    --window-blocks 8 --profile 10)
+if [[ " $PARTS " == *" step "* ]]; then
+  step "speedrun step, 1 GPU"
+  ./train_gpt "${SR[@]}" --log-file "$LOG_DIR/speedrun_g1.txt" > "$LOG_DIR/speedrun_g1.out" 2>&1
+  if [ "$NGPU" -ge 2 ] && command -v mpirun >/dev/null; then
+    step "speedrun step, $NGPU GPUs"
+    mpirun --allow-run-as-root -np "$NGPU" -x NCCL_NVLS_ENABLE=0 ./train_gpt "${SR[@]}" --log-file "$LOG_DIR/speedrun_g$NGPU.txt" \
+      > "$LOG_DIR/speedrun_g$NGPU.out" 2>&1
+  fi
+fi
+if [[ " $PARTS " == *" default "* ]]; then
+  step "default job"
+  ./train_gpt --train-data "$TRAIN_DATA" --val-data "$VAL_DATA" --log-file "$LOG_DIR/default.txt" > "$LOG_DIR/default.out" 2>&1
+fi
+
+echo "== summary ($LOG_DIR)"
+cat "$LOG_DIR/gpu.txt"
+[ -f "$LOG_DIR/bench_attention.txt" ] && cat "$LOG_DIR/bench_attention.txt"
+[ -f "$LOG_DIR/compare_flex.log" ] && tail -16 "$LOG_DIR/compare_flex.log"
+for f in "$LOG_DIR"/speedrun_g*.out "$LOG_DIR"/default.out; do
+  [ -f "$f" ] || continue
+  echo "-- $(basename "$f" .out)"
+  grep -E "train_gpt: [0-9]+ timed steps|val_loss|peak GPU memory|all-reduce|error" "$f" | tail -6
+done
+[ -f "$LOG_DIR/speedrun_g1.out" ] && sed -n '/profile:/,/total/p' "$LOG_DIR/speedrun_g1.out"
+exit 0

@@ -1,0 +1,199 @@
+// The trainer's options: see options.h. Each flag is one row of table(): its name, its help, the
+// field it sets with its checks, and its role, from which the command line, the fingerprint and
+// the log's configuration are made. A new flag is one new row.
+#include "train/options.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "common/cli.h"
+
+namespace train {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+enum class Role {
+  kDefinesRun,  // in the fingerprint and the log: a checkpoint resumes only a run with the same value
+  kLogged,      // in the log only (paths, schedules of output, multi-GPU mechanics)
+  kLocal,       // neither (modes of the binary, test hooks)
+};
+
+struct Row {
+  std::string name;                       // "--seq-len"; a fixed value that is not a flag has a bare name
+  Role role;
+  std::function<void(CLI::App&)> add;     // adds the flag to the command line (empty: not a flag)
+  std::function<Json()> value;
+  std::string key() const {               // "seq_len", as the fingerprint and the log name it
+    std::string k = name.rfind("--", 0) == 0 ? name.substr(2) : name;
+    for (char& c : k) c = c == '-' ? '_' : c;
+    return k;
+  }
+};
+
+template <typename T>
+Row integer(const char* name, T& v, T lo, T hi, Role role, const char* help) {
+  return {name, role, [name, &v, lo, hi, help](CLI::App& app) { cli::integer<T>(app, name, v, lo, hi, help)->capture_default_str(); },
+          [&v] { return Json(v); }};
+}
+Row real(const char* name, double& v, double lo, double hi, Role role, const char* help) {
+  return {name, role, [name, &v, lo, hi, help](CLI::App& app) { cli::real(app, name, v, lo, hi, help)->capture_default_str(); },
+          [&v] { return Json(v); }};
+}
+Row text(const char* name, std::string& v, Role role, const char* help, std::vector<std::string> choices = {}) {
+  return {name, role,
+          [name, &v, help, choices](CLI::App& app) {
+            CLI::Option* opt = app.add_option(name, v, help)->capture_default_str();
+            if (!choices.empty()) opt->check(CLI::IsMember(choices));
+          },
+          [&v] { return Json(v); }};
+}
+Row flag(const char* name, bool& v, Role role, const char* help) {
+  return {name, role, [name, &v, help](CLI::App& app) { app.add_flag(name, v, help); }, [&v] { return Json(v); }};
+}
+Row fixed(const char* key, int& v) { return {key, Role::kDefinesRun, nullptr, [&v] { return Json(v); }}; }
+
+// Every option, once. The rows that define the run keep the fingerprint's order of earlier
+// versions, so their checkpoints still resume.
+std::vector<Row> table(Options& o) {
+  const Role run = Role::kDefinesRun, log = Role::kLogged, local = Role::kLocal;
+  return {
+      text("--preset", o.preset, log, "default (short run on GCIDE), tiny, speedrun (the 2024-12-10 record: docs/model.md)"),
+      text("--train-data", o.train_data, log, "glob pattern of training shards"),
+      text("--val-data", o.val_data, log, "glob pattern of validation shards"),
+      integer("--vocab-size", o.vocab_size, 1, 65536, log, "token ids in the shards must be below this"),
+      flag("--check-data", o.check_data, local, "check every shard (header, size, token ids, manifest) and exit; needs no GPU"),
+      text("--log-file", o.log_file, log, "write the step lines here (and JSON lines beside it); must not exist yet"),
+      integer("--layers", o.layers, 2, 256, run, "transformer blocks (even)"),
+      integer("--width", o.width, 8, 16384, run, "model width"),
+      integer("--heads", o.heads, 1, 256, run, "attention heads (width / heads must be 64 or 128)"),
+      integer("--hidden", o.hidden, 8, 65536, run, "MLP hidden width"),
+      fixed("vocab", o.model_vocab),
+      integer("--seq-len", o.seq_len, 1, 1 << 20, run, "tokens per sequence"),
+      integer("--seqs-per-step", o.seqs_per_step, 1, 1024, run, "sequences per step (global batch)"),
+      integer("--steps", o.steps, 1, 1000000, run, "training steps"),
+      integer("--window-blocks", o.window_blocks, 0, 1 << 20, run, "fixed attention window in blocks of 128 tokens; 0: the record's schedule"),
+      text("--window-mask", o.window_mask, run, "uni: q - kv < W; bi: |q - kv| < W", {"uni", "bi"}),
+      text("--window-granularity", o.window_granularity, run, "compare block indices (q/128 - k/128 < N) or tokens (q - k < 128 N)",
+           {"block", "token"}),
+      integer("--causal", o.causal, 0, 1, run, "1: keep k <= q"),
+      integer("--doc-mask", o.doc_mask, 0, 1, run, "1: attend within documents only"),
+      integer<uint64_t>("--seed", o.seed, 0, UINT64_MAX, run, "initialisation seed"),
+      integer("--val-every", o.val_every, 1, 1000000, log, "validate every N steps (and at the end)"),
+      integer("--val-tokens", o.val_tokens, 1LL, 1LL << 40, log, "validation tokens"),
+      text("--checkpoint-dir", o.checkpoint_dir, log,
+           "write checkpoints here (every --checkpoint-every steps and at the end); a new or empty folder, or the one --resume reads from"),
+      integer("--checkpoint-every", o.checkpoint_every, 0, 1000000, log, "steps between checkpoints (0: only at the end)"),
+      text("--resume", o.resume, log, "continue from this checkpoint (same configuration only)"),
+      text("--grad-sync", o.grad_sync, log,
+           "several GPUs: overlap (all-reduce each layer's gradients during the backward) or end (one all-reduce after it)",
+           {"overlap", "end"}),
+      real("--timeout", o.timeout, 1.0, 86400.0, log, "several GPUs: seconds to wait for the other ranks before ending the job"),
+      flag("--check-replicas", o.check_replicas, log, "several GPUs: compare weight checksums across ranks after every step"),
+      integer("--profile", o.profile, 0, 1000000, local, "GPU time by category over this many timed steps, printed at the end"),
+      text("--fault", o.fault, local, "tests only: RANK:STEP:crash|hang|exit makes that rank fail before that step"),
+  };
+}
+
+void apply_preset(Options& o, const std::string& name) {
+  if (name == "default") return;  // the fields' initial values: a short run on GCIDE
+  if (name == "tiny") {
+    o.layers = 2, o.width = 128, o.heads = 2, o.hidden = 512, o.seq_len = 1024, o.steps = 30, o.val_every = 10,
+    o.val_tokens = 8 * 1024;
+    return;
+  }
+  if (name == "speedrun") {  // docs/model.md
+    o.layers = 12, o.width = 768, o.heads = 6, o.hidden = 3072, o.seq_len = 65536, o.steps = 1480, o.val_every = 125,
+    o.val_tokens = 10485760;
+    o.train_data = "data/fineweb10B/fineweb_train_*.bin", o.val_data = "data/fineweb10B/fineweb_val_*.bin";
+    return;
+  }
+  throw CLI::ValidationError("--preset", "unknown preset '" + name + "' (default, tiny, speedrun)");
+}
+
+// Combinations no single flag's check can see.
+void check_combinations(const Options& o, int world) {
+  if (o.layers % 2) throw CLI::ValidationError("--layers", "must be even (the U-net pairs layer i with layer L-1-i)");
+  if (o.width % o.heads || (o.width / o.heads != 64 && o.width / o.heads != 128))
+    throw CLI::ValidationError("--heads", "width / heads must be 64 or 128 (the attention kernel's head sizes)");
+  if (o.width % 8 || o.hidden % 8) throw CLI::ValidationError("--width/--hidden", "must be multiples of 8");
+  if (o.checkpoint_every && o.checkpoint_dir.empty()) throw CLI::ValidationError("--checkpoint-every", "needs --checkpoint-dir");
+  if (o.check_data && (!o.resume.empty() || !o.checkpoint_dir.empty() || !o.log_file.empty()))
+    throw CLI::ValidationError("--check-data", "only checks the shards: it does not go with --resume, --checkpoint-dir or --log-file");
+  if (o.seqs_per_step % world) {
+    std::string ok;
+    for (int n = 1; n <= o.seqs_per_step; n++)
+      if (o.seqs_per_step % n == 0) ok += (ok.empty() ? "" : ", ") + std::to_string(n);
+    throw CLI::ValidationError("--seqs-per-step", "the global batch of " + std::to_string(o.seqs_per_step) + " sequences does not split over " +
+                                                      std::to_string(world) + " GPUs; GPU counts that work: " + ok);
+  }
+  if (!o.fault.empty()) {
+    int rank, step;
+    char kind[16] = {0};
+    if (std::sscanf(o.fault.c_str(), "%d:%d:%15s", &rank, &step, kind) != 3 ||
+        (std::string(kind) != "crash" && std::string(kind) != "hang" && std::string(kind) != "exit"))
+      throw CLI::ValidationError("--fault", "want RANK:STEP:crash|hang|exit, got '" + o.fault + "'");
+  }
+}
+
+}  // namespace
+
+int parse_options(int argc, char** argv, int world, int rank, Options* o) {
+  // The preset sets the defaults first, then the flags override them: a first pass reads only
+  // --preset (in any of CLI11's forms: --preset NAME, --preset=NAME), the second reads every flag.
+  {
+    CLI::App pre;
+    pre.allow_extras();
+    pre.set_help_flag();
+    pre.add_option("--preset", o->preset);
+    try {
+      pre.parse(argc, argv);
+    } catch (const CLI::ParseError&) {
+      // the full parse below reports it
+    }
+  }
+  CLI::App app{"train_gpt: GPT speedrun trainer (C++/CUDA)"};
+  try {
+    apply_preset(*o, o->preset);
+    for (const Row& r : table(*o))
+      if (r.add) r.add(app);
+    app.parse(argc, argv);
+    check_combinations(*o, world);
+  } catch (const CLI::ParseError& e) {
+    if (rank != 0) return e.get_exit_code() == 0 ? 0 : 2;  // rank 0 prints the message
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  return -1;
+}
+
+std::string fingerprint(const Options& o) {
+  Options copy = o;  // the table's rows refer to the fields of the Options they are made from
+  std::string out;
+  for (const Row& r : table(copy)) {
+    if (r.role != Role::kDefinesRun) continue;
+    const Json v = r.value();
+    out += (out.empty() ? "" : " ") + r.key() + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+  }
+  return out;
+}
+
+std::string config_json(const Options& o, const std::string& run_id, int world_size, const std::string& gpu, const std::string& commit) {
+  Options copy = o;
+  Json j;
+  j["event"] = "config";
+  j["run_id"] = run_id;
+  for (const Row& r : table(copy))
+    if (r.role != Role::kLocal) j[r.key()] = r.value();
+  j["world_size"] = world_size;
+  j["gpu"] = gpu;
+  j["git_commit"] = commit;
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // bytes that are not UTF-8 become U+FFFD
+}
+
+}  // namespace train

@@ -35,7 +35,7 @@ comma := ,
 
 BUILD := build
 TOOLS := $(BUILD)/prepare $(BUILD)/tokenize
-ATTN_OBJS := $(BUILD)/attention/attention_fwd.o $(BUILD)/attention/attention_bwd.o \
+ATTN_OBJS := $(BUILD)/attention/dispatch.o $(BUILD)/attention/bwd_preprocess.o $(BUILD)/attention/attention_fwd.o $(BUILD)/attention/attention_bwd.o \
              $(BUILD)/attention/attention_fwd_sm90.o $(BUILD)/attention/attention_bwd_sm90.o
 CPU_TESTS := $(BUILD)/tests/test_data $(BUILD)/tests/test_attention_cpu $(BUILD)/tests/test_model_cpu \
              $(BUILD)/tests/test_optimizer_cpu $(BUILD)/tests/test_loader_log $(BUILD)/tests/test_checkpoint \
@@ -141,10 +141,11 @@ test: train_gpt $(TOOLS) $(CPU_TESTS) attention/attn_run
 
 test-gpu: $(GPU_TESTS) attention/attn_run $(BUILD)/model_dump train_gpt
 	@nvidia-smi -L >/dev/null 2>&1 || { echo "test-gpu: no GPU on this machine (nvidia-smi finds none)"; exit 1; }
-	$(BUILD)/tests/test_attention_gpu
-	ATTN_SM90_DQ=fused $(BUILD)/tests/test_attention_gpu  # on Hopper: each sm90 backward on every mask (the
-	ATTN_SM90_DQ=pass $(BUILD)/tests/test_attention_gpu   # first run took the default choice per mask)
-	ATTN_KERNELS=sm80 $(BUILD)/tests/test_attention_gpu  # the mma.sync kernels too (on Hopper the first run took wgmma's)
+	$(BUILD)/tests/test_attention_gpu                   # the kernels this GPU runs by default
+	$(BUILD)/tests/test_attention_gpu --kernels sm80    # the mma.sync kernels too (on Hopper the first run took wgmma's)
+	@if nvidia-smi --query-gpu=compute_cap --format=csv,noheader | grep -q '^9'; then \
+	  echo "$(BUILD)/tests/test_attention_gpu --kernels sm90 --sm90-backward fused"; $(BUILD)/tests/test_attention_gpu --kernels sm90 --sm90-backward fused && \
+	  echo "$(BUILD)/tests/test_attention_gpu --kernels sm90 --sm90-backward two-kernels"; $(BUILD)/tests/test_attention_gpu --kernels sm90 --sm90-backward two-kernels; fi
 	$(BUILD)/tests/test_layers_gpu
 	$(BUILD)/tests/test_model_gpu
 	$(PYTHON) tests/test_attn_run.py attention/attn_run

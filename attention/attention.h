@@ -9,6 +9,11 @@
 // The backward is deterministic: the same inputs give the same bits. The sm80 kernels compute
 // dQ in a pass of its own; the sm90 kernel adds each key block's share of a query tile's dQ in a
 // fixed order (attention_bwd_sm90.cu).
+//
+// Which kernels run is chosen in one place, dispatch.cu, from the device's compute capability
+// and a KernelChoice that tools and tests may set (the library reads no environment):
+//   compute capability 9.x and sm90a code in the binary: the wgmma kernels (attention_*_sm90.cu);
+//   otherwise the mma.sync kernels (attention_fwd.cu, attention_bwd.cu), sm80 and newer.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -16,6 +21,21 @@
 #include "attention/mask.h"
 
 namespace attn {
+
+struct KernelChoice {
+  enum class Family { kAuto, kSm80, kSm90 };
+  enum class Sm90Backward { kAuto, kFused, kTwoKernels };
+  Family family = Family::kAuto;                   // kAuto: sm90 on Hopper when the binary holds its code
+  Sm90Backward sm90_backward = Sm90Backward::kAuto;  // kAuto: fused for D = 128, two kernels for D = 64
+  int sm80_forward_block_n = 64;                   // the sm80 forward's key tile: 64 or 32
+};
+// For every call that follows (process-wide). kSm90 on a device that cannot run it makes the
+// calls fail with cudaErrorNotSupported.
+void set_kernel_choice(const KernelChoice& choice);
+KernelChoice kernel_choice();
+// Which kernels a call with head dim D runs on the current device, in words ("sm90 (wgmma),
+// fused backward"), for tests and benchmarks to say what they measured.
+const char* kernels_in_use(int D);
 
 // Bytes of device workspace attention_backward needs (per row rowsum(dO * O) and lse in log2
 // units; the fp32 dQ sums, about 4 T H D bytes; a count per query tile of 64).

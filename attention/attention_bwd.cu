@@ -4,7 +4,7 @@
 //   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - Drow),  dQ = scale dS K,  dK = scale dS^T Q
 //   Q, K, V, O, dO, dQ, dK, dV: bf16 [T, H, D];  lse, Drow: fp32 [H, T];  D in {64, 128}.
 //
-// Three kernels: the Drow pre-pass; dK/dV, one block per 64 keys walking the query tiles that
+// Two kernels after the pre-pass (bwd_preprocess.cu: Drow): dK/dV, one block per 64 keys walking the query tiles that
 // see them (query_range, classify_tile), accumulating in registers; dQ, one block per 64
 // queries walking key tiles like the forward. Computing dQ in its own pass costs two extra
 // small matmuls per tile (S and dP again) but leaves every output written by one block, in
@@ -12,7 +12,7 @@
 #include <cmath>
 
 #include "attention/attention.h"
-#include "attention/attention_sm90.h"
+#include "attention/kernels.h"
 #include "attention/mma.cuh"
 #include "attention/softmax.cuh"
 
@@ -21,28 +21,6 @@ using namespace sm80;
 
 constexpr int kBwdBlock = 64, kBwdThreads = 128;
 
-size_t backward_workspace_bytes(int T, int H, int D) { return BwdWorkspace::bytes(T, H, D); }
-
-// Drow[h, i] = sum_d dO[i, h, d] * O[i, h, d], lse2[h, i] = lse_log2(lse[h, i]); one warp per (i, h).
-template <int D>
-__global__ void attention_bwd_drow_kernel(const bf16* __restrict__ O, const bf16* __restrict__ dO, const float* __restrict__ LSE,
-                                          float* __restrict__ drow, float* __restrict__ lse2, int T, int H) {
-  const int w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
-  if (w >= T * H) return;
-  const int i = w / H, h = w % H;
-  const size_t off = (size_t)i * H * D + (size_t)h * D;
-  float s = 0.f;
-  for (int d = 2 * lane; d < D; d += 64) {
-    float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(O + off + d));
-    float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dO + off + d));
-    s += a.x * b.x + a.y * b.y;
-  }
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
-  if (lane == 0) {
-    drow[(size_t)h * T + i] = s;
-    lse2[(size_t)h * T + i] = lse_log2(LSE[(size_t)h * T + i]);
-  }
-}
 
 // ---------------------------------------------------------------------------------- dQ
 template <int D>
@@ -230,20 +208,14 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_dkdv_kernel(
 }
 
 template <int D>
-static cudaError_t launch_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const bf16* dout,
-                              const float* lse, bf16* dq, bf16* dk, bf16* dv, const BwdWorkspace& ws, int T, int H,
-                              const MaskDesc& mask, cudaStream_t stream) {
-  float* drow = ws.drow;
+static cudaError_t launch_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse, bf16* dq,
+                              bf16* dk, bf16* dv, const BwdWorkspace& ws, int T, int H, const MaskDesc& mask,
+                              cudaStream_t stream) {
+  const float* drow = ws.drow;
   const MaskBounds mb = make_bounds(mask, T);
   const float scale = (float)(1.0 / std::sqrt((double)D)), scale_log2 = (float)(M_LOG2E / std::sqrt((double)D));
-  const int warps = 8;
-  attention_bwd_drow_kernel<D><<<(T * H + warps - 1) / warps, warps * 32, 0, stream>>>(o, dout, lse, ws.drow, ws.lse2, T, H);
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return err;
-  if (use_sm90_kernels()) return attention_backward_sm90(q, k, v, dout, dq, dk, dv, ws, T, H, D, mask, stream);
-
   const size_t smem_dkdv = (size_t)6 * kBwdBlock * D * sizeof(bf16) + 4 * kBwdBlock * sizeof(float);
-  err = cudaFuncSetAttribute(attention_bwd_dkdv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dkdv);
+  cudaError_t err = cudaFuncSetAttribute(attention_bwd_dkdv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dkdv);
   if (err != cudaSuccess) return err;
   dim3 grid((T + kBwdBlock - 1) / kBwdBlock, H);
   attention_bwd_dkdv_kernel<D><<<grid, kBwdThreads, smem_dkdv, stream>>>(q, k, v, dout, lse, drow, dk, dv, T, H, mb, scale_log2, scale);
@@ -257,14 +229,11 @@ static cudaError_t launch_bwd(const bf16* q, const bf16* k, const bf16* v, const
   return cudaGetLastError();
 }
 
-cudaError_t attention_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const bf16* dout,
-                               const float* lse, bf16* dq, bf16* dk, bf16* dv, void* workspace, int T, int H, int D,
-                               const MaskDesc& mask, cudaStream_t stream) {
-  if (T < 1 || H < 1 || mask.window < 0 || !workspace) return cudaErrorInvalidValue;
-  if (D != 64 && D != 128) return cudaErrorInvalidValue;
-  const BwdWorkspace ws = BwdWorkspace::carve(workspace, T, H, D);
-  if (D == 64) return launch_bwd<64>(q, k, v, o, dout, lse, dq, dk, dv, ws, T, H, mask, stream);
-  if (D == 128) return launch_bwd<128>(q, k, v, o, dout, lse, dq, dk, dv, ws, T, H, mask, stream);
+cudaError_t attention_backward_sm80(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse, bf16* dq,
+                                    bf16* dk, bf16* dv, const BwdWorkspace& ws, int T, int H, int D, const MaskDesc& mask,
+                                    cudaStream_t stream) {
+  if (D == 64) return launch_bwd<64>(q, k, v, dout, lse, dq, dk, dv, ws, T, H, mask, stream);
+  if (D == 128) return launch_bwd<128>(q, k, v, dout, lse, dq, dk, dv, ws, T, H, mask, stream);
   return cudaErrorInvalidValue;
 }
 

@@ -5,7 +5,7 @@
 //   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - Drow),  dQ = scale dS K,  dK = scale dS^T Q
 //   Q, K, V, dO, dQ, dK, dV: bf16 [T, H, D];  lse, Drow: fp32 [H, T];  D in {64, 128}.
 //
-// Two ways, both deterministic (use_fused_bwd picks one):
+// Two ways, both deterministic (dispatch.cu picks one: KernelChoice in attention.h):
 // - fused (D = 128 by default): one block of two warpgroups owns 128 keys (64 a warpgroup) and
 //   walks the query tiles of 64 that see them. Per tile, each warpgroup computes
 //     S^T = K Q^T, dP^T = V dO^T          wgmma, operands in shared memory
@@ -20,10 +20,8 @@
 // Tiles stream through shared buffers with cp.async, signalled by mbarriers (wgmma.cuh TilePipe:
 // a buffer is rewritten once every warp has released it).
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
-#include "attention/attention_sm90.h"
+#include "attention/kernels.h"
 #include "attention/own_intervals.cuh"
 #include "attention/softmax.cuh"
 #include "attention/wgmma.cuh"
@@ -34,7 +32,7 @@ constexpr int kB90Own = 128, kB90Walk = 64, kB90Threads = 256, kB90Stages = 4;
 [[maybe_unused]] constexpr int kB90Ahead = kB90Stages - 2;  // tiles loaded ahead of the one computed
 
 __device__ __forceinline__ unsigned char* align1024(unsigned char* p) {
-  return p + ((1024 - (sm80::smem_addr(p) & 1023)) & 1023);
+  return p + ((1024 - (smem_addr(p) & 1023)) & 1023);
 }
 
 // This thread's copies of query tile qt for the kernels that own keys: Q and dO rows into
@@ -50,7 +48,7 @@ __device__ __forceinline__ void load_query_tile(bf16* sQ, bf16* sdO, float* sLse
   for (int r = threadIdx.x; r < 2 * BQ; r += kB90Threads) {
     const int j = r % BQ, row = qs + j;
     const float* src = (r < BQ ? LSE2 : drow) + (size_t)h * T + (row < T ? row : 0);
-    sm80::cp_async4(sm80::smem_addr((r < BQ ? sLse : sDr) + st * BQ + j), src, row < T);
+    cp_async4(smem_addr((r < BQ ? sLse : sDr) + st * BQ + j), src, row < T);
   }
 }
 
@@ -161,8 +159,8 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     if (it > 0) pipe.release(it - 1);
 #pragma unroll
     for (int j = 0; j < BQ / 16; j++) {
-      sm80::c_to_a(pa[j], s[2 * j], s[2 * j + 1]);
-      sm80::c_to_a(dsa[j], dp[2 * j], dp[2 * j + 1]);
+      c_to_a(pa[j], s[2 * j], s[2 * j + 1]);
+      c_to_a(dsa[j], dp[2 * j], dp[2 * j + 1]);
     }
     ahead.push(after, kind_after);
     it++;
@@ -177,10 +175,10 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     reg_fence(dk);
     reg_fence(dv);
   }
-  sm80::cp_async_wait<0>();
+  cp_async_wait<0>();
   const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.f, 1.f};
-  sm80::store_rows<D>(dK, dk, key0, T, H, h, lane, dk_scale);
-  sm80::store_rows<D>(dV, dv, key0, T, H, h, lane, dv_scale);
+  store_rows<D>(dK, dk, key0, T, H, h, lane, dk_scale);
+  store_rows<D>(dV, dv, key0, T, H, h, lane, dv_scale);
 #else
   __trap();  // built for another architecture: the launcher only picks this kernel on sm90
 #endif
@@ -280,7 +278,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     reg_fence(acc);
     if (it > 0) pipe.release(it - 1);
 #pragma unroll
-    for (int j = 0; j < BK / 16; j++) sm80::c_to_a(dsa[j], dp[2 * j], dp[2 * j + 1]);
+    for (int j = 0; j < BK / 16; j++) c_to_a(dsa[j], dp[2 * j], dp[2 * j + 1]);
     ahead.push(after, kind_after);
     it++;
   }
@@ -291,9 +289,9 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     wgmma_wait<0>();
     reg_fence(acc);
   }
-  sm80::cp_async_wait<0>();
+  cp_async_wait<0>();
   const float dq_scale[2] = {scale, scale};
-  sm80::store_rows<D>(dQ, acc, row0, T, H, h, lane, dq_scale);
+  store_rows<D>(dQ, acc, row0, T, H, h, lane, dq_scale);
 #else
   __trap();  // built for another architecture: the launcher only picks this kernel on sm90
 #endif
@@ -388,7 +386,7 @@ __device__ __forceinline__ void count_prev_then_add(unsigned* prev, bool count_p
       "@pa cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%1], [%2], %3;\n"
       "@ps cp.async.bulk.global.shared::cta.bulk_group [%1], [%2], %3;\n"
       "@p cp.async.bulk.commit_group;\n}\n" ::"l"(prev),
-      "l"(dst), "r"(sm80::smem_addr(src)), "r"(bytes), "r"((int)issue), "r"((int)add), "r"((int)count_prev)
+      "l"(dst), "r"(smem_addr(src)), "r"(bytes), "r"((int)issue), "r"((int)add), "r"((int)count_prev)
       : "memory");
 }
 // Waits until the bulk operations of the issuing thread have read their shared memory.
@@ -569,8 +567,8 @@ __global__ void __launch_bounds__(kB90Threads, 1)
 #pragma unroll
       for (int r = 0; r < 2; r++) {
         const int o = sw128<BK>(prow + 8 * r, nb) + 2 * (lane & 3);
-        *reinterpret_cast<uint32_t*>(sP + o) = sm80::pack_bf16(s[nb][2 * r], s[nb][2 * r + 1]);
-        *reinterpret_cast<uint32_t*>(sdS + o) = sm80::pack_bf16(dp[nb][2 * r], dp[nb][2 * r + 1]);
+        *reinterpret_cast<uint32_t*>(sP + o) = pack_bf16(s[nb][2 * r], s[nb][2 * r + 1]);
+        *reinterpret_cast<uint32_t*>(sdS + o) = pack_bf16(dp[nb][2 * r], dp[nb][2 * r + 1]);
       }
     if (it > 0) stage_dq();
     fence_proxy_async();
@@ -600,10 +598,10 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     add_dq_share(prev_tile, prev_range, ~0u);
     finish_pending();
   }
-  sm80::cp_async_wait<0>();
+  cp_async_wait<0>();
   const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.f, 1.f};
-  sm80::store_rows<D>(dK, dk, key0, T, H, h, lane, dk_scale);
-  sm80::store_rows<D>(dV, dv, key0, T, H, h, lane, dv_scale);
+  store_rows<D>(dK, dk, key0, T, H, h, lane, dk_scale);
+  store_rows<D>(dV, dv, key0, T, H, h, lane, dv_scale);
 #else
   __trap();  // built for another architecture: the launcher only picks this kernel on sm90
 #endif
@@ -632,34 +630,16 @@ static cudaError_t side_stream(SideStream*& out) {
   return cudaSuccess;
 }
 
-// Which backward: the fused kernel (dQ added in order) or dK/dV and dQ in two kernels (dQ
-// recomputing S and dP). Measured on H200 (bench/RESULTS.md, same calls): the fused one is 6-10%
-// faster with documents (shorter walks) and 0-4% without; its fp32 dQ additions cost L2
-// bandwidth in proportion to the walk, which is why it does not gain the full 2/7 of the matmuls
-// it saves. D = 64 keeps the two kernels (the fused kernel's D = 64 dQ matmul runs on one
-// warpgroup, serialized). ATTN_SM90_DQ=fused or =pass in the environment forces one.
-static bool use_fused_bwd(int D) {
-  static const int forced = [] {
-    const char* e = std::getenv("ATTN_SM90_DQ");
-    if (!e) return -1;
-    if (std::strcmp(e, "fused") == 0) return 1;
-    if (std::strcmp(e, "pass") == 0) return 0;
-    return -1;
-  }();
-  if (forced >= 0) return forced == 1;
-  return D == 128;
-}
-
 template <int D>
 static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, bf16* dq, bf16* dk,
-                                   bf16* dv, const BwdWorkspace& ws, int T, int H, const MaskDesc& mask,
+                                   bf16* dv, const BwdWorkspace& ws, int T, int H, const MaskDesc& mask, bool fused,
                                    cudaStream_t stream) {
   const MaskBounds mb = make_bounds(mask, T);
   const float scale = (float)(1.0 / std::sqrt((double)D)), scale_log2 = (float)(M_LOG2E / std::sqrt((double)D));
   const dim3 grid((T + kB90Own - 1) / kB90Own, H);
   cudaError_t err;
 
-  if (use_fused_bwd(D)) {
+  if (fused) {
     const int n_tiles = (T + kB90Walk - 1) / kB90Walk;
     if ((err = cudaMemsetAsync(ws.dq_count, 0, (size_t)H * n_tiles * sizeof(unsigned), stream)) != cudaSuccess) return err;
     attention_bwd_dq_ranges_kernel<<<(n_tiles + 255) / 256, 256, 0, stream>>>(mb, ws.dq_ranges, n_tiles);
@@ -698,10 +678,10 @@ static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
 }
 
 cudaError_t attention_backward_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, bf16* dq, bf16* dk,
-                                    bf16* dv, const BwdWorkspace& ws, int T, int H, int D, const MaskDesc& mask,
+                                    bf16* dv, const BwdWorkspace& ws, int T, int H, int D, const MaskDesc& mask, bool fused,
                                     cudaStream_t stream) {
-  if (D == 64) return launch_bwd_sm90<64>(q, k, v, dout, dq, dk, dv, ws, T, H, mask, stream);
-  if (D == 128) return launch_bwd_sm90<128>(q, k, v, dout, dq, dk, dv, ws, T, H, mask, stream);
+  if (D == 64) return launch_bwd_sm90<64>(q, k, v, dout, dq, dk, dv, ws, T, H, mask, fused, stream);
+  if (D == 128) return launch_bwd_sm90<128>(q, k, v, dout, dq, dk, dv, ws, T, H, mask, fused, stream);
   return cudaErrorInvalidValue;
 }
 

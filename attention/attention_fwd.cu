@@ -11,10 +11,9 @@
 // double-buffered with cp.async. Softmax is online in the log2 domain. Query tiles run longest
 // first (the last tiles see the most keys under a causal mask).
 #include <cmath>
-#include <cstdlib>
 
 #include "attention/attention.h"
-#include "attention/attention_sm90.h"
+#include "attention/kernels.h"
 #include "attention/mma.cuh"
 #include "attention/softmax.cuh"
 
@@ -149,25 +148,12 @@ static cudaError_t launch_fwd_n(const bf16* q, const bf16* k, const bf16* v, bf1
   return cudaGetLastError();
 }
 
-// Key tile width: 64 by default; ATTN_FWD_BLOCK_N=32 selects the narrower tile (fewer score
-// registers) for benchmarking the two against each other.
-template <int D>
-static cudaError_t launch_fwd(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, int T, int H,
-                              const MaskDesc& mask, cudaStream_t stream) {
-  static const int block_n = [] {
-    const char* e = std::getenv("ATTN_FWD_BLOCK_N");
-    return e && std::atoi(e) == 32 ? 32 : 64;
-  }();
-  if (block_n == 32) return launch_fwd_n<D, 32>(q, k, v, o, lse, T, H, mask, stream);
-  return launch_fwd_n<D, 64>(q, k, v, o, lse, T, H, mask, stream);
-}
-
-cudaError_t attention_forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, int T, int H, int D,
-                              const MaskDesc& mask, cudaStream_t stream) {
-  if (T < 1 || H < 1 || mask.window < 0) return cudaErrorInvalidValue;
-  if ((D == 64 || D == 128) && use_sm90_kernels()) return attention_forward_sm90(q, k, v, o, lse, T, H, D, mask, stream);
-  if (D == 64) return launch_fwd<64>(q, k, v, o, lse, T, H, mask, stream);
-  if (D == 128) return launch_fwd<128>(q, k, v, o, lse, T, H, mask, stream);
+// Key tile width: 64 by default; 32 (fewer score registers) to compare the two
+// (KernelChoice::sm80_fwd_block_n).
+cudaError_t attention_forward_sm80(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, int T, int H, int D,
+                                   const MaskDesc& mask, int block_n, cudaStream_t stream) {
+  if (D == 64) return block_n == 32 ? launch_fwd_n<64, 32>(q, k, v, o, lse, T, H, mask, stream) : launch_fwd_n<64, 64>(q, k, v, o, lse, T, H, mask, stream);
+  if (D == 128) return block_n == 32 ? launch_fwd_n<128, 32>(q, k, v, o, lse, T, H, mask, stream) : launch_fwd_n<128, 64>(q, k, v, o, lse, T, H, mask, stream);
   return cudaErrorInvalidValue;
 }
 

@@ -15,10 +15,8 @@
 // mbarriers (wgmma.cuh TilePipe), so that the two warpgroups drift apart instead of meeting at a
 // block barrier every tile (measured: 10% faster).
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
-#include "attention/attention_sm90.h"
+#include "attention/kernels.h"
 #include "attention/own_intervals.cuh"
 #include "attention/softmax.cuh"
 #include "attention/wgmma.cuh"
@@ -104,7 +102,7 @@ __global__ void __launch_bounds__(kF90Threads, 1)
     if (it > 0) pipe.release(it - 1);
     OnlineSoftmax::rescale(acc, alpha);
 #pragma unroll
-    for (int j = 0; j < BN / 16; j++) sm80::c_to_a(pa[j], s[2 * j], s[2 * j + 1]);
+    for (int j = 0; j < BN / 16; j++) c_to_a(pa[j], s[2 * j], s[2 * j + 1]);
     ahead.push(after, kind_after);
     it++;
   }
@@ -115,12 +113,12 @@ __global__ void __launch_bounds__(kF90Threads, 1)
     wgmma_wait<0>();
     reg_fence(acc);
   }
-  sm80::cp_async_wait<0>();
+  cp_async_wait<0>();
 
   // epilogue: O = acc / l, lse = (m + log2 l) * ln 2
   float inv[2], lse[2];
   sm.finish(inv, lse);
-  sm80::store_rows<D>(O, acc, row0, T, H, h, lane, inv);
+  store_rows<D>(O, acc, row0, T, H, h, lane, inv);
 #pragma unroll
   for (int r = 0; r < 2; r++)
     if (row0 + 8 * r < T && (lane & 3) == 0) LSE[(size_t)h * T + row0 + 8 * r] = lse[r];
@@ -143,21 +141,9 @@ static cudaError_t launch_fwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
   return cudaGetLastError();
 }
 
-bool use_sm90_kernels() {
-  static int cached[64];  // per device: 0 unknown, 1 yes, 2 no
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
-  if (cached[dev] == 0) {
-    const char* e = std::getenv("ATTN_KERNELS");
-    int major = 0;
-    cudaFuncAttributes attr{};
-    const bool ok = !(e && std::strcmp(e, "sm80") == 0) &&
-                    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major == 9 &&
-                    // the binary holds sm90a code (not only PTX of an older architecture)
-                    cudaFuncGetAttributes(&attr, attention_fwd_sm90_kernel<128, 3>) == cudaSuccess && attr.ptxVersion >= 90;
-    cached[dev] = ok ? 1 : 2;
-  }
-  return cached[dev] == 1;
+bool sm90_code_present() {
+  cudaFuncAttributes attr{};
+  return cudaFuncGetAttributes(&attr, attention_fwd_sm90_kernel<128, 3>) == cudaSuccess && attr.ptxVersion >= 90;
 }
 
 cudaError_t attention_forward_sm90(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, int T, int H,

@@ -1,5 +1,6 @@
-// sm80 building blocks for the attention tile loops: cp.async tile loads into XOR-swizzled
-// shared memory, ldmatrix fragment loads, and the m16n8k16 bf16 tensor-core MMA.
+// sm80 building blocks for the attention tile loops: tile loads into XOR-swizzled shared memory,
+// ldmatrix fragment loads, and the m16n8k16 bf16 tensor-core MMA (the primitives shared with the
+// sm90 kernels are in primitives.cuh).
 //
 // Fragment layouts of mma.m16n8k16 (g = lane / 4, t = lane % 4):
 //   A 16x16: a0 (row g, cols 2t..2t+1), a1 (row g+8, same), a2 (row g, cols 2t+8..), a3 (row g+8, ..)
@@ -15,29 +16,18 @@
 
 #include <cstdint>
 
+#include "attention/primitives.cuh"
+
 namespace attn {
 namespace sm80 {
 
 typedef __nv_bfloat16 bf16;
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 // Element offset of (row, chunk of 8 elements) in a swizzled tile with D columns.
 template <int D>
 __device__ __forceinline__ int swz(int row, int chunk) {
   return row * D + ((chunk ^ (row & 7)) << 3);
-}
-
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 // Loads rows [row0, row0 + ROWS) of head h of a [T, H, D] tensor into a swizzled tile;
@@ -89,19 +79,6 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-
-// A fragment for k16 block j from C tiles 2j and 2j+1 (see the layout note above).
-__device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
-  a[0] = pack_bf16(c0[0], c0[1]);
-  a[1] = pack_bf16(c0[2], c0[3]);
-  a[2] = pack_bf16(c1[0], c1[1]);
-  a[3] = pack_bf16(c1[2], c1[3]);
-}
-
 // Acc[16 x 8*NB] += A[16 x 16*KK] (fragments in registers) * B^T where B is a [n][k] smem tile.
 template <int D, int NB, int KK>
 __device__ __forceinline__ void mma_a_reg_bt(float (&acc)[NB][4], const uint32_t (&a)[KK][4], const bf16* b, int lane) {
@@ -131,23 +108,6 @@ __device__ __forceinline__ void mma_c_reg_b(float (&acc)[D / 8][4], const float 
       mma(acc[2 * p], a, r[0], r[1]);
       mma(acc[2 * p + 1], a, r[2], r[3]);
     }
-  }
-}
-
-// Writes this thread's two rows (row0 and row0 + 8, g = lane / 4 of a 16-row block) of a
-// C-layout accumulator with D columns as bf16 into head h of a [T, H, D] tensor, row r scaled
-// by scale[r]; rows at or past T are skipped.
-template <int D>
-__device__ __forceinline__ void store_rows(bf16* out, const float (&acc)[D / 8][4], int row0, int T, int H, int h, int lane,
-                                           const float (&scale)[2]) {
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-    const int row = row0 + 8 * r;
-    if (row >= T) continue;
-    bf16* p = out + (size_t)row * H * D + (size_t)h * D + 2 * (lane & 3);
-#pragma unroll
-    for (int nb = 0; nb < D / 8; nb++)
-      *reinterpret_cast<__nv_bfloat162*>(p + nb * 8) = __floats2bfloat162_rn(acc[nb][2 * r] * scale[r], acc[nb][2 * r + 1] * scale[r]);
   }
 }
 

@@ -11,7 +11,7 @@
 //             as stored; dQ = dS K with dS^T and K as stored).
 //   wgmma_rs: A from registers, B "MN-major" (rows of B contiguous in n): O += P V with V as
 //             stored ([key][d]: k = key, n = d).
-// Register fragments are those of mma.m16n8k16 (mma.cuh), warp w of the warpgroup holding rows
+// Register fragments are those of mma.m16n8k16 (primitives.cuh), warp w of the warpgroup holding rows
 // 16w..16w+15: accumulator d[j][0..3] = (row g, cols 8j+2t, +1), (row g+8, same); A fragment as
 // mma's A. So c_to_a turns two accumulator blocks into the A fragment of the next wgmma.
 //
@@ -30,14 +30,12 @@
 
 #include <cstdint>
 
-#include "attention/mma.cuh"
+#include "attention/primitives.cuh"
 
 namespace attn {
 namespace sm90 {
 
 typedef __nv_bfloat16 bf16;
-using sm80::cp_async16;
-using sm80::smem_addr;
 
 // Element offset of (row, 8-element chunk c) in an SW128 tile of ROWS rows.
 template <int ROWS>
@@ -134,7 +132,7 @@ struct TilePipe {
   }
   // After this thread's copies of tile i are issued.
   __device__ __forceinline__ void arrive_full(int i) {
-    sm80::cp_async_commit();
+    cp_async_commit();
     mbar_arrive_cp_async(&full[i % STAGES]);
   }
   // Before reading tile i (its data then also visible to wgmma).

@@ -52,6 +52,11 @@ static double kept_pairs(int T, const BenchCase& c, const std::vector<int32_t>& 
 int main(int argc, char** argv) {
   const int T = 65536, H = 6, D = 128, kSets = 3, kWarm = 3, kReps = 20;
   const char* json_path = argc > 1 ? argv[1] : "bench_attention.json";
+  if (const char* k = std::getenv("ATTN_KERNELS"); k && std::string(k) == "sm80") {  // to compare the two families
+    attn::KernelChoice c;
+    c.family = attn::KernelChoice::Family::kSm80;
+    attn::set_kernel_choice(c);
+  }
   cudaDeviceProp prop;
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
   const size_t n = (size_t)T * H * D;

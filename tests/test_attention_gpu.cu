@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "attention/attention.h"
-#include "attention/attention_sm90.h"
+#include "attention/kernels.h"
 #include "tests/cuda_check.h"
 #include "attention/reference.h"
 #include "tests/check.h"
@@ -213,7 +213,27 @@ static void check_case(const Case& c) {
   release(b);
 }
 
-int main() {
+// test_attention_gpu [--kernels auto|sm80|sm90] [--sm90-backward auto|fused|two-kernels]: the
+// kernel choice to test (attention.h KernelChoice); make test-gpu runs every choice the GPU has.
+int main(int argc, char** argv) {
+  attn::KernelChoice choice;
+  for (int i = 1; i < argc; i++) {
+    const std::string a = argv[i], v = i + 1 < argc ? argv[i + 1] : "";
+    if (a == "--kernels" && (v == "auto" || v == "sm80" || v == "sm90")) {
+      choice.family = v == "sm80" ? attn::KernelChoice::Family::kSm80 : v == "sm90" ? attn::KernelChoice::Family::kSm90
+                                                                                     : attn::KernelChoice::Family::kAuto;
+    } else if (a == "--sm90-backward" && (v == "auto" || v == "fused" || v == "two-kernels")) {
+      choice.sm90_backward = v == "fused" ? attn::KernelChoice::Sm90Backward::kFused
+                             : v == "two-kernels" ? attn::KernelChoice::Sm90Backward::kTwoKernels
+                                                  : attn::KernelChoice::Sm90Backward::kAuto;
+    } else {
+      std::fprintf(stderr, "test_attention_gpu: bad argument '%s' (--kernels auto|sm80|sm90, --sm90-backward auto|fused|two-kernels)\n",
+                   a.c_str());
+      return 2;
+    }
+    i++;
+  }
+  attn::set_kernel_choice(choice);
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     std::printf("test_attention_gpu: no GPU\n");
@@ -221,11 +241,8 @@ int main() {
   }
   cudaDeviceProp prop;
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
-  const char* dq_path = std::getenv("ATTN_SM90_DQ");
-  std::printf("device: %s; kernels: %s%s%s\n", prop.name,
-              attn::use_sm90_kernels() ? "sm90 (wgmma)" : "sm80 (mma.sync; ATTN_KERNELS=sm80 or not a Hopper GPU)",
-              attn::use_sm90_kernels() && dq_path ? ", backward forced by ATTN_SM90_DQ=" : "",
-              attn::use_sm90_kernels() && dq_path ? dq_path : "");
+  CUDA_OK(cudaSetDevice(0));
+  std::printf("device: %s; kernels: D = 128: %s; D = 64: %s\n", prop.name, attn::kernels_in_use(128), attn::kernels_in_use(64));
   table = std::fopen("attention_errors.txt", "w");
 
   std::vector<Case> cases;

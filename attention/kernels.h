@@ -1,7 +1,10 @@
-// Hopper (sm90a) kernels behind attention.h: same arguments, same results (within bf16
-// rounding of a different accumulation order), chosen at run time on a device of compute
-// capability 9.x. ATTN_KERNELS=sm80 in the environment keeps the sm80 kernels everywhere (to
-// compare the two).
+// The kernel families behind attention.h (internal: dispatch.cu is their only caller). Each
+// family takes the same arguments and gives the same results within bf16 rounding of a
+// different accumulation order:
+//   sm80 (mma.sync, attention_fwd.cu, attention_bwd.cu): any GPU of compute capability 8.0 on;
+//   sm90 (wgmma, attention_fwd_sm90.cu, attention_bwd_sm90.cu): Hopper, when the binary holds
+//   sm90a code.
+// The backward of both runs after the pre-pass (bwd_preprocess.cu) has filled drow and lse2.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -12,9 +15,11 @@ namespace attn {
 
 typedef __nv_bfloat16 bf16;
 
-// True when the current device runs the sm90 kernels (checked once per device).
-bool use_sm90_kernels();
+// True when this binary holds sm90a code for the kernels (not only PTX of an older architecture).
+bool sm90_code_present();
 
+cudaError_t attention_forward_sm80(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, int T, int H,
+                                   int D, const MaskDesc& mask, int block_n, cudaStream_t stream);
 cudaError_t attention_forward_sm90(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, int T, int H,
                                    int D, const MaskDesc& mask, cudaStream_t stream);
 
@@ -52,9 +57,16 @@ struct BwdWorkspace {
   }
 };
 
-// After attention_backward's pre-pass has filled ws.drow and ws.lse2.
+// drow = rowsum(dO * O) and lse2 = lse in log2 units, into the workspace (bwd_preprocess.cu).
+cudaError_t attention_bwd_preprocess(const bf16* o, const bf16* dout, const float* lse, const BwdWorkspace& ws, int T, int H,
+                                     int D, cudaStream_t stream);
+
+// After the pre-pass. sm90: fused (dQ added in order by the dK/dV kernel) or two kernels.
+cudaError_t attention_backward_sm80(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse, bf16* dq,
+                                    bf16* dk, bf16* dv, const BwdWorkspace& ws, int T, int H, int D, const MaskDesc& mask,
+                                    cudaStream_t stream);
 cudaError_t attention_backward_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, bf16* dq, bf16* dk,
-                                    bf16* dv, const BwdWorkspace& ws, int T, int H, int D, const MaskDesc& mask,
+                                    bf16* dv, const BwdWorkspace& ws, int T, int H, int D, const MaskDesc& mask, bool fused,
                                     cudaStream_t stream);
 
 }  // namespace attn

@@ -13,6 +13,7 @@
 
 #include "attention/attention.h"
 #include "attention/kernels.h"
+#include "attention/tile_scheduler.cuh"
 #include "attention/mma.cuh"
 #include "attention/softmax.cuh"
 
@@ -35,7 +36,7 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_dq_kernel(
   bf16* sV = sK + 2 * kBwdBlock * D;  // 2 buffers
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n_qt = (T + kBwdBlock - 1) / kBwdBlock;
-  const int q0 = (n_qt - 1 - blockIdx.x) * kBwdBlock, h = blockIdx.y;
+  const int q0 = query_tile_longest_first(n_qt) * kBwdBlock, h = blockIdx.y;
 
   int k_lo, k_hi;
   key_range(mb, q0, q0 + kBwdBlock, k_lo, k_hi);

@@ -21,14 +21,16 @@
 // a buffer is rewritten once every warp has released it).
 #include <cmath>
 
+#include "attention/dq_order.cuh"
 #include "attention/kernels.h"
 #include "attention/own_intervals.cuh"
 #include "attention/softmax.cuh"
+#include "attention/tile_scheduler.cuh"
 #include "attention/wgmma.cuh"
 
 namespace attn {
 
-constexpr int kB90Own = 128, kB90Walk = 64, kB90Threads = 256, kB90Stages = 4;
+constexpr int kB90Threads = 256, kB90Stages = 4;
 [[maybe_unused]] constexpr int kB90Ahead = kB90Stages - 2;  // tiles loaded ahead of the one computed
 
 __device__ __forceinline__ unsigned char* align1024(unsigned char* p) {
@@ -210,7 +212,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   pipe.empty = pipe.full + S;
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
   const int n_qt = (T + BQ - 1) / BQ;
-  const int q0 = (n_qt - 1 - blockIdx.x) * BQ, h = blockIdx.y;
+  const int q0 = query_tile_longest_first(n_qt) * BQ, h = blockIdx.y;
 
   const int row0 = q0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's rows: row0, row0 + 8
   const int rows[2] = {row0, row0 + 8};
@@ -297,115 +299,6 @@ __global__ void __launch_bounds__(kB90Threads, 1)
 #endif
 }
 
-// ---------------------------------------------------------------------------------- dQ in fixed order
-// The fused kernel below adds each key block's share of a query tile's dQ (fp32) into dq_acc with
-// the tensor-memory engine (a bulk reduce from shared memory). To stay deterministic the shares
-// of one tile are added in a fixed order: by decreasing key block. Which key blocks have a share
-// in query tile m is exact and cheap to know: every query keeps an interval of keys that contains
-// itself (mask.h row_keys), so the keys some query of the tile keeps are the interval
-// key_range(tile) and every key block that meets it has kept pairs with the tile (and walks it).
-// dq_ranges[m] = that range of key blocks (empty: first > last); the block n_hi(m) - r is the
-// r-th to add, after dq_count[h][m] reached r (and the first writes instead of adding, so dq_acc
-// needs no clearing). Blocks are launched in decreasing key block order, so a block only ever
-// waits for blocks started before it. (tests/test_attention_cpu.cpp checks the claim about
-// key_range on random masks.)
-__global__ void attention_bwd_dq_ranges_kernel(MaskBounds mb, int2* __restrict__ ranges, int n_tiles) {
-  const int m = blockIdx.x * blockDim.x + threadIdx.x;
-  if (m >= n_tiles) return;
-  int k_lo, k_hi;
-  key_range(mb, m * kB90Walk, m * kB90Walk + kB90Walk, k_lo, k_hi);
-  ranges[m] = k_lo > k_hi ? make_int2(1, 0) : make_int2(k_lo / kB90Own, k_hi / kB90Own);
-}
-
-// Where (row, col) of a 64 x D dQ tile sits in dq_acc's tile and in the staging buffer: row-major
-// with column groups of 8 permuted by the row (col ^ 8 (row % 8)), so that a warp's stores of
-// its accumulator rows hit 32 different banks.
-template <int D>
-__host__ __device__ __forceinline__ int dq_tile_index(int row, int col) {
-  return row * D + (col ^ ((row & 7) << 3));
-}
-
-// dQ[i, h, :] = bf16(scale * dq_acc row), zeros where no block added (a tile that keeps nothing).
-// dq_acc: [H][tiles of 64 rows][64 x D, dq_tile_index] fp32. One warp a row.
-template <int D>
-__global__ void attention_bwd_dq_convert_kernel(const float* __restrict__ dq_acc, const int2* __restrict__ ranges,
-                                                bf16* __restrict__ dQ, int T, int H, float scale) {
-  const int w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
-  if (w >= T * H) return;
-  const int i = w / H, h = w % H, m = i / kB90Walk, n_tiles = (T + kB90Walk - 1) / kB90Walk;
-  const int2 r = ranges[m];
-  const float* src = dq_acc + ((size_t)h * n_tiles + m) * kB90Walk * D;
-  for (int d = 2 * lane; d < D; d += 64) {
-    const float2 x = r.x <= r.y ? *reinterpret_cast<const float2*>(src + dq_tile_index<D>(i % kB90Walk, d))
-                                : make_float2(0.f, 0.f);
-    *reinterpret_cast<__nv_bfloat162*>(dQ + (size_t)w * D + d) = __floats2bfloat162_rn(x.x * scale, x.y * scale);
-  }
-}
-
-__device__ __forceinline__ void named_barrier_256() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
-__device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
-  return t;
-}
-// Waits until *count == want (relaxed reads: the issuing thread orders itself with an acquire
-// fence before its bulk operation). A wait of more than 20 s means a block this one depends on
-// never ran (blocks launched out of order): trap rather than hang.
-__device__ __forceinline__ void wait_count(const unsigned* count, unsigned want) {
-  const uint64_t t0 = global_ns();
-  while (ld_relaxed(count) != want) {
-    __nanosleep(64);
-    if (global_ns() - t0 > 20000000000ull) __trap();
-  }
-}
-// Only the thread with `issue` set does the work of the two functions below (a predicate inside
-// the asm, not a branch: every thread of the block runs this code, so the compiler sees no
-// divergent path around the wgmmas).
-//
-// Counts the previous share as added (if `count_prev`: once the issuing thread's last bulk
-// operation is complete), then dst (global) = or += src (shared), bytes a multiple of 16, by the
-// tensor-memory engine. One fence does both orderings: with the relaxed count increment after
-// it, it releases the previous share's addition; after the relaxed reads that saw this share's
-// turn come, it acquires the shares added before. (A release on its own, then an acquire, cost
-// two fences a step, each stalling the block at its next barrier: 5% of the backward on H200.)
-__device__ __forceinline__ void count_prev_then_add(unsigned* prev, bool count_prev, float* dst, const float* src,
-                                                    int bytes, bool add, bool issue) {
-  asm volatile(
-      "{\n.reg .pred p, a, pa, ps, pc;\nsetp.ne.b32 p, %4, 0;\nsetp.ne.b32 a, %5, 0;\n"
-      "and.pred pa, p, a;\nand.pred ps, p, !a;\nsetp.ne.and.b32 pc, %6, 0, p;\n"
-      "@p cp.async.bulk.wait_group 0;\n"
-      "@p fence.proxy.async.global;\n"
-      "@p fence.acq_rel.gpu;\n"
-      "@pc red.relaxed.gpu.global.add.u32 [%0], 1;\n"
-      "@p fence.proxy.async.global;\n"
-      "@pa cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%1], [%2], %3;\n"
-      "@ps cp.async.bulk.global.shared::cta.bulk_group [%1], [%2], %3;\n"
-      "@p cp.async.bulk.commit_group;\n}\n" ::"l"(prev),
-      "l"(dst), "r"(smem_addr(src)), "r"(bytes), "r"((int)issue), "r"((int)add), "r"((int)count_prev)
-      : "memory");
-}
-// Waits until the bulk operations of the issuing thread have read their shared memory.
-__device__ __forceinline__ void bulk_wait_read(bool issue) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p cp.async.bulk.wait_group.read 0;\n}\n" ::"r"((int)issue)
-               : "memory");
-}
-// Waits until the bulk operations of the issuing thread are complete, then (that thread) counts
-// one more share of the tile.
-__device__ __forceinline__ void bulk_done_signal(unsigned* count, bool issue) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %1, 0;\n"
-      "cp.async.bulk.wait_group 0;\n"
-      "@p fence.proxy.async.global;\n"
-      "@p red.release.gpu.global.add.u32 [%0], 1;\n}\n" ::"l"(count),
-      "r"((int)issue)
-      : "memory");
-}
-
 // ---------------------------------------------------------------------------------- dK, dV and dQ in one pass
 // As the dK/dV kernel, plus per query tile the block's share of dQ = dS K (64 rows x D over its
 // 128 keys), staged in shared memory and added in order as above. P^T and dS^T go through shared
@@ -418,7 +311,7 @@ template <int D>
 __host__ __device__ constexpr size_t fused_sm90_smem_used() {
   return (size_t)(2 * kB90Own + 2 * kFStages * kB90Walk) * D * sizeof(bf16) + 2 * kB90Own * kB90Walk * sizeof(bf16) +
          (size_t)kB90Walk * D * sizeof(float) + 2 * kFStages * kB90Walk * sizeof(float) + kB90Own * sizeof(int32_t) +
-         2 * kFStages * sizeof(uint64_t);
+         (2 * kFStages + 1) * sizeof(uint64_t);  // the pipe's barriers, then the key block's slot
 }
 template <int D>
 __host__ __device__ constexpr size_t fused_sm90_smem() {  // asked at launch: room to align the tiles where it fits
@@ -430,8 +323,8 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     attention_bwd_fused_sm90_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V,
                                     const bf16* __restrict__ dO, const float* __restrict__ LSE2, const float* __restrict__ drow,
                                     const int2* __restrict__ dq_ranges, unsigned* __restrict__ dq_count,
-                                    float* __restrict__ dq_acc, bf16* __restrict__ dK, bf16* __restrict__ dV, int T, int H,
-                                    MaskBounds mb, float scale_log2, float scale) {
+                                    unsigned* __restrict__ key_ticket, float* __restrict__ dq_acc, bf16* __restrict__ dK,
+                                    bf16* __restrict__ dV, int T, int H, MaskBounds mb, float scale_log2, float scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace sm90;
   constexpr int BK = kB90Own, BQ = kB90Walk, S = kFStages, AHEAD = S - 2;
@@ -454,7 +347,8 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   pipe.empty = pipe.full + S;
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
   const int n_kb = (T + BK - 1) / BK, n_tiles = (T + BQ - 1) / BQ;
-  const int kb = n_kb - 1 - blockIdx.x, k0 = kb * BK, h = blockIdx.y;  // last key block first
+  const int h = blockIdx.y, kb = key_block_by_ticket(key_ticket + h, n_kb, reinterpret_cast<int*>(pipe.empty + S)),
+            k0 = kb * BK;  // in the order dq_order.cuh needs
   const bool leader = threadIdx.x == 0;  // issues this block's dQ additions
 
   const int key0 = k0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's keys: key0, key0 + 8
@@ -641,7 +535,8 @@ static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
 
   if (fused) {
     const int n_tiles = (T + kB90Walk - 1) / kB90Walk;
-    if ((err = cudaMemsetAsync(ws.dq_count, 0, (size_t)H * n_tiles * sizeof(unsigned), stream)) != cudaSuccess) return err;
+    // the counts of the shares added and the key block tickets start at zero (one clear: adjacent)
+    if ((err = cudaMemsetAsync(ws.dq_count, 0, ((size_t)H * n_tiles + H) * sizeof(unsigned), stream)) != cudaSuccess) return err;
     attention_bwd_dq_ranges_kernel<<<(n_tiles + 255) / 256, 256, 0, stream>>>(mb, ws.dq_ranges, n_tiles);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     constexpr size_t smem = fused_sm90_smem<D>();
@@ -649,7 +544,7 @@ static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
     err = cudaFuncSetAttribute(attention_bwd_fused_sm90_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err != cudaSuccess) return err;
     attention_bwd_fused_sm90_kernel<D><<<grid, kB90Threads, smem, stream>>>(
-        q, k, v, dout, ws.lse2, ws.drow, ws.dq_ranges, ws.dq_count, ws.dq_acc, dk, dv, T, H, mb, scale_log2, scale);
+        q, k, v, dout, ws.lse2, ws.drow, ws.dq_ranges, ws.dq_count, ws.key_ticket, ws.dq_acc, dk, dv, T, H, mb, scale_log2, scale);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     const int warps = 8;
     attention_bwd_dq_convert_kernel<D><<<(int)(((size_t)T * H + warps - 1) / warps), warps * 32, 0, stream>>>(

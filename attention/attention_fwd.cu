@@ -14,6 +14,7 @@
 
 #include "attention/attention.h"
 #include "attention/kernels.h"
+#include "attention/tile_scheduler.cuh"
 #include "attention/mma.cuh"
 #include "attention/softmax.cuh"
 
@@ -36,7 +37,7 @@ __global__ void __launch_bounds__(kFwdThreads, 2) attention_fwd_kernel(const bf1
   bf16* sV = sK + 2 * kFwdBlockN * D;  // 2 buffers
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n_qt = (T + kFwdBlockM - 1) / kFwdBlockM;
-  const int q0 = (n_qt - 1 - blockIdx.x) * kFwdBlockM, h = blockIdx.y;
+  const int q0 = query_tile_longest_first(n_qt) * kFwdBlockM, h = blockIdx.y;
 
   int k_lo, k_hi;
   key_range(mb, q0, q0 + kFwdBlockM, k_lo, k_hi);

@@ -17,6 +17,7 @@
 #include <cmath>
 
 #include "attention/kernels.h"
+#include "attention/tile_scheduler.cuh"
 #include "attention/own_intervals.cuh"
 #include "attention/softmax.cuh"
 #include "attention/wgmma.cuh"
@@ -48,7 +49,7 @@ __global__ void __launch_bounds__(kF90Threads, 1)
   pipe.empty = pipe.full + kStages;
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
   const int n_qt = (T + BM - 1) / BM;
-  const int q0 = (n_qt - 1 - blockIdx.x) * BM, h = blockIdx.y;
+  const int q0 = query_tile_longest_first(n_qt) * BM, h = blockIdx.y;
 
   const int row0 = q0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's rows: row0, row0 + 8
   const int rows[2] = {row0, row0 + 8};

@@ -15,12 +15,8 @@
 #include "attention/attention.h"
 #include "attention/npy.h"
 #include "common/cli.h"
+#include "common/cuda_check.h"
 
-#define CUDA_OK(x)                                                                     \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) throw std::runtime_error(std::string(#x) + ": " + cudaGetErrorString(e_)); \
-  } while (0)
 
 typedef __nv_bfloat16 bf16;
 
@@ -90,45 +86,45 @@ int main(int argc, char** argv) {
     void* ws = nullptr;
     auto up = [&](bf16** d, const npy::Array& a, const std::string& name) {
       auto h = to_bf16(a, name);
-      CUDA_OK(cudaMalloc(d, n * sizeof(bf16)));
-      CUDA_OK(cudaMemcpy(*d, h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMalloc(d, n * sizeof(bf16)));
+      CUDA_CHECK(cudaMemcpy(*d, h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
     };
     up(&dq, q, fq);
     up(&dk, k, fk);
     up(&dv, v, fv);
-    CUDA_OK(cudaMalloc(&o, n * sizeof(bf16)));
-    CUDA_OK(cudaMalloc(&lse, (size_t)H * T * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&o, n * sizeof(bf16)));
+    CUDA_CHECK(cudaMalloc(&lse, (size_t)H * T * sizeof(float)));
     attn::MaskDesc m;
     m.causal = causal;
     m.window = window;
     m.window_bidir = window_mask == "bi";
     m.window_blocks = granularity == "block";
     if (!doc.empty()) {
-      CUDA_OK(cudaMalloc(&ddoc, T * sizeof(int32_t)));
-      CUDA_OK(cudaMemcpy(ddoc, doc.data(), T * sizeof(int32_t), cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMalloc(&ddoc, T * sizeof(int32_t)));
+      CUDA_CHECK(cudaMemcpy(ddoc, doc.data(), T * sizeof(int32_t), cudaMemcpyHostToDevice));
       m.doc_ids = ddoc;
     }
-    CUDA_OK(attn::attention_forward(dq, dk, dv, o, lse, T, H, D, m));
+    CUDA_CHECK(attn::attention_forward(dq, dk, dv, o, lse, T, H, D, m));
     auto down = [&](const bf16* d) {
       std::vector<bf16> h(n);
-      CUDA_OK(cudaMemcpy(h.data(), d, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(bf16), cudaMemcpyDeviceToHost));
       std::vector<float> f(n);
       for (size_t i = 0; i < n; i++) f[i] = __bfloat162float(h[i]);
       return f;
     };
     std::vector<float> hl((size_t)H * T);
-    CUDA_OK(cudaDeviceSynchronize());
-    CUDA_OK(cudaMemcpy(hl.data(), lse, hl.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(hl.data(), lse, hl.size() * sizeof(float), cudaMemcpyDeviceToHost));
     npy::save_f32(out + "/o.npy", down(o), q.shape);
     npy::save_f32(out + "/lse.npy", hl, {(size_t)H, (size_t)T});
     if (!fdo.empty()) {
       npy::Array g = npy::load(fdo);
       if (g.shape != q.shape) throw std::runtime_error(fdo + ": must have the shape of --q");
       up(&dout, g, fdo);
-      for (bf16** p : {&gq, &gk, &gv}) CUDA_OK(cudaMalloc(p, n * sizeof(bf16)));
-      CUDA_OK(cudaMalloc(&ws, attn::backward_workspace_bytes(T, H, D)));
-      CUDA_OK(attn::attention_backward(dq, dk, dv, o, dout, lse, gq, gk, gv, ws, T, H, D, m));
-      CUDA_OK(cudaDeviceSynchronize());
+      for (bf16** p : {&gq, &gk, &gv}) CUDA_CHECK(cudaMalloc(p, n * sizeof(bf16)));
+      CUDA_CHECK(cudaMalloc(&ws, attn::backward_workspace_bytes(T, H, D)));
+      CUDA_CHECK(attn::attention_backward(dq, dk, dv, o, dout, lse, gq, gk, gv, ws, T, H, D, m));
+      CUDA_CHECK(cudaDeviceSynchronize());
       npy::save_f32(out + "/dq.npy", down(gq), q.shape);
       npy::save_f32(out + "/dk.npy", down(gk), q.shape);
       npy::save_f32(out + "/dv.npy", down(gv), q.shape);

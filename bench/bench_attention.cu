@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "attention/attention.h"
-#include "tests/cuda_check.h"
+#include "common/cuda_check.h"
 
 
 typedef __nv_bfloat16 bf16;
@@ -49,7 +49,7 @@ static double kept_pairs(int T, const BenchCase& c, const std::vector<int32_t>& 
   return pairs;
 }
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
   const int T = 65536, H = 6, D = 128, kSets = 3, kWarm = 3, kReps = 20;
   const char* json_path = argc > 1 ? argv[1] : "bench_attention.json";
   if (const char* k = std::getenv("ATTN_KERNELS"); k && std::string(k) == "sm80") {  // to compare the two families
@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
     attn::set_kernel_choice(c);
   }
   cudaDeviceProp prop;
-  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const size_t n = (size_t)T * H * D;
   struct Set { bf16 *q, *k, *v, *o, *dout, *dq, *dk, *dv; float* lse; void* ws; } sets[kSets];
   std::mt19937 rng(1);
@@ -67,17 +67,17 @@ int main(int argc, char** argv) {
   for (auto& s : sets) {
     for (bf16** p : {&s.q, &s.k, &s.v, &s.dout}) {
       for (auto& e : host) e = __float2bfloat16(nd(rng));
-      CUDA_OK(cudaMalloc(p, n * sizeof(bf16)));
-      CUDA_OK(cudaMemcpy(*p, host.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMalloc(p, n * sizeof(bf16)));
+      CUDA_CHECK(cudaMemcpy(*p, host.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
     }
-    for (bf16** p : {&s.o, &s.dq, &s.dk, &s.dv}) CUDA_OK(cudaMalloc(p, n * sizeof(bf16)));
-    CUDA_OK(cudaMalloc(&s.lse, (size_t)H * T * sizeof(float)));
-    CUDA_OK(cudaMalloc(&s.ws, attn::backward_workspace_bytes(T, H, D)));
+    for (bf16** p : {&s.o, &s.dq, &s.dk, &s.dv}) CUDA_CHECK(cudaMalloc(p, n * sizeof(bf16)));
+    CUDA_CHECK(cudaMalloc(&s.lse, (size_t)H * T * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&s.ws, attn::backward_workspace_bytes(T, H, D)));
   }
   std::vector<int32_t> doc = bench_docs(T);
   int32_t* ddoc;
-  CUDA_OK(cudaMalloc(&ddoc, T * sizeof(int32_t)));
-  CUDA_OK(cudaMemcpy(ddoc, doc.data(), T * sizeof(int32_t), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMalloc(&ddoc, T * sizeof(int32_t)));
+  CUDA_CHECK(cudaMemcpy(ddoc, doc.data(), T * sizeof(int32_t), cudaMemcpyHostToDevice));
 
   const BenchCase cases[] = {
       {"causal + window 128", 128, false, false, false},   {"causal + window 128 + docs", 128, false, false, true},
@@ -88,8 +88,8 @@ int main(int argc, char** argv) {
   };
   FILE* js = std::fopen(json_path, "w");
   cudaEvent_t e0, e1;
-  CUDA_OK(cudaEventCreate(&e0));
-  CUDA_OK(cudaEventCreate(&e1));
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
   std::printf("device: %s, T=%d H=%d D=%d bf16\n", prop.name, T, H, D);
   std::printf("%-30s %10s %9s %12s %9s\n", "mask", "fwd ms", "fwd TF/s", "fwd+bwd ms", "f+b TF/s");
   const char* only = std::getenv("BENCH_ONLY");  // run just the case of this name (for profiling)
@@ -106,13 +106,13 @@ int main(int argc, char** argv) {
       std::vector<float> ms;
       for (int it = 0; it < kWarm + kReps; it++) {
         Set& s = sets[it % kSets];
-        CUDA_OK(cudaEventRecord(e0));
-        CUDA_OK(attn::attention_forward(s.q, s.k, s.v, s.o, s.lse, T, H, D, m));
-        if (backward) CUDA_OK(attn::attention_backward(s.q, s.k, s.v, s.o, s.dout, s.lse, s.dq, s.dk, s.dv, s.ws, T, H, D, m));
-        CUDA_OK(cudaEventRecord(e1));
-        CUDA_OK(cudaEventSynchronize(e1));
+        CUDA_CHECK(cudaEventRecord(e0));
+        CUDA_CHECK(attn::attention_forward(s.q, s.k, s.v, s.o, s.lse, T, H, D, m));
+        if (backward) CUDA_CHECK(attn::attention_backward(s.q, s.k, s.v, s.o, s.dout, s.lse, s.dq, s.dk, s.dv, s.ws, T, H, D, m));
+        CUDA_CHECK(cudaEventRecord(e1));
+        CUDA_CHECK(cudaEventSynchronize(e1));
         float t;
-        CUDA_OK(cudaEventElapsedTime(&t, e0, e1));
+        CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
         if (it >= kWarm) ms.push_back(t);
       }
       std::sort(ms.begin(), ms.end());
@@ -127,4 +127,13 @@ int main(int argc, char** argv) {
   }
   std::fclose(js);
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_attention: error: %s\n", e.what());
+    return 1;
+  }
 }

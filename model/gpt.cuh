@@ -37,6 +37,7 @@
 #include "layers/rmsnorm.cuh"
 #include "layers/rotary.cuh"
 #include "layers/softcap_ce.cuh"
+#include "common/cuda_check.h"
 #include "model/profile.h"
 #include "model/reference_model.h"
 
@@ -44,9 +45,7 @@ namespace gpt {
 
 using layers::bf16;
 
-inline void cuda_check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
+using ::cuda_check;  // common/cuda_check.h
 
 class Model {
  public:

@@ -20,7 +20,7 @@
 
 #include "attention/attention.h"
 #include "attention/kernels.h"
-#include "tests/cuda_check.h"
+#include "common/cuda_check.h"
 #include "attention/reference.h"
 #include "tests/check.h"
 
@@ -70,11 +70,11 @@ static std::vector<int32_t> make_docs(int T, int layout) {
 static void upload(bf16* d, const std::vector<float>& x) {
   std::vector<bf16> h(x.size());
   for (size_t i = 0; i < x.size(); i++) h[i] = __float2bfloat16(x[i]);
-  CUDA_OK(cudaMemcpy(d, h.data(), h.size() * sizeof(bf16), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(bf16), cudaMemcpyHostToDevice));
 }
 static std::vector<float> download(const bf16* d, size_t n) {
   std::vector<bf16> h(n);
-  CUDA_OK(cudaMemcpy(h.data(), d, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(bf16), cudaMemcpyDeviceToHost));
   std::vector<float> x(n);
   for (size_t i = 0; i < n; i++) x[i] = __bfloat162float(h[i]);
   return x;
@@ -89,17 +89,17 @@ static void fill_random(std::vector<float>& x, size_t n) {
 static Buffers alloc(int T, int H, int D) {
   Buffers b;
   b.T = T; b.H = H; b.D = D; b.n = (size_t)T * H * D;
-  for (bf16** p : {&b.dq_, &b.dk_, &b.dv_, &b.ddo, &b.o, &b.dgq, &b.dgk, &b.dgv}) CUDA_OK(cudaMalloc(p, b.n * sizeof(bf16)));
+  for (bf16** p : {&b.dq_, &b.dk_, &b.dv_, &b.ddo, &b.o, &b.dgq, &b.dgk, &b.dgv}) CUDA_CHECK(cudaMalloc(p, b.n * sizeof(bf16)));
   b.dq = b.dq_; b.dk = b.dk_; b.dv = b.dv_;
-  CUDA_OK(cudaMalloc(&b.lse, (size_t)H * T * sizeof(float)));
-  CUDA_OK(cudaMalloc(&b.ws, attn::backward_workspace_bytes(T, H, D)));
-  CUDA_OK(cudaMalloc(&b.ddoc, (size_t)T * sizeof(int32_t)));
+  CUDA_CHECK(cudaMalloc(&b.lse, (size_t)H * T * sizeof(float)));
+  CUDA_CHECK(cudaMalloc(&b.ws, attn::backward_workspace_bytes(T, H, D)));
+  CUDA_CHECK(cudaMalloc(&b.ddoc, (size_t)T * sizeof(int32_t)));
   return b;
 }
 static void release(Buffers& b) {
   for (void* p : {(void*)b.dq_, (void*)b.dk_, (void*)b.dv_, (void*)b.ddo, (void*)b.o, (void*)b.dgq, (void*)b.dgk,
                   (void*)b.dgv, (void*)b.lse, b.ws, (void*)b.ddoc})
-    CUDA_OK(cudaFree(p));
+    CUDA_CHECK(cudaFree(p));
 }
 
 static void new_inputs(Buffers& b, int docs) {
@@ -107,7 +107,7 @@ static void new_inputs(Buffers& b, int docs) {
   upload(b.dq, b.q); upload(b.dk, b.k); upload(b.dv, b.v); upload(b.ddo, b.dout);
   if (docs) {
     b.doc = make_docs(b.T, docs);
-    CUDA_OK(cudaMemcpy(b.ddoc, b.doc.data(), b.T * sizeof(int32_t), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(b.ddoc, b.doc.data(), b.T * sizeof(int32_t), cudaMemcpyHostToDevice));
   } else {
     b.doc.clear();
   }
@@ -132,18 +132,18 @@ struct Outputs {
 
 static Outputs run_kernels(Buffers& b, const attn::MaskDesc& m) {
   // poison every output
-  for (bf16* p : {b.o, b.dgq, b.dgk, b.dgv}) CUDA_OK(cudaMemset(p, 0xFF, b.n * sizeof(bf16)));
-  CUDA_OK(cudaMemset(b.lse, 0xFF, (size_t)b.H * b.T * sizeof(float)));
-  CUDA_OK(attn::attention_forward(b.dq, b.dk, b.dv, b.o, b.lse, b.T, b.H, b.D, m));
-  CUDA_OK(attn::attention_backward(b.dq, b.dk, b.dv, b.o, b.ddo, b.lse, b.dgq, b.dgk, b.dgv, b.ws, b.T, b.H, b.D, m));
-  CUDA_OK(cudaDeviceSynchronize());
+  for (bf16* p : {b.o, b.dgq, b.dgk, b.dgv}) CUDA_CHECK(cudaMemset(p, 0xFF, b.n * sizeof(bf16)));
+  CUDA_CHECK(cudaMemset(b.lse, 0xFF, (size_t)b.H * b.T * sizeof(float)));
+  CUDA_CHECK(attn::attention_forward(b.dq, b.dk, b.dv, b.o, b.lse, b.T, b.H, b.D, m));
+  CUDA_CHECK(attn::attention_backward(b.dq, b.dk, b.dv, b.o, b.ddo, b.lse, b.dgq, b.dgk, b.dgv, b.ws, b.T, b.H, b.D, m));
+  CUDA_CHECK(cudaDeviceSynchronize());
   Outputs out;
   out.o = download(b.o, b.n);
   out.dq = download(b.dgq, b.n);
   out.dk = download(b.dgk, b.n);
   out.dv = download(b.dgv, b.n);
   out.lse.resize((size_t)b.H * b.T);
-  CUDA_OK(cudaMemcpy(out.lse.data(), b.lse, out.lse.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(out.lse.data(), b.lse, out.lse.size() * sizeof(float), cudaMemcpyDeviceToHost));
   return out;
 }
 
@@ -240,8 +240,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   cudaDeviceProp prop;
-  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
-  CUDA_OK(cudaSetDevice(0));
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  CUDA_CHECK(cudaSetDevice(0));
   std::printf("device: %s; kernels: D = 128: %s; D = 64: %s\n", prop.name, attn::kernels_in_use(128), attn::kernels_in_use(64));
   table = std::fopen("attention_errors.txt", "w");
 

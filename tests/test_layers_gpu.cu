@@ -30,7 +30,7 @@
 #include "layers/norm_mix.cuh"
 #include "model/reference_layers.h"
 #include "tests/check.h"
-#include "tests/cuda_check.h"
+#include "common/cuda_check.h"
 
 using layers::bf16;
 static std::mt19937_64 rng(99);
@@ -45,20 +45,20 @@ static bf16* to_device(const std::vector<double>& x) {
   std::vector<bf16> h(x.size());
   for (size_t i = 0; i < x.size(); i++) h[i] = __float2bfloat16((float)x[i]);
   bf16* d;
-  CUDA_OK(cudaMalloc(&d, h.size() * sizeof(bf16)));
-  CUDA_OK(cudaMemcpy(d, h.data(), h.size() * sizeof(bf16), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMalloc(&d, h.size() * sizeof(bf16)));
+  CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(bf16), cudaMemcpyHostToDevice));
   return d;
 }
 static bf16* poisoned(size_t n) {
   bf16* d;
-  CUDA_OK(cudaMalloc(&d, n * sizeof(bf16)));
-  CUDA_OK(cudaMemset(d, 0xFF, n * sizeof(bf16)));
+  CUDA_CHECK(cudaMalloc(&d, n * sizeof(bf16)));
+  CUDA_CHECK(cudaMemset(d, 0xFF, n * sizeof(bf16)));
   return d;
 }
 static std::vector<double> from_device(const bf16* d, size_t n) {
-  CUDA_OK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<bf16> h(n);
-  CUDA_OK(cudaMemcpy(h.data(), d, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(bf16), cudaMemcpyDeviceToHost));
   std::vector<double> x(n);
   for (size_t i = 0; i < n; i++) x[i] = __bfloat162float(h[i]);
   return x;
@@ -131,14 +131,14 @@ int main() {
     model_ref::rmsnorm_bwd(x.data(), rstd.data(), dy.data(), dx_acc.data(), rows, n);
     bf16 *dx_ = to_device(x), *ddy = to_device(dy), *dy_out = poisoned(x.size()), *dgrad = poisoned(x.size()), *dacc = to_device(acc0);
     float* drstd;
-    CUDA_OK(cudaMalloc(&drstd, rows * sizeof(float)));
-    CUDA_OK(cudaMemset(drstd, 0xFF, rows * sizeof(float)));
-    CUDA_OK(layers::rmsnorm_forward(dx_, dy_out, drstd, rows, n, (float)eps));
-    CUDA_OK(layers::rmsnorm_backward(dx_, drstd, ddy, dgrad, rows, n, false));
-    CUDA_OK(layers::rmsnorm_backward(dx_, drstd, ddy, dacc, rows, n, true));
+    CUDA_CHECK(cudaMalloc(&drstd, rows * sizeof(float)));
+    CUDA_CHECK(cudaMemset(drstd, 0xFF, rows * sizeof(float)));
+    CUDA_CHECK(layers::rmsnorm_forward(dx_, dy_out, drstd, rows, n, (float)eps));
+    CUDA_CHECK(layers::rmsnorm_backward(dx_, drstd, ddy, dgrad, rows, n, false));
+    CUDA_CHECK(layers::rmsnorm_backward(dx_, drstd, ddy, dacc, rows, n, true));
     std::vector<float> hr(rows);
-    CUDA_OK(cudaDeviceSynchronize());
-    CUDA_OK(cudaMemcpy(hr.data(), drstd, rows * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(hr.data(), drstd, rows * sizeof(float), cudaMemcpyDeviceToHost));
     double rerr = 0;
     for (int r = 0; r < rows; r++) rerr = std::max(rerr, std::fabs(hr[r] - rstd[r]) / rstd[r]);
     const double ey = rel_err(from_device(dy_out, x.size()), y), eg = rel_err(from_device(dgrad, x.size()), dx),
@@ -146,7 +146,7 @@ int main() {
     CHECK(rerr < 1e-5, "rmsnorm n=%d: rstd rel err %.2e", n, rerr);
     CHECK(ey < 4e-3 && eg < 4e-3 && ea < 4e-3, "rmsnorm n=%d: y %.2e dx %.2e dx(accumulate) %.2e", n, ey, eg, ea);
     std::printf("rmsnorm n=%d: rstd %.1e, y %.2e, dx %.2e, dx accumulated %.2e\n", n, rerr, ey, eg, ea);
-    for (void* p : {(void*)dx_, (void*)ddy, (void*)dy_out, (void*)dgrad, (void*)dacc, (void*)drstd}) CUDA_OK(cudaFree(p));
+    for (void* p : {(void*)dx_, (void*)ddy, (void*)dy_out, (void*)dgrad, (void*)dacc, (void*)drstd}) CUDA_CHECK(cudaFree(p));
   }
   CHECK(layers::rmsnorm_forward(nullptr, nullptr, nullptr, 4, 100, 0.f) == cudaErrorInvalidValue, "n not a multiple of 8 accepted");
 
@@ -166,23 +166,23 @@ int main() {
     auto table = layers::rotary_table(T, D);
     float2* dt;
     float* drstd;
-    CUDA_OK(cudaMalloc(&dt, table.size() * sizeof(float2)));
-    CUDA_OK(cudaMemcpy(dt, table.data(), table.size() * sizeof(float2), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMalloc(&drstd, (size_t)T * H * sizeof(float)));
-    CUDA_OK(cudaMemset(drstd, 0xFF, (size_t)T * H * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&dt, table.size() * sizeof(float2)));
+    CUDA_CHECK(cudaMemcpy(dt, table.data(), table.size() * sizeof(float2), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMalloc(&drstd, (size_t)T * H * sizeof(float)));
+    CUDA_CHECK(cudaMemset(drstd, 0xFF, (size_t)T * H * sizeof(float)));
     bf16 *dxin = to_device(x), *ddy = to_device(dy), *dyo = poisoned(n), *ddx = poisoned(n);
-    CUDA_OK(layers::qk_norm_rotary_forward(dxin, dyo, drstd, dt, T, H, D, (float)eps));
-    CUDA_OK(layers::qk_norm_rotary_backward(dxin, drstd, ddy, ddx, dt, T, H, D));
+    CUDA_CHECK(layers::qk_norm_rotary_forward(dxin, dyo, drstd, dt, T, H, D, (float)eps));
+    CUDA_CHECK(layers::qk_norm_rotary_backward(dxin, drstd, ddy, ddx, dt, T, H, D));
     std::vector<float> hr((size_t)T * H);
-    CUDA_OK(cudaDeviceSynchronize());
-    CUDA_OK(cudaMemcpy(hr.data(), drstd, hr.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(hr.data(), drstd, hr.size() * sizeof(float), cudaMemcpyDeviceToHost));
     double rerr = 0;
     for (size_t i = 0; i < hr.size(); i++) rerr = std::max(rerr, std::fabs(hr[i] - rstd[i]) / rstd[i]);
     const double ey = rel_err(from_device(dyo, n), y), ex = rel_err(from_device(ddx, n), dx);
     CHECK(rerr < 1e-5 && ey < 4e-3 && ex < 4e-3, "qk norm+rotary D=%d: rstd %.2e y %.2e dx %.2e", D, rerr, ey, ex);
     std::printf("qk norm+rotary T=%d H=%d D=%d: rstd %.1e, y %.2e, dx %.2e\n", T, H, D, rerr, ey, ex);
     CHECK(layers::qk_norm_rotary_forward(dxin, dyo, drstd, dt, T, H, 96, 0.f) == cudaErrorInvalidValue, "qk norm+rotary: D=96 accepted");
-    for (void* q : {(void*)dt, (void*)drstd, (void*)dxin, (void*)ddy, (void*)dyo, (void*)ddx}) CUDA_OK(cudaFree(q));
+    for (void* q : {(void*)dt, (void*)drstd, (void*)dxin, (void*)ddy, (void*)dyo, (void*)ddx}) CUDA_CHECK(cudaFree(q));
   }
   // ---- lambda mix + RMS norm fused (layers/norm_mix.cuh): the forward gives the bits of
   // lambda_mix then rmsnorm_forward; the backward's outputs against rmsnorm_backward then
@@ -195,22 +195,22 @@ int main() {
     std::vector<double> xin = random_bf16(n), x0 = random_bf16(n), dh = random_bf16(n), dx = random_bf16(n), dx0 = random_bf16(n);
     const float l[2] = {0.8f, 0.45f};
     float *dl, *dgl, *dpart, *drs1, *drs2;
-    CUDA_OK(cudaMalloc(&dl, sizeof(l)));
-    CUDA_OK(cudaMalloc(&dgl, 4 * sizeof(float)));
-    CUDA_OK(cudaMalloc(&dpart, 2 * layers::kDotBlocks * sizeof(float)));
-    CUDA_OK(cudaMalloc(&drs1, T * sizeof(float)));
-    CUDA_OK(cudaMalloc(&drs2, T * sizeof(float)));
-    CUDA_OK(cudaMemcpy(dl, l, sizeof(l), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemset(dgl, 0, 4 * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&dl, sizeof(l)));
+    CUDA_CHECK(cudaMalloc(&dgl, 4 * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&dpart, 2 * layers::kDotBlocks * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&drs1, T * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&drs2, T * sizeof(float)));
+    CUDA_CHECK(cudaMemcpy(dl, l, sizeof(l), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(dgl, 0, 4 * sizeof(float)));
     bf16 *dxin = to_device(xin), *dx0_ = to_device(x0), *ddh = to_device(dh);
     bf16 *xm1 = poisoned(n), *h1 = poisoned(n), *xm2 = poisoned(n), *h2 = poisoned(n);
-    CUDA_OK(layers::mix_rmsnorm_forward(dxin, dx0_, dl, xm1, h1, drs1, T, C, (float)eps));
-    CUDA_OK(layers::lambda_mix(dxin, dx0_, xm2, dl, n));
-    CUDA_OK(layers::rmsnorm_forward(xm2, h2, drs2, T, C, (float)eps));
+    CUDA_CHECK(layers::mix_rmsnorm_forward(dxin, dx0_, dl, xm1, h1, drs1, T, C, (float)eps));
+    CUDA_CHECK(layers::lambda_mix(dxin, dx0_, xm2, dl, n));
+    CUDA_CHECK(layers::rmsnorm_forward(xm2, h2, drs2, T, C, (float)eps));
     std::vector<float> r1(T), r2(T);
     const std::vector<double> hxm = from_device(xm1, n), hh = from_device(h1, n);
-    CUDA_OK(cudaMemcpy(r1.data(), drs1, T * sizeof(float), cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(r2.data(), drs2, T * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(r1.data(), drs1, T * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(r2.data(), drs2, T * sizeof(float), cudaMemcpyDeviceToHost));
     CHECK(hxm == from_device(xm2, n) && hh == from_device(h2, n) && r1 == r2, "mix_rmsnorm_forward: not the bits of lambda_mix + rmsnorm_forward");
     std::vector<double> xm_ref(n), h_ref(n), rs_ref(T);
     for (size_t i = 0; i < n; i++) xm_ref[i] = l[0] * xin[i] + l[1] * x0[i];
@@ -219,12 +219,12 @@ int main() {
     CHECK(exm < 4e-3 && eh < 8e-3, "mix_rmsnorm_forward: x_mix %.2e h %.2e (h: two roundings, 8e-3)", exm, eh);
     // backward, fused and unfused, from the same x_mix (the device's) and rstd
     bf16 *dx1 = to_device(dx), *dx2 = to_device(dx), *dz1 = to_device(dx0), *dz2 = to_device(dx0);
-    CUDA_OK(layers::rmsnorm_mix_backward(xm1, drs1, ddh, dx1, dxin, dx0_, dz1, dl, dgl, T, C, dpart));
-    CUDA_OK(layers::rmsnorm_backward(xm1, drs1, ddh, dx2, T, C, true));
-    CUDA_OK(layers::mix_backward(dx2, dxin, dx0_, dz2, true, dl, dgl + 2, n, dpart));
+    CUDA_CHECK(layers::rmsnorm_mix_backward(xm1, drs1, ddh, dx1, dxin, dx0_, dz1, dl, dgl, T, C, dpart));
+    CUDA_CHECK(layers::rmsnorm_backward(xm1, drs1, ddh, dx2, T, C, true));
+    CUDA_CHECK(layers::mix_backward(dx2, dxin, dx0_, dz2, true, dl, dgl + 2, n, dpart));
     float got[4];
-    CUDA_OK(cudaDeviceSynchronize());
-    CUDA_OK(cudaMemcpy(got, dgl, sizeof(got), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(got, dgl, sizeof(got), cudaMemcpyDeviceToHost));
     const std::vector<double> hx1 = from_device(dx1, n), hz1 = from_device(dz1, n), hx2 = from_device(dx2, n), hz2 = from_device(dz2, n);
     std::vector<double> g(n, 0.0), rs(r1.begin(), r1.end()), wx(n), wz(n);
     for (size_t i = 0; i < n; i++) g[i] = dx[i];
@@ -244,7 +244,7 @@ int main() {
                 ez, ea, eb, hx1 == hx2 && hz1 == hz2 ? "elements the unfused bits" : "elements within a rounding of the unfused");
     for (void* q : {(void*)dl, (void*)dgl, (void*)dpart, (void*)drs1, (void*)drs2, (void*)dxin, (void*)dx0_, (void*)ddh, (void*)xm1,
                     (void*)h1, (void*)xm2, (void*)h2, (void*)dx1, (void*)dx2, (void*)dz1, (void*)dz2})
-      CUDA_OK(cudaFree(q));
+      CUDA_CHECK(cudaFree(q));
   }
   // ---- fused mix backward and value-embedding mix: the bits of the unfused kernels they replace
   // (dot, scale, skip_add; embedding_forward then lambda_mix), and the fp64 references
@@ -257,27 +257,27 @@ int main() {
     const float c[2] = {0.7f, -1.3f};
     float *dc, *dgc, *dpart;
     int* dtok;
-    CUDA_OK(cudaMalloc(&dc, sizeof(c)));
-    CUDA_OK(cudaMalloc(&dgc, 4 * sizeof(float)));
-    CUDA_OK(cudaMalloc(&dpart, 2 * layers::kDotBlocks * sizeof(float)));
-    CUDA_OK(cudaMalloc(&dtok, T * sizeof(int)));
-    CUDA_OK(cudaMemcpy(dc, c, sizeof(c), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dtok, tok.data(), T * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMalloc(&dc, sizeof(c)));
+    CUDA_CHECK(cudaMalloc(&dgc, 4 * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&dpart, 2 * layers::kDotBlocks * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&dtok, T * sizeof(int)));
+    CUDA_CHECK(cudaMemcpy(dc, c, sizeof(c), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dtok, tok.data(), T * sizeof(int), cudaMemcpyHostToDevice));
     const float gc0[4] = {0.5f, -0.25f, 0.5f, -0.25f};  // the gradients accumulate onto these
-    CUDA_OK(cudaMemcpy(dgc, gc0, sizeof(gc0), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dgc, gc0, sizeof(gc0), cudaMemcpyHostToDevice));
     for (const bool acc : {false, true}) {
       bf16 *dg1 = to_device(g), *dg2 = to_device(g), *da = to_device(a), *db = to_device(b);
       bf16 *dgb1 = acc ? to_device(gb0) : poisoned(n), *dgb2 = acc ? to_device(gb0) : to_device(g);
-      CUDA_OK(layers::mix_backward(dg1, da, db, dgb1, acc, dc, dgc, n, dpart));
+      CUDA_CHECK(layers::mix_backward(dg1, da, db, dgb1, acc, dc, dgc, n, dpart));
       // unfused: dots of the original g, then gb = c1 g (copy + scale) or gb += c1 g, then g *= c0
-      CUDA_OK(layers::dot(dg2, da, n, dgc + 2, dpart, true));
-      CUDA_OK(layers::dot(dg2, db, n, dgc + 3, dpart, true));
-      if (acc) CUDA_OK(layers::skip_add(dgb2, dg2, dc, 1, n));
-      else CUDA_OK(layers::scale(dgb2, dc, 1, n));
-      CUDA_OK(layers::scale(dg2, dc, 0, n));
+      CUDA_CHECK(layers::dot(dg2, da, n, dgc + 2, dpart, true));
+      CUDA_CHECK(layers::dot(dg2, db, n, dgc + 3, dpart, true));
+      if (acc) CUDA_CHECK(layers::skip_add(dgb2, dg2, dc, 1, n));
+      else CUDA_CHECK(layers::scale(dgb2, dc, 1, n));
+      CUDA_CHECK(layers::scale(dg2, dc, 0, n));
       float got[4];
-      CUDA_OK(cudaDeviceSynchronize());
-      CUDA_OK(cudaMemcpy(got, dgc, sizeof(got), cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaDeviceSynchronize());
+      CUDA_CHECK(cudaMemcpy(got, dgc, sizeof(got), cudaMemcpyDeviceToHost));
       double ra = 0, rb = 0, aa = 0, bb = 0, gg = 0;
       std::vector<double> wg(n), wgb(n);
       for (size_t i = 0; i < n; i++) {
@@ -296,26 +296,26 @@ int main() {
         CHECK(ea < 1e-5 && eb < 1e-5, "mix backward: sums %.2e %.2e from fp64", ea, eb);
         std::printf("mix backward: sums %.1e %.1e, g %.2e, gb %.2e; the unfused kernels' bits\n", ea, eb, eg, egb);
       }
-      for (void* q : {(void*)dg1, (void*)dg2, (void*)da, (void*)db, (void*)dgb1, (void*)dgb2}) CUDA_OK(cudaFree(q));
+      for (void* q : {(void*)dg1, (void*)dg2, (void*)da, (void*)db, (void*)dgb1, (void*)dgb2}) CUDA_CHECK(cudaFree(q));
     }
     // value_embed_mix == embedding_forward then lambda_mix, and the fp64 mix of the gathered rows
     bf16 *dvl = to_device(a), *dtab = to_device(table), *dve = poisoned(n), *dv1 = poisoned(n), *dv2 = poisoned(n);
     {  // mix_backward_gather == mix_backward on the gathered rows, to the bit
       bf16 *g1 = to_device(g), *g2 = to_device(g), *gb1 = poisoned(n), *gb2 = poisoned(n);
-      CUDA_OK(layers::embedding_forward(dtab, dtok, dve, T, C));
-      CUDA_OK(cudaMemset(dgc, 0, 4 * sizeof(float)));
-      CUDA_OK(layers::mix_backward(g1, dvl, dve, gb1, false, dc, dgc, n, dpart));
-      CUDA_OK(layers::mix_backward_gather(g2, dvl, dtab, dtok, T, C, gb2, false, dc, dgc + 2, dpart));
+      CUDA_CHECK(layers::embedding_forward(dtab, dtok, dve, T, C));
+      CUDA_CHECK(cudaMemset(dgc, 0, 4 * sizeof(float)));
+      CUDA_CHECK(layers::mix_backward(g1, dvl, dve, gb1, false, dc, dgc, n, dpart));
+      CUDA_CHECK(layers::mix_backward_gather(g2, dvl, dtab, dtok, T, C, gb2, false, dc, dgc + 2, dpart));
       float got[4];
-      CUDA_OK(cudaDeviceSynchronize());
-      CUDA_OK(cudaMemcpy(got, dgc, sizeof(got), cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaDeviceSynchronize());
+      CUDA_CHECK(cudaMemcpy(got, dgc, sizeof(got), cudaMemcpyDeviceToHost));
       CHECK(got[0] == got[2] && got[1] == got[3] && from_device(g1, n) == from_device(g2, n) && from_device(gb1, n) == from_device(gb2, n),
             "mix_backward_gather differs from mix_backward on the gathered rows");
-      for (void* q : {(void*)g1, (void*)g2, (void*)gb1, (void*)gb2}) CUDA_OK(cudaFree(q));
+      for (void* q : {(void*)g1, (void*)g2, (void*)gb1, (void*)gb2}) CUDA_CHECK(cudaFree(q));
     }
-    CUDA_OK(layers::value_embed_mix(dvl, dtab, dtok, dv1, dc, T, C));
-    CUDA_OK(layers::embedding_forward(dtab, dtok, dve, T, C));
-    CUDA_OK(layers::lambda_mix(dvl, dve, dv2, dc, n));
+    CUDA_CHECK(layers::value_embed_mix(dvl, dtab, dtok, dv1, dc, T, C));
+    CUDA_CHECK(layers::embedding_forward(dtab, dtok, dve, T, C));
+    CUDA_CHECK(layers::lambda_mix(dvl, dve, dv2, dc, n));
     std::vector<double> want(n);
     for (int t = 0; t < T; t++)
       for (int k = 0; k < C; k++) want[(size_t)t * C + k] = c[0] * a[(size_t)t * C + k] + c[1] * table[(size_t)tok[t] * C + k];
@@ -324,7 +324,7 @@ int main() {
     CHECK(hv1 == from_device(dv2, n) && ev < 4e-3, "value_embed_mix: rel err %.2e, or differs from embedding_forward + lambda_mix", ev);
     std::printf("value_embed_mix: %.2e, the unfused kernels' bits\n", ev);
     for (void* q : {(void*)dc, (void*)dgc, (void*)dpart, (void*)dtok, (void*)dvl, (void*)dtab, (void*)dve, (void*)dv1, (void*)dv2})
-      CUDA_OK(cudaFree(q));
+      CUDA_CHECK(cudaFree(q));
   }
   // ---- rotary at the speedrun's length (angles up to 65535 rad), forward and transpose; D = 128
   // takes the 4-wide path, D = 6 the one-pair-a-thread path
@@ -334,19 +334,19 @@ int main() {
     model_ref::rotary(x.data(), y.data(), T, H, D, 1.0);
     auto table = layers::rotary_table(T, D);
     float2* dt;
-    CUDA_OK(cudaMalloc(&dt, table.size() * sizeof(float2)));
-    CUDA_OK(cudaMemcpy(dt, table.data(), table.size() * sizeof(float2), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMalloc(&dt, table.size() * sizeof(float2)));
+    CUDA_CHECK(cudaMemcpy(dt, table.data(), table.size() * sizeof(float2), cudaMemcpyHostToDevice));
     bf16* dxr = to_device(x);
-    CUDA_OK(layers::rotary(dxr, dt, T, H, D, 1.f));
+    CUDA_CHECK(layers::rotary(dxr, dt, T, H, D, 1.f));
     std::vector<double> got = from_device(dxr, x.size());
     const double e = rel_err(got, y);
-    CUDA_OK(layers::rotary(dxr, dt, T, H, D, -1.f));
+    CUDA_CHECK(layers::rotary(dxr, dt, T, H, D, -1.f));
     const double eb = rel_err(from_device(dxr, x.size()), x);
     CHECK(e < 4e-3, "rotary D=%d forward rel err %.2e", D, e);
     CHECK(eb < 8e-3, "rotary D=%d forward then transpose: %.2e from the input (two roundings)", D, eb);
     std::printf("rotary T=%d D=%d: forward %.2e, round trip %.2e\n", T, D, e, eb);
-    CUDA_OK(cudaFree(dt));
-    CUDA_OK(cudaFree(dxr));
+    CUDA_CHECK(cudaFree(dt));
+    CUDA_CHECK(cudaFree(dxr));
   }
 
   // ---- relu^2
@@ -356,16 +356,16 @@ int main() {
     model_ref::relu2(u.data(), r.data(), n);
     model_ref::relu2_bwd(u.data(), dr.data(), du.data(), n);
     bf16 *du_ = to_device(u), *ddr = to_device(dr), *dr_out = poisoned(n), *ddu = poisoned(n);
-    CUDA_OK(layers::relu2_forward(du_, dr_out, n));
-    CUDA_OK(layers::relu2_backward(du_, ddr, ddu, n));
+    CUDA_CHECK(layers::relu2_forward(du_, dr_out, n));
+    CUDA_CHECK(layers::relu2_backward(du_, ddr, ddu, n));
     const double e1 = rel_err(from_device(dr_out, n), r), e2 = rel_err(from_device(ddu, n), du);
     // from the stored output r (bf16): sqrt(r) is max(u, 0) within 2^-9, then du is rounded
     bf16* ddu_r = poisoned(n);
-    CUDA_OK(layers::relu2_backward_from_r(dr_out, ddr, ddu_r, n));
+    CUDA_CHECK(layers::relu2_backward_from_r(dr_out, ddr, ddu_r, n));
     const double e3 = rel_err(from_device(ddu_r, n), du);
     CHECK(e1 < 4e-3 && e2 < 4e-3 && e3 < 4e-3, "relu2: forward %.2e backward %.2e backward from r %.2e", e1, e2, e3);
     std::printf("relu2: forward %.2e, backward %.2e, backward from r %.2e\n", e1, e2, e3);
-    for (void* p : {(void*)du_, (void*)ddr, (void*)dr_out, (void*)ddu, (void*)ddu_r}) CUDA_OK(cudaFree(p));
+    for (void* p : {(void*)du_, (void*)ddr, (void*)dr_out, (void*)ddu, (void*)ddu_r}) CUDA_CHECK(cudaFree(p));
   }
   // ---- matmul: forward, both backward forms, accumulate, fp32 output
   {
@@ -388,20 +388,20 @@ int main() {
       double e;
       if (sh.f32) {
         float* dC;
-        CUDA_OK(cudaMalloc(&dC, want.size() * sizeof(float)));
-        CUDA_OK(cudaMemset(dC, 0xFF, want.size() * sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&dC, want.size() * sizeof(float)));
+        CUDA_CHECK(cudaMemset(dC, 0xFF, want.size() * sizeof(float)));
         mm(dA, dB, dC, sh.m, sh.n, sh.k, sh.ta, sh.tb, false, true);
         std::vector<float> h(want.size());
-        CUDA_OK(cudaDeviceSynchronize());
-        CUDA_OK(cudaMemcpy(h.data(), dC, h.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaDeviceSynchronize());
+        CUDA_CHECK(cudaMemcpy(h.data(), dC, h.size() * sizeof(float), cudaMemcpyDeviceToHost));
         e = rel_err(std::vector<double>(h.begin(), h.end()), want);
-        CUDA_OK(cudaFree(dC));
+        CUDA_CHECK(cudaFree(dC));
       } else {
         bf16* dC = sh.acc ? to_device(C0) : poisoned(want.size());
         mm(dA, dB, dC, sh.m, sh.n, sh.k, sh.ta, sh.tb, sh.acc, false);
         const std::vector<double> got = from_device(dC, want.size());
         e = rel_err(got, want);
-        CUDA_OK(cudaFree(dC));
+        CUDA_CHECK(cudaFree(dC));
         if (sh.acc) {  // add(): D = C + AB into another buffer (cuBLASLt's out-of-place epilogue: not
                        // the in-place call's bits on H200), C untouched; same bf16 tolerance
           bf16 *dCin = to_device(C0), *dD = poisoned(want.size());
@@ -410,15 +410,15 @@ int main() {
           CHECK(ea < 4e-3 && from_device(dCin, want.size()) == C0, "matmul add m=%d n=%d k=%d: rel err %.2e, or C changed", sh.m, sh.n,
                 sh.k, ea);
           std::printf("matmul add (D = C + AB, D another buffer) m=%d n=%d k=%d: %.2e\n", sh.m, sh.n, sh.k, ea);
-          CUDA_OK(cudaFree(dCin));
-          CUDA_OK(cudaFree(dD));
+          CUDA_CHECK(cudaFree(dCin));
+          CUDA_CHECK(cudaFree(dD));
         }
       }
       CHECK(e < (sh.f32 ? 1e-5 : 4e-3), "matmul m=%d n=%d k=%d ta=%d tb=%d acc=%d fp32=%d: rel err %.2e", sh.m, sh.n, sh.k, sh.ta, sh.tb,
             sh.acc, sh.f32, e);
       std::printf("matmul m=%d n=%d k=%d ta=%d tb=%d acc=%d fp32=%d: %.2e\n", sh.m, sh.n, sh.k, sh.ta, sh.tb, sh.acc, sh.f32, e);
-      CUDA_OK(cudaFree(dA));
-      CUDA_OK(cudaFree(dB));
+      CUDA_CHECK(cudaFree(dA));
+      CUDA_CHECK(cudaFree(dB));
     }
   }
 
@@ -449,28 +449,28 @@ int main() {
     float* dloss;
     int *dtg, *dbad;
     bf16 *dzin = to_device(z), *ddz = poisoned(z.size());
-    CUDA_OK(cudaMalloc(&dloss, rows * sizeof(float)));
-    CUDA_OK(cudaMalloc(&dtg, rows * sizeof(int)));
-    CUDA_OK(cudaMalloc(&dbad, sizeof(int)));
-    CUDA_OK(cudaMemset(dbad, 0, sizeof(int)));
-    CUDA_OK(cudaMemcpy(dtg, tg.data(), rows * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMalloc(&dloss, rows * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&dtg, rows * sizeof(int)));
+    CUDA_CHECK(cudaMalloc(&dbad, sizeof(int)));
+    CUDA_CHECK(cudaMemset(dbad, 0, sizeof(int)));
+    CUDA_CHECK(cudaMemcpy(dtg, tg.data(), rows * sizeof(int), cudaMemcpyHostToDevice));
     auto losses = [&]() {
       std::vector<float> hl(rows);
-      CUDA_OK(cudaDeviceSynchronize());
-      CUDA_OK(cudaMemcpy(hl.data(), dloss, rows * sizeof(float), cudaMemcpyDeviceToHost));
-      CUDA_OK(cudaMemset(dloss, 0xFF, rows * sizeof(float)));  // poisoned for the next call
+      CUDA_CHECK(cudaDeviceSynchronize());
+      CUDA_CHECK(cudaMemcpy(hl.data(), dloss, rows * sizeof(float), cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemset(dloss, 0xFF, rows * sizeof(float)));  // poisoned for the next call
       return hl;
     };
     // out of place, then loss only, then in place (as the model calls it)
-    CUDA_OK(cudaMemset(dloss, 0xFF, rows * sizeof(float)));
-    CUDA_OK(layers::softcap_ce(dzin, dtg, ddz, dloss, rows, V, (float)scale, dbad));
+    CUDA_CHECK(cudaMemset(dloss, 0xFF, rows * sizeof(float)));
+    CUDA_CHECK(layers::softcap_ce(dzin, dtg, ddz, dloss, rows, V, (float)scale, dbad));
     const std::vector<float> hl = losses();
-    CUDA_OK(layers::softcap_ce(dzin, dtg, nullptr, dloss, rows, V, (float)scale, dbad));
+    CUDA_CHECK(layers::softcap_ce(dzin, dtg, nullptr, dloss, rows, V, (float)scale, dbad));
     const std::vector<float> hl_only = losses();
-    CUDA_OK(layers::softcap_ce(dzin, dtg, dzin, dloss, rows, V, (float)scale, dbad));
+    CUDA_CHECK(layers::softcap_ce(dzin, dtg, dzin, dloss, rows, V, (float)scale, dbad));
     const std::vector<float> hl_inplace = losses();
     int bad = -1;
-    CUDA_OK(cudaMemcpy(&bad, dbad, sizeof(int), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(&bad, dbad, sizeof(int), cudaMemcpyDeviceToHost));
     double le = 0;
     for (int r = 0; r < rows; r++) le = std::max(le, std::fabs(hl[r] - loss_ref[r]) / loss_ref[r]);
     const std::vector<double> dz_out = from_device(ddz, z.size()), dz_in = from_device(dzin, z.size());
@@ -478,15 +478,15 @@ int main() {
     CHECK(le < 1e-5 && de < 4e-3 && bad == 0, "softcap CE (V=%d): loss %.2e dz %.2e bad flag %d", V, le, de, bad);
     CHECK(hl_only == hl && hl_inplace == hl && dz_in == dz_out, "softcap CE (V=%d): loss-only or in-place call differs", V);
     std::printf("softcap CE (V=%d): loss %.2e, dz %.2e; loss-only and in-place calls give the same bits\n", V, le, de);
-    CUDA_OK(cudaFree(dzin));
+    CUDA_CHECK(cudaFree(dzin));
     dzin = to_device(z);  // the in-place call overwrote z
     tg[5] = V + 3;  // a target out of range is reported, not read
-    CUDA_OK(cudaMemcpy(dtg, tg.data(), rows * sizeof(int), cudaMemcpyHostToDevice));
-    CUDA_OK(layers::softcap_ce(dzin, dtg, ddz, dloss, rows, V, (float)scale, dbad));
+    CUDA_CHECK(cudaMemcpy(dtg, tg.data(), rows * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_CHECK(layers::softcap_ce(dzin, dtg, ddz, dloss, rows, V, (float)scale, dbad));
     const std::vector<float> hl_bad = losses();
-    CUDA_OK(cudaMemcpy(&bad, dbad, sizeof(int), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(&bad, dbad, sizeof(int), cudaMemcpyDeviceToHost));
     CHECK(bad == 1 && std::isnan(hl_bad[5]) && hl_bad[4] == hl[4], "softcap CE (V=%d): out-of-range target not reported", V);
-    for (void* p : {(void*)dzin, (void*)dloss, (void*)dtg, (void*)dbad, (void*)ddz}) CUDA_OK(cudaFree(p));
+    for (void* p : {(void*)dzin, (void*)dloss, (void*)dtg, (void*)dbad, (void*)ddz}) CUDA_CHECK(cudaFree(p));
   }
 
   // ---- embedding: forward copies rows, backward sums per token deterministically into fp32
@@ -508,14 +508,14 @@ int main() {
     CHECK(ix.slots() > 0 && ix.slots() <= (int)layers::TokenIndex::max_slots(T) && packed.size() <= layers::TokenIndex::max_packed(T),
           "token index: %d partial-sum slots (frequent tokens cut into chunks of %d), %zu packed ints", ix.slots(),
           layers::TokenIndex::kChunk, packed.size());
-    CUDA_OK(cudaMalloc(&dtok, T * sizeof(int)));
-    CUDA_OK(cudaMalloc(&dix, packed.size() * sizeof(int)));
-    CUDA_OK(cudaMalloc(&dpart, std::max(ix.slots(), 1) * (size_t)C * sizeof(float)));
-    CUDA_OK(cudaMemcpy(dtok, tok.data(), T * sizeof(int), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dix, packed.data(), packed.size() * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMalloc(&dtok, T * sizeof(int)));
+    CUDA_CHECK(cudaMalloc(&dix, packed.size() * sizeof(int)));
+    CUDA_CHECK(cudaMalloc(&dpart, std::max(ix.slots(), 1) * (size_t)C * sizeof(float)));
+    CUDA_CHECK(cudaMemcpy(dtok, tok.data(), T * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dix, packed.data(), packed.size() * sizeof(int), cudaMemcpyHostToDevice));
     const layers::TokenIndexView ixv(ix, dix, dpart);
     bf16 *dtable = to_device(table), *dout_d = to_device(dout), *demb = poisoned((size_t)T * C);
-    CUDA_OK(layers::embedding_forward(dtable, dtok, demb, T, C));
+    CUDA_CHECK(layers::embedding_forward(dtable, dtok, demb, T, C));
     std::vector<double> emb = from_device(demb, (size_t)T * C);
     bool same = true;
     for (int t = 0; t < T; t++)
@@ -524,20 +524,20 @@ int main() {
     std::vector<float> got[2];
     for (int rep = 0; rep < 2; rep++) {
       float* dg;
-      CUDA_OK(cudaMalloc(&dg, dtab0.size() * sizeof(float)));
-      CUDA_OK(cudaMemcpy(dg, dtab0.data(), dtab0.size() * sizeof(float), cudaMemcpyHostToDevice));
-      CUDA_OK(layers::embedding_backward(dout_d, ixv, dg, C));
+      CUDA_CHECK(cudaMalloc(&dg, dtab0.size() * sizeof(float)));
+      CUDA_CHECK(cudaMemcpy(dg, dtab0.data(), dtab0.size() * sizeof(float), cudaMemcpyHostToDevice));
+      CUDA_CHECK(layers::embedding_backward(dout_d, ixv, dg, C));
       got[rep].resize(dtab0.size());
-      CUDA_OK(cudaDeviceSynchronize());
-      CUDA_OK(cudaMemcpy(got[rep].data(), dg, dtab0.size() * sizeof(float), cudaMemcpyDeviceToHost));
-      CUDA_OK(cudaFree(dg));
+      CUDA_CHECK(cudaDeviceSynchronize());
+      CUDA_CHECK(cudaMemcpy(got[rep].data(), dg, dtab0.size() * sizeof(float), cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaFree(dg));
     }
     const double e = rel_err(std::vector<double>(got[0].begin(), got[0].end()), want);
     CHECK(e < 1e-5, "embedding backward rel err %.2e", e);
     CHECK(got[0] == got[1], "embedding backward is not deterministic");
     std::printf("embedding: %zu distinct tokens of %d (%d chunk sums of frequent tokens), backward %.2e, deterministic\n",
                 ix.unique.size(), T, ix.slots(), e);
-    for (void* p : {(void*)dtok, (void*)dix, (void*)dpart, (void*)dtable, (void*)dout_d, (void*)demb}) CUDA_OK(cudaFree(p));
+    for (void* p : {(void*)dtok, (void*)dix, (void*)dpart, (void*)dtable, (void*)dout_d, (void*)demb}) CUDA_CHECK(cudaFree(p));
   }
 
   // ---- Adam against the reference optimiser's Adam group (embed, lr 0.6), three steps
@@ -554,10 +554,10 @@ int main() {
     const size_t n = emb.size();
     std::vector<float> hp(p.data.begin() + emb.offset, p.data.begin() + emb.offset + n);
     float *dp, *dg, *dm, *dv;
-    for (float** q : {&dp, &dg, &dm, &dv}) CUDA_OK(cudaMalloc(q, n * sizeof(float)));
-    CUDA_OK(cudaMemcpy(dp, hp.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemset(dm, 0, n * sizeof(float)));
-    CUDA_OK(cudaMemset(dv, 0, n * sizeof(float)));
+    for (float** q : {&dp, &dg, &dm, &dv}) CUDA_CHECK(cudaMalloc(q, n * sizeof(float)));
+    CUDA_CHECK(cudaMemcpy(dp, hp.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(dm, 0, n * sizeof(float)));
+    CUDA_CHECK(cudaMemset(dv, 0, n * sizeof(float)));
     model_ref::OptimizerState st;
     model_ref::Schedule sched;
     for (int step = 0; step < 3; step++) {
@@ -566,16 +566,16 @@ int main() {
       for (auto& v : g) v = nd(rng);
       std::vector<float> hg(g.begin() + emb.offset, g.begin() + emb.offset + n);
       model_ref::optimizer_step(p, g, st, step, sched);
-      CUDA_OK(cudaMemcpy(dg, hg.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-      CUDA_OK(layers::adam_step(dp, nullptr, dg, dm, dv, n, 0.6f, step + 1));
+      CUDA_CHECK(cudaMemcpy(dg, hg.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+      CUDA_CHECK(layers::adam_step(dp, nullptr, dg, dm, dv, n, 0.6f, step + 1));
     }
-    CUDA_OK(cudaDeviceSynchronize());
-    CUDA_OK(cudaMemcpy(hp.data(), dp, n * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(hp.data(), dp, n * sizeof(float), cudaMemcpyDeviceToHost));
     double e = 0;
     for (size_t i = 0; i < n; i++) e = std::max(e, std::fabs(hp[i] - p.data[emb.offset + i]));
     CHECK(e < 1e-5, "Adam after three steps: max abs err %.2e", e);
     std::printf("adam: three steps, max abs err %.2e against the fp64 reference\n", e);
-    for (void* q : {(void*)dp, (void*)dg, (void*)dm, (void*)dv}) CUDA_OK(cudaFree(q));
+    for (void* q : {(void*)dp, (void*)dg, (void*)dm, (void*)dv}) CUDA_CHECK(cudaFree(q));
   }
   // ---- Muon: one step on fresh momentum, against fp64 and the bf16 emulation
   {
@@ -600,30 +600,30 @@ int main() {
       std::vector<float> out[2];
       for (int rep = 0; rep < 2; rep++) {
         float *dw, *dg, *dbuf;
-        for (float** q : {&dw, &dg, &dbuf}) CUDA_OK(cudaMalloc(q, n * sizeof(float)));
-        CUDA_OK(cudaMemcpy(dw, w.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-        CUDA_OK(cudaMemcpy(dg, g.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-        CUDA_OK(cudaMemset(dbuf, 0, n * sizeof(float)));
+        for (float** q : {&dw, &dg, &dbuf}) CUDA_CHECK(cudaMalloc(q, n * sizeof(float)));
+        CUDA_CHECK(cudaMemcpy(dw, w.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(dg, g.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemset(dbuf, 0, n * sizeof(float)));
         if (rep == 0) {
-          CUDA_OK(layers::muon_step(mm, scratch, dw, nullptr, dg, dbuf, rows, cols, lr, mom));
+          CUDA_CHECK(layers::muon_step(mm, scratch, dw, nullptr, dg, dbuf, rows, cols, lr, mom));
         } else {  // the three stages the data-parallel optimiser calls, X in a buffer of its own
           bf16* X;
-          CUDA_OK(cudaMalloc(&X, n * sizeof(bf16)));
-          CUDA_OK(layers::muon_momentum(scratch, dg, dbuf, n, mom, true));
-          CUDA_OK(layers::muon_orthogonalize(mm, scratch, X, rows, cols));
-          CUDA_OK(layers::muon_apply(dw, nullptr, X, rows, cols, lr));
-          CUDA_OK(cudaDeviceSynchronize());
-          CUDA_OK(cudaFree(X));
+          CUDA_CHECK(cudaMalloc(&X, n * sizeof(bf16)));
+          CUDA_CHECK(layers::muon_momentum(scratch, dg, dbuf, n, mom, true));
+          CUDA_CHECK(layers::muon_orthogonalize(mm, scratch, X, rows, cols));
+          CUDA_CHECK(layers::muon_apply(dw, nullptr, X, rows, cols, lr));
+          CUDA_CHECK(cudaDeviceSynchronize());
+          CUDA_CHECK(cudaFree(X));
         }
         out[rep].resize(n);
-        CUDA_OK(cudaDeviceSynchronize());
-        CUDA_OK(cudaMemcpy(out[rep].data(), dw, n * sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaDeviceSynchronize());
+        CUDA_CHECK(cudaMemcpy(out[rep].data(), dw, n * sizeof(float), cudaMemcpyDeviceToHost));
         std::vector<float> hb(n);
-        CUDA_OK(cudaMemcpy(hb.data(), dbuf, n * sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(hb.data(), dbuf, n * sizeof(float), cudaMemcpyDeviceToHost));
         double be = 0;
         for (size_t i = 0; i < n; i++) be = std::max(be, std::fabs(hb[i] - (1 - (double)mom) * g[i]));
         CHECK(be < 1e-6, "muon momentum buffer err %.2e (path %d)", be, rep);
-        for (void* q : {(void*)dw, (void*)dg, (void*)dbuf}) CUDA_OK(cudaFree(q));
+        for (void* q : {(void*)dw, (void*)dg, (void*)dbuf}) CUDA_CHECK(cudaFree(q));
       }
       std::vector<double> upd(n);
       for (size_t i = 0; i < n; i++) upd[i] = (double)w[i] - out[0][i];
@@ -638,10 +638,10 @@ int main() {
     std::vector<double> x = random_bf16(n), y = random_bf16(n);
     const float sc[2] = {0.75f, -1.25f};
     float *dsc, *dpart, *dout;
-    CUDA_OK(cudaMalloc(&dsc, sizeof(sc)));
-    CUDA_OK(cudaMalloc(&dpart, layers::kDotBlocks * sizeof(float)));
-    CUDA_OK(cudaMalloc(&dout, sizeof(float)));
-    CUDA_OK(cudaMemcpy(dsc, sc, sizeof(sc), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMalloc(&dsc, sizeof(sc)));
+    CUDA_CHECK(cudaMalloc(&dpart, layers::kDotBlocks * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&dout, sizeof(float)));
+    CUDA_CHECK(cudaMemcpy(dsc, sc, sizeof(sc), cudaMemcpyHostToDevice));
     bf16 *dx = to_device(x), *dy = to_device(y), *dm = poisoned(n);
     std::vector<double> mix(n), skip(n), scaled(n);
     double dot_ref = 0;
@@ -651,30 +651,30 @@ int main() {
       scaled[i] = sc[0] * x[i];
       dot_ref += x[i] * y[i];
     }
-    CUDA_OK(layers::lambda_mix(dx, dy, dm, dsc, n));
+    CUDA_CHECK(layers::lambda_mix(dx, dy, dm, dsc, n));
     const double em = rel_err(from_device(dm, n), mix);
     float d1 = 0, d2 = 0;
-    CUDA_OK(layers::dot(dx, dy, n, dout, dpart, false));
-    CUDA_OK(cudaMemcpy(&d1, dout, sizeof(float), cudaMemcpyDeviceToHost));
-    CUDA_OK(layers::dot(dx, dy, n, dout, dpart, false));
-    CUDA_OK(cudaMemcpy(&d2, dout, sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(layers::dot(dx, dy, n, dout, dpart, false));
+    CUDA_CHECK(cudaMemcpy(&d1, dout, sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(layers::dot(dx, dy, n, dout, dpart, false));
+    CUDA_CHECK(cudaMemcpy(&d2, dout, sizeof(float), cudaMemcpyDeviceToHost));
     double xx = 0, yy = 0;
     for (size_t i = 0; i < n; i++) xx += x[i] * x[i], yy += y[i] * y[i];
     const double ed = std::fabs(d1 - dot_ref) / std::sqrt(xx * yy);  // relative to |x||y|: fp32 sums
     bf16* dso = poisoned(n);
-    CUDA_OK(layers::skip_add(dso, dx, dy, dsc, 1, n));  // out = x + s[1] y, x untouched
+    CUDA_CHECK(layers::skip_add(dso, dx, dy, dsc, 1, n));  // out = x + s[1] y, x untouched
     CHECK(from_device(dx, n) == x, "n=%zu: out-of-place skip_add changed its input", n);
-    CUDA_OK(layers::skip_add(dx, dy, dsc, 1, n));  // x += s[1] y
+    CUDA_CHECK(layers::skip_add(dx, dy, dsc, 1, n));  // x += s[1] y
     const double es = rel_err(from_device(dx, n), skip);
     CHECK(from_device(dso, n) == from_device(dx, n), "n=%zu: out-of-place skip_add differs from in place", n);
-    CUDA_OK(cudaFree(dso));
+    CUDA_CHECK(cudaFree(dso));
     bf16* dx2 = to_device(x);
-    CUDA_OK(layers::scale(dx2, dsc, 0, n));
+    CUDA_CHECK(layers::scale(dx2, dsc, 0, n));
     const double ec = rel_err(from_device(dx2, n), scaled);
     CHECK(em < 4e-3 && es < 4e-3 && ec < 4e-3, "n=%zu: lambda_mix %.2e, skip_add %.2e, scale %.2e (bf16 output: 4e-3)", n, em, es, ec);
     CHECK(ed < 1e-5 && d1 == d2, "n=%zu: dot err %.2e relative to |x||y| (fp32: 1e-5), repeat equal %d", n, ed, d1 == d2);
     std::printf("mixes n=%zu: lambda_mix %.2e, skip_add %.2e, scale %.2e; dot %.2e, deterministic\n", n, em, es, ec, ed);
-    for (void* q : {(void*)dsc, (void*)dpart, (void*)dout, (void*)dx, (void*)dy, (void*)dm, (void*)dx2}) CUDA_OK(cudaFree(q));
+    for (void* q : {(void*)dsc, (void*)dpart, (void*)dout, (void*)dx, (void*)dy, (void*)dm, (void*)dx2}) CUDA_CHECK(cudaFree(q));
   }
   // ---- replica checksum: equal to the CPU reference, changed by one flipped bit
   {
@@ -684,21 +684,21 @@ int main() {
     for (auto& v : h) v = nd(rng);
     float* d;
     unsigned long long* dsum;
-    CUDA_OK(cudaMalloc(&d, n * sizeof(float)));
-    CUDA_OK(cudaMalloc(&dsum, sizeof(unsigned long long)));
-    CUDA_OK(cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMalloc(&d, n * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&dsum, sizeof(unsigned long long)));
+    CUDA_CHECK(cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     unsigned long long g1 = 0, g2 = 0;
-    CUDA_OK(layers::checksum(d, n * sizeof(float), dsum));
-    CUDA_OK(cudaMemcpy(&g1, dsum, sizeof(g1), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(layers::checksum(d, n * sizeof(float), dsum));
+    CUDA_CHECK(cudaMemcpy(&g1, dsum, sizeof(g1), cudaMemcpyDeviceToHost));
     CHECK(g1 == layers::checksum_cpu(h.data(), n * sizeof(float)), "checksum %016llx differs from the CPU reference", g1);
     h[n / 2] = std::nextafter(h[n / 2], 1e30f);  // one bit
-    CUDA_OK(cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-    CUDA_OK(layers::checksum(d, n * sizeof(float), dsum));
-    CUDA_OK(cudaMemcpy(&g2, dsum, sizeof(g2), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(layers::checksum(d, n * sizeof(float), dsum));
+    CUDA_CHECK(cudaMemcpy(&g2, dsum, sizeof(g2), cudaMemcpyDeviceToHost));
     CHECK(g2 != g1 && g2 == layers::checksum_cpu(h.data(), n * sizeof(float)), "checksum after a one-bit change: %016llx", g2);
     std::printf("checksum: %016llx, one bit later %016llx (CPU reference agrees)\n", g1, g2);
-    CUDA_OK(cudaFree(d));
-    CUDA_OK(cudaFree(dsum));
+    CUDA_CHECK(cudaFree(d));
+    CUDA_CHECK(cudaFree(dsum));
   }
   return test_summary("layers-gpu");
 }

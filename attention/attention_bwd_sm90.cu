@@ -311,7 +311,7 @@ template <int D>
 __host__ __device__ constexpr size_t fused_sm90_smem_used() {
   return (size_t)(2 * kB90Own + 2 * kFStages * kB90Walk) * D * sizeof(bf16) + 2 * kB90Own * kB90Walk * sizeof(bf16) +
          (size_t)kB90Walk * D * sizeof(float) + 2 * kFStages * kB90Walk * sizeof(float) + kB90Own * sizeof(int32_t) +
-         (2 * kFStages + 1) * sizeof(uint64_t);  // the pipe's barriers, then the key block's slot
+         2 * kFStages * sizeof(uint64_t);
 }
 template <int D>
 __host__ __device__ constexpr size_t fused_sm90_smem() {  // asked at launch: room to align the tiles where it fits
@@ -323,8 +323,8 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     attention_bwd_fused_sm90_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V,
                                     const bf16* __restrict__ dO, const float* __restrict__ LSE2, const float* __restrict__ drow,
                                     const int2* __restrict__ dq_ranges, unsigned* __restrict__ dq_count,
-                                    unsigned* __restrict__ key_ticket, float* __restrict__ dq_acc, bf16* __restrict__ dK,
-                                    bf16* __restrict__ dV, int T, int H, MaskBounds mb, float scale_log2, float scale) {
+                                    float* __restrict__ dq_acc, bf16* __restrict__ dK, bf16* __restrict__ dV, int T, int H,
+                                    MaskBounds mb, float scale_log2, float scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace sm90;
   constexpr int BK = kB90Own, BQ = kB90Walk, S = kFStages, AHEAD = S - 2;
@@ -347,8 +347,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   pipe.empty = pipe.full + S;
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
   const int n_kb = (T + BK - 1) / BK, n_tiles = (T + BQ - 1) / BQ;
-  const int h = blockIdx.y, kb = key_block_by_ticket(key_ticket + h, n_kb, reinterpret_cast<int*>(pipe.empty + S)),
-            k0 = kb * BK;  // in the order dq_order.cuh needs
+  const int kb = key_block_last_first(n_kb), k0 = kb * BK, h = blockIdx.y;  // the order dq_order.cuh needs
   const bool leader = threadIdx.x == 0;  // issues this block's dQ additions
 
   const int key0 = k0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's keys: key0, key0 + 8
@@ -535,8 +534,7 @@ static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
 
   if (fused) {
     const int n_tiles = (T + kB90Walk - 1) / kB90Walk;
-    // the counts of the shares added and the key block tickets start at zero (one clear: adjacent)
-    if ((err = cudaMemsetAsync(ws.dq_count, 0, ((size_t)H * n_tiles + H) * sizeof(unsigned), stream)) != cudaSuccess) return err;
+    if ((err = cudaMemsetAsync(ws.dq_count, 0, (size_t)H * n_tiles * sizeof(unsigned), stream)) != cudaSuccess) return err;
     attention_bwd_dq_ranges_kernel<<<(n_tiles + 255) / 256, 256, 0, stream>>>(mb, ws.dq_ranges, n_tiles);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     constexpr size_t smem = fused_sm90_smem<D>();
@@ -544,7 +542,7 @@ static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
     err = cudaFuncSetAttribute(attention_bwd_fused_sm90_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err != cudaSuccess) return err;
     attention_bwd_fused_sm90_kernel<D><<<grid, kB90Threads, smem, stream>>>(
-        q, k, v, dout, ws.lse2, ws.drow, ws.dq_ranges, ws.dq_count, ws.key_ticket, ws.dq_acc, dk, dv, T, H, mb, scale_log2, scale);
+        q, k, v, dout, ws.lse2, ws.drow, ws.dq_ranges, ws.dq_count, ws.dq_acc, dk, dv, T, H, mb, scale_log2, scale);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     const int warps = 8;
     attention_bwd_dq_convert_kernel<D><<<(int)(((size_t)T * H + warps - 1) / warps), warps * 32, 0, stream>>>(

@@ -9,10 +9,10 @@
 // key_range(tile) and every key block that meets it has kept pairs with the tile (and walks it).
 // dq_ranges[m] = that range of key blocks (empty: first > last); the block n_hi(m) - r is the
 // r-th to add, after dq_count[h][m] reached r (and the first writes instead of adding, so dq_acc
-// needs no clearing). The contract with the tile scheduler (tile_scheduler.cuh): a block only
-// ever waits for the shares of larger key blocks, and key blocks are handed out in decreasing
-// order as blocks start, so every block waited for has started and holds its SM: the waits
-// always end, in whatever order the hardware launches blocks. (tests/test_attention_cpu.cpp
+// needs no clearing). The contract with the tile scheduler (tile_scheduler.cuh,
+// key_block_last_first): a block only ever waits for the shares of larger key blocks, which
+// are the blocks of smaller index, started before it; the wait traps after 20 s instead of
+// hanging should that ever fail. (tests/test_attention_cpu.cpp
 // checks the claim about key_range on random masks.)
 #pragma once
 #include <cstdint>

@@ -27,21 +27,19 @@ cudaError_t attention_forward_sm90(const bf16* q, const bf16* k, const bf16* v, 
 // drow = rowsum(dO * O) and lse2 = lse in log2 units (+inf for a row that kept nothing), both
 // [H, T] fp32, from attention_backward's pre-pass; and for the sm90 kernel's dQ
 // (attention_bwd_sm90.cu): dq_ranges, the key blocks with a share in each query tile of 64
-// [tiles]; dq_count, the shares added so far [H][tiles], followed by key_ticket [H], the next key
-// block of each head (tile_scheduler.cuh); dq_acc, the fp32 sums [H][tiles][64][D].
+// [tiles]; dq_count, the shares added so far [H][tiles]; dq_acc, the fp32 sums [H][tiles][64][D].
 struct BwdWorkspace {
   float* drow;
   float* lse2;
   int2* dq_ranges;
   unsigned* dq_count;
-  unsigned* key_ticket;
   float* dq_acc;
 
   static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
   static size_t tiles(int T) { return ((size_t)T + 63) / 64; }
   static size_t bytes(int T, int H, int D) {
     return up256(2 * (size_t)T * H * sizeof(float)) + up256(tiles(T) * sizeof(int2)) +
-           up256((tiles(T) + 1) * H * sizeof(unsigned)) + tiles(T) * 64 * H * D * sizeof(float);
+           up256(tiles(T) * H * sizeof(unsigned)) + tiles(T) * 64 * H * D * sizeof(float);
   }
   static BwdWorkspace carve(void* ws, int T, int H, int D) {
     (void)D;
@@ -53,8 +51,7 @@ struct BwdWorkspace {
     w.dq_ranges = reinterpret_cast<int2*>(p);
     p += up256(tiles(T) * sizeof(int2));
     w.dq_count = reinterpret_cast<unsigned*>(p);
-    w.key_ticket = w.dq_count + tiles(T) * H;
-    p += up256((tiles(T) + 1) * H * sizeof(unsigned));
+    p += up256(tiles(T) * H * sizeof(unsigned));
     w.dq_acc = reinterpret_cast<float*>(p);
     return w;
   }

@@ -37,9 +37,10 @@ for r in $(seq 1 "$ROUNDS"); do
       --val-tokens 65536 --window-blocks 8 --profile 10 --log-file "$LOG_DIR/step_${tree}_$r.txt") > "$LOG_DIR/step_${tree}_$r.out" 2>&1
   done
 done
+set +f
 echo "== summary ($LOG_DIR; other = $OTHER)"
 paste "$LOG_DIR/attention_other.txt" "$LOG_DIR/attention_this.txt" 2>/dev/null | head -40
 for f in "$LOG_DIR"/step_*.out; do
   echo "$(basename "$f" .out): $(grep -E 'timed steps' "$f" | sed 's/.*timed steps: //')"
   grep -E "attention (forward|backward)" "$f" | tr -s ' ' | head -2
-done
+done | tee "$LOG_DIR/summary.txt"

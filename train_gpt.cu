@@ -337,7 +337,7 @@ struct FlopCounter {
     attn::MaskDesc m;
     m.causal = o.causal, m.window = window, m.window_bidir = o.window_mask == "bi", m.window_blocks = o.window_granularity == "block";
     if (o.doc_mask) {
-      for (int t = 0, c = 0; t < o.seq_len; t++) b.doc_ids[t] = (c += b.inputs[t] == shard::kBos);
+      attn::doc_ids_from_tokens(b.inputs.data(), o.seq_len, b.doc_ids.data(), shard::kBos);
       m.doc_ids = b.doc_ids.data();
     }
     const long long pairs = attn::kept_pairs(attn::make_bounds(m, o.seq_len));

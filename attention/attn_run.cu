@@ -71,8 +71,7 @@ int main(int argc, char** argv) {
       const int32_t* p = reinterpret_cast<const int32_t*>(a.data.data());
       doc.resize(T);
       if (!ftok.empty()) {
-        int c = 0;
-        for (int i = 0; i < T; i++) doc[i] = (c += p[i] == 50256);
+        attn::doc_ids_from_tokens(p, T, doc.data());
       } else {
         for (int i = 0; i < T; i++) {
           doc[i] = p[i];

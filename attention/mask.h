@@ -247,7 +247,8 @@ inline long long kept_pairs(const MaskBounds& b) {
 }
 
 // Document ids from token ids: doc[i] = number of BOS (50256) tokens at positions <= i.
-inline void doc_ids_from_tokens(const uint16_t* tokens, int T, int32_t* doc, int bos = 50256) {
+template <typename Token, typename Id>
+inline void doc_ids_from_tokens(const Token* tokens, int T, Id* doc, int bos = 50256) {
   int c = 0;
   for (int i = 0; i < T; i++) {
     c += tokens[i] == bos;

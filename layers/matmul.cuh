@@ -35,6 +35,23 @@ class Matmul {
   Matmul(const Matmul&) = delete;
   Matmul& operator=(const Matmul&) = delete;
 
+  // Named for what they compute, for a layer y[rows][out] = x[rows][in] W[in][out]:
+  void xW(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* y, int rows, int in, int out) {
+    (*this)(x, W, y, rows, out, in, false, false);
+  }
+  // y = c + x W (c and y may be one buffer)
+  void xW_plus(const __nv_bfloat16* x, const __nv_bfloat16* W, const __nv_bfloat16* c, __nv_bfloat16* y, int rows, int in, int out) {
+    add(x, W, c, y, rows, out, in, false, false);
+  }
+  // dx[rows][in] = dy[rows][out] W^T (+= with accumulate), bf16
+  void dX(const __nv_bfloat16* dy, const __nv_bfloat16* W, __nv_bfloat16* dx, int rows, int in, int out, bool accumulate = false) {
+    (*this)(dy, W, dx, rows, in, out, false, true, accumulate);
+  }
+  // dW[in][out] += x^T dy, fp32 (gradients accumulate over micro-steps)
+  void dW(const __nv_bfloat16* x, const __nv_bfloat16* dy, float* dW, int rows, int in, int out) {
+    (*this)(x, dy, dW, in, out, rows, true, false, true, true);
+  }
+
   void operator()(const __nv_bfloat16* A, const __nv_bfloat16* B, void* C, int m, int n, int k, bool trans_a, bool trans_b,
                   bool accumulate = false, bool c_fp32 = false, cudaStream_t stream = 0) {
     if (((uintptr_t)A | (uintptr_t)B | (uintptr_t)C) % 16)

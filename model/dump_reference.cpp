@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 
+#include "attention/mask.h"
 #include "model/optimizer_reference.h"
 #include "model/reference_model.h"
 
@@ -38,7 +39,7 @@ int main(int argc, char** argv) {
   for (int t : {0, 50, 51, 170, 260}) tokens[t] = kBos;
   for (int t = 0; t < T; t++) targets[t] = rng() % 64;
   std::vector<int32_t> doc(T);
-  for (int t = 0, c = 0; t < T; t++) doc[t] = (c += tokens[t] == kBos);
+  attn::doc_ids_from_tokens(tokens.data(), T, doc.data(), kBos);
   cfg.mask.causal = true;
   cfg.mask.window = 2;  // blocks of 128: this block and the one before
   cfg.mask.blocks = true;

@@ -52,7 +52,7 @@ class Model {
   // T: tokens per forward; bos: the token that starts a document (50256 for GPT-2 data);
   // head_chunk: rows of the lm head computed at once (16384 x 50304 bf16: 1.6 GB, reused by every chunk).
   Model(const model_ref::Config& cfg, int T, int bos, int head_chunk = 16384)
-      : cfg_(cfg), layout_(cfg, /*allocate=*/false), T_(T), bos_(bos), chunk_(std::min(T, head_chunk)) {
+      : cfg_(cfg), layout_(cfg, /*allocate=*/false), at_(resolve(layout_, cfg.layers)), T_(T), bos_(bos), chunk_(std::min(T, head_chunk)) {
     if (cfg.head_dim() != 64 && cfg.head_dim() != 128) throw std::invalid_argument("head dim must be 64 or 128 (attention kernel)");
     if (cfg.width % 8 || cfg.hidden % 8 || cfg.vocab % 8) throw std::invalid_argument("width, hidden and vocab must be multiples of 8");
     const size_t n = layout_.size(), TC = (size_t)T * cfg.width, TF = (size_t)T * cfg.hidden, TH = (size_t)T * cfg.heads;
@@ -144,11 +144,10 @@ class Model {
     const int T = T_, C = cfg_.width, H = cfg_.heads, Dh = cfg_.head_dim(), L = cfg_.layers, F = cfg_.hidden, V = cfg_.vocab;
     if ((int)tokens.size() != T || (int)targets.size() != T) throw std::invalid_argument("forward: want T tokens and targets");
     const size_t TC = (size_t)T * C;
-    std::vector<int> doc(T);
-    for (int t = 0, c = 0; t < T; t++) {
+    for (int t = 0; t < T; t++)
       if (tokens[t] < 0 || tokens[t] >= V) throw std::invalid_argument("forward: token id " + std::to_string(tokens[t]) + " outside the vocabulary");
-      doc[t] = (c += tokens[t] == bos_);
-    }
+    std::vector<int> doc(T);
+    attn::doc_ids_from_tokens(tokens.data(), T, doc.data(), bos_);
     layers::TokenIndex ix(tokens.data(), T, V);
     const std::vector<int> packed = ix.packed();
     cuda_check(cudaMemcpy(tokens_, tokens.data(), T * sizeof(int), cudaMemcpyHostToDevice), "tokens");
@@ -160,7 +159,7 @@ class Model {
     const float eps = (float)cfg_.eps;
 
     prof_.mark(Profiler::kEmbed);
-    ok(layers::embedding_forward(W("embed"), tokens_, emb_, T, C));
+    ok(layers::embedding_forward(W(at_.embed), tokens_, emb_, T, C));
     prof_.mark(Profiler::kNormMix);
     ok(layers::rmsnorm_forward(emb_, x0_, rstd_e_, T, C, eps));
     // The residual stream is written by the matmuls' adds (D = C + AB) straight into the tensor
@@ -169,32 +168,32 @@ class Model {
     // add reads into its own x_in.
     const bf16* x = x0_;  // the stream entering layer i
     for (int i = 0; i < L; i++) {
-      const std::string p = "layer" + std::to_string(i) + ".";
+      const LayerParams& lp = at_.layer[i];
       Acts& a = acts_[i];
-      if (i >= L / 2) ok(layers::skip_add(a.x_in_own, x, pushed_[L - 1 - i], S("skip"), i - L / 2, TC));
+      if (i >= L / 2) ok(layers::skip_add(a.x_in_own, x, pushed_[L - 1 - i], S(at_.skip), i - L / 2, TC));
       a.x_in = i >= L / 2 ? a.x_in_own : x;
-      ok(layers::mix_rmsnorm_forward(a.x_in, x0_, S(p + "lambda"), a.x_mix, a.h, a.rstd_h, T, C, eps));
+      ok(layers::mix_rmsnorm_forward(a.x_in, x0_, S(lp.lambda), a.x_mix, a.h, a.rstd_h, T, C, eps));
       prof_.mark(Profiler::kMatmul);
-      mm_(a.h, W(p + "wq"), a.q, T, C, C, false, false);
-      mm_(a.h, W(p + "wk"), a.k, T, C, C, false, false);
-      mm_(a.h, W(p + "wv"), a.v_lin, T, C, C, false, false);
+      mm_.xW(a.h, W(lp.wq), a.q, T, C, C);
+      mm_.xW(a.h, W(lp.wk), a.k, T, C, C);
+      mm_.xW(a.h, W(lp.wv), a.v_lin, T, C, C);
       prof_.mark(Profiler::kNormMix);
-      ok(layers::value_embed_mix(a.v_lin, W(ve_name(i)), tokens_, a.v, S(p + "attn_lambda"), T, C));
+      ok(layers::value_embed_mix(a.v_lin, W(lp.value_embed), tokens_, a.v, S(lp.attn_lambda), T, C));
       ok(layers::qk_norm_rotary_forward(a.q, a.qn, a.rstd_q, rot_, T, H, Dh, eps));
       ok(layers::qk_norm_rotary_forward(a.k, a.kn, a.rstd_k, rot_, T, H, Dh, eps));
       prof_.mark(Profiler::kAttnFwd);
       ok(attn::attention_forward(a.qn, a.kn, a.v, a.y, a.lse, T, H, Dh, mask()));
       prof_.mark(Profiler::kMatmul);
-      mm_.add(a.y, W(p + "wo"), a.x_mix, a.x_attn, T, C, C, false, false);  // x_attn = x_mix + y Wo
+      mm_.xW_plus(a.y, W(lp.wo), a.x_mix, a.x_attn, T, C, C);  // x_attn = x_mix + y Wo
       prof_.mark(Profiler::kNormMix);
       ok(layers::rmsnorm_forward(a.x_attn, a.h2, a.rstd_h2, T, C, eps));
       prof_.mark(Profiler::kMatmul);
-      mm_(a.h2, W(p + "wfc"), dr_, T, F, C, false, false);  // u: dr_ is free until the backward
+      mm_.xW(a.h2, W(lp.wfc), dr_, T, C, F);  // u: dr_ is free until the backward
       prof_.mark(Profiler::kNormMix);
       ok(layers::relu2_forward(dr_, a.r, (size_t)T * F));  // only r is kept
       prof_.mark(Profiler::kMatmul);
       bf16* out = i < L / 2 ? pushed_[i] : x_;
-      mm_.add(a.r, W(p + "wproj"), a.x_attn, out, T, C, F, false, false);  // x_attn + r Wproj
+      mm_.xW_plus(a.r, W(lp.wproj), a.x_attn, out, T, F, C);  // x_attn + r Wproj
       prof_.mark(Profiler::kNormMix);
       x = out;
     }
@@ -203,7 +202,7 @@ class Model {
     if (z_out) z_out->resize((size_t)T * V);
     for (int r0 = 0; r0 < T; r0 += chunk_) {
       const int rows = std::min(chunk_, T - r0);
-      mm_(hf_ + (size_t)r0 * C, W("head"), z_, rows, V, C, false, false);
+      mm_.xW(hf_ + (size_t)r0 * C, W(at_.head), z_, rows, C, V);
       if (z_out) {
         std::vector<bf16> zh((size_t)rows * V);
         cuda_check(cudaMemcpy(zh.data(), z_, zh.size() * sizeof(bf16), cudaMemcpyDeviceToHost), "z");
@@ -211,8 +210,8 @@ class Model {
       }
       ok(layers::softcap_ce(z_, targets_ + r0, grad_scale != 0.f ? z_ : nullptr, loss_ + r0, rows, V, grad_scale, bad_));
       if (grad_scale != 0.f) {  // the head's backward for this chunk; z_ now holds dz
-        mm_(z_, W("head"), dhf_ + (size_t)r0 * C, rows, C, V, false, true);
-        mm_(hf_ + (size_t)r0 * C, z_, G("head"), C, V, rows, true, false, true, true);
+        mm_.dX(z_, W(at_.head), dhf_ + (size_t)r0 * C, rows, C, V);
+        mm_.dW(hf_ + (size_t)r0 * C, z_, G(at_.head), rows, C, V);
       }
     }
     prof_.mark(Profiler::kHost);
@@ -238,58 +237,58 @@ class Model {
     cuda_check(cudaMemsetAsync(dx0_, 0, TC * sizeof(bf16)), "dx0");
     for (auto& p : dpushed_) cuda_check(cudaMemsetAsync(p, 0, TC * sizeof(bf16)), "dpushed");
     for (int i = L - 1; i >= 0; i--) {
-      const std::string p = "layer" + std::to_string(i) + ".";
+      const LayerParams& lp = at_.layer[i];
       Acts& a = acts_[i];
       if (i < L / 2) ok(layers::skip_add(dx_, dpushed_[i], one_, 0, TC));
       // MLP: x = x_attn + relu(norm(x_attn) Wfc)^2 Wproj
       prof_.mark(Profiler::kMatmul);
-      mm_(dx_, W(p + "wproj"), dr_, T, F, C, false, true);
-      mm_(a.r, dx_, G(p + "wproj"), F, C, T, true, false, true, true);
+      mm_.dX(dx_, W(lp.wproj), dr_, T, F, C);
+      mm_.dW(a.r, dx_, G(lp.wproj), T, F, C);
       prof_.mark(Profiler::kNormMix);
       ok(layers::relu2_backward_from_r(a.r, dr_, du_, (size_t)T * F));
       prof_.mark(Profiler::kMatmul);
-      mm_(du_, W(p + "wfc"), dh_, T, C, F, false, true);
-      mm_(a.h2, du_, G(p + "wfc"), C, F, T, true, false, true, true);
+      mm_.dX(du_, W(lp.wfc), dh_, T, C, F);
+      mm_.dW(a.h2, du_, G(lp.wfc), T, C, F);
       prof_.mark(Profiler::kNormMix);
       ok(layers::rmsnorm_backward(a.x_attn, a.rstd_h2, dh_, dx_, T, C, true));
       // attention: x_attn = x_mix + y Wo
       prof_.mark(Profiler::kMatmul);
-      mm_(dx_, W(p + "wo"), dy_, T, C, C, false, true);
-      mm_(a.y, dx_, G(p + "wo"), C, C, T, true, false, true, true);
+      mm_.dX(dx_, W(lp.wo), dy_, T, C, C);
+      mm_.dW(a.y, dx_, G(lp.wo), T, C, C);
       prof_.mark(Profiler::kAttnBwd);
       ok(attn::attention_backward(a.qn, a.kn, a.v, a.y, dy_, a.lse, t1_, t2_, dv_, ws_, T, H, Dh, mask()));
       prof_.mark(Profiler::kNormMix);
       // v = a0 v_lin + a1 ve (ve gathered from its table again): dv_ becomes d v_lin, dk_ d ve
-      ok(layers::mix_backward_gather(dv_, a.v_lin, W(ve_name(i)), tokens_, T, C, dk_, false, S(p + "attn_lambda"), G(p + "attn_lambda"),
+      ok(layers::mix_backward_gather(dv_, a.v_lin, W(lp.value_embed), tokens_, T, C, dk_, false, S(lp.attn_lambda), G(lp.attn_lambda),
                                      partial_));
       prof_.mark(Profiler::kEmbed);
-      ok(layers::embedding_backward(dk_, ixv_, G(ve_name(i)), C));
+      ok(layers::embedding_backward(dk_, ixv_, G(lp.value_embed), C));
       prof_.mark(Profiler::kNormMix);
       ok(layers::qk_norm_rotary_backward(a.q, a.rstd_q, t1_, dq_, rot_, T, H, Dh));
       ok(layers::qk_norm_rotary_backward(a.k, a.rstd_k, t2_, dk_, rot_, T, H, Dh));
       // q, k, v = h Wq, h Wk, h Wv
       prof_.mark(Profiler::kMatmul);
-      mm_(dq_, W(p + "wq"), dh_, T, C, C, false, true);
-      mm_(dk_, W(p + "wk"), dh_, T, C, C, false, true, true);
-      mm_(dv_, W(p + "wv"), dh_, T, C, C, false, true, true);
-      mm_(a.h, dq_, G(p + "wq"), C, C, T, true, false, true, true);
-      mm_(a.h, dk_, G(p + "wk"), C, C, T, true, false, true, true);
-      mm_(a.h, dv_, G(p + "wv"), C, C, T, true, false, true, true);
+      mm_.dX(dq_, W(lp.wq), dh_, T, C, C);
+      mm_.dX(dk_, W(lp.wk), dh_, T, C, C, /*accumulate=*/true);
+      mm_.dX(dv_, W(lp.wv), dh_, T, C, C, /*accumulate=*/true);
+      mm_.dW(a.h, dq_, G(lp.wq), T, C, C);
+      mm_.dW(a.h, dk_, G(lp.wk), T, C, C);
+      mm_.dW(a.h, dv_, G(lp.wv), T, C, C);
       prof_.mark(Profiler::kNormMix);
       // h = norm(x_mix), x_mix = l0 x_in + l1 x0: dx_ becomes d x_in, dx0_ gathers d x0
-      ok(layers::rmsnorm_mix_backward(a.x_mix, a.rstd_h, dh_, dx_, a.x_in, x0_, dx0_, S(p + "lambda"), G(p + "lambda"), T, C, partial_));
+      ok(layers::rmsnorm_mix_backward(a.x_mix, a.rstd_h, dh_, dx_, a.x_in, x0_, dx0_, S(lp.lambda), G(lp.lambda), T, C, partial_));
       // x_in = x_prev + s_j pushed
       if (i >= L / 2) {
         const int j = i - L / 2, src = L - 1 - i;
-        ok(layers::dot(dx_, pushed_[src], TC, G("skip") + j, partial_, true));
-        ok(layers::skip_add(dpushed_[src], dx_, S("skip"), j, TC));
+        ok(layers::dot(dx_, pushed_[src], TC, G(at_.skip) + j, partial_, true));
+        ok(layers::skip_add(dpushed_[src], dx_, S(at_.skip), j, TC));
       }
       if (ready) ready(i);
     }
     ok(layers::skip_add(dx_, dx0_, one_, 0, TC));
     ok(layers::rmsnorm_backward(emb_, rstd_e_, dx_, t1_, T, C, false));
     prof_.mark(Profiler::kEmbed);
-    ok(layers::embedding_backward(t1_, ixv_, G("embed"), C));
+    ok(layers::embedding_backward(t1_, ixv_, G(at_.embed), C));
     if (ready) ready(-1);
     prof_.mark(Profiler::kHost);
     // No wait here: the host prepares the next sequence (its token index, document ids, pair
@@ -318,10 +317,6 @@ class Model {
     buffers_.push_back(*p);
   }
   static void ok(cudaError_t e) { cuda_check(e, "kernel launch"); }
-  std::string ve_name(int i) const {
-    const int L = cfg_.layers;
-    return "value_embed." + std::to_string(i < L / 2 ? i : L - 1 - i);
-  }
   attn::MaskDesc mask() const {
     attn::MaskDesc m;
     m.causal = cfg_.mask.causal;
@@ -331,12 +326,33 @@ class Model {
     m.doc_ids = cfg_.mask.doc ? doc_ : nullptr;
     return m;
   }
-  const bf16* W(const std::string& name) const { return w16_ + layout_.t(name).offset; }
-  const float* S(const std::string& name) const { return w32_ + layout_.t(name).offset; }
-  float* G(const std::string& name) const { return g32_ + layout_.t(name).offset; }
+  // Where each parameter starts in the flat layout, looked up by name once (in the constructor),
+  // so that a step finds its tensors by offset. W: the bf16 weights, S: the fp32 masters (the
+  // scalars are read from them), G: the fp32 gradients.
+  struct LayerParams {
+    size_t wq, wk, wv, wo, wfc, wproj, lambda, attn_lambda, value_embed;  // value_embed: the table this layer uses
+  };
+  struct ParamOffsets {
+    size_t embed, head, skip;
+    std::vector<LayerParams> layer;
+  };
+  static ParamOffsets resolve(const model_ref::Params& layout, int L) {
+    auto at = [&](const std::string& name) { return layout.t(name).offset; };
+    ParamOffsets o{at("embed"), at("head"), at("skip"), {}};
+    for (int i = 0; i < L; i++) {
+      const std::string p = "layer" + std::to_string(i) + ".";
+      o.layer.push_back({at(p + "wq"), at(p + "wk"), at(p + "wv"), at(p + "wo"), at(p + "wfc"), at(p + "wproj"), at(p + "lambda"),
+                         at(p + "attn_lambda"), at("value_embed." + std::to_string(i < L / 2 ? i : L - 1 - i))});
+    }
+    return o;
+  }
+  const bf16* W(size_t offset) const { return w16_ + offset; }
+  const float* S(size_t offset) const { return w32_ + offset; }
+  float* G(size_t offset) const { return g32_ + offset; }
 
   model_ref::Config cfg_;
   model_ref::Params layout_;  // names, shapes and offsets only
+  ParamOffsets at_;           // resolve(layout_)
   int T_, bos_, chunk_;
   layers::Matmul mm_;
   Profiler prof_;

@@ -1,5 +1,5 @@
 // Plain CPU reference of the speedrun model (docs/model.md), forward and backward in fp64.
-// It is the yardstick for the CUDA model (issue 4): simple loops, one operation at a time, every
+// It is the yardstick for the CUDA model: simple loops, one operation at a time, every
 // intermediate kept. Tiny configurations only (it stores T x T probabilities per head).
 //
 // Model, with norm(u) = u / sqrt(mean(u^2) + eps), eps = 2^-7 (PyTorch's default on bf16):

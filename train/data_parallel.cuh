@@ -1,4 +1,4 @@
-// Data parallelism over NCCL (issue 5): gradient averaging overlapped with the backward pass,
+// Data parallelism over NCCL: gradient averaging overlapped with the backward pass,
 // the exchange of Muon's orthogonalised updates, and a host wait that cannot hang.
 //
 // Gradients: every rank sums its micro-steps' gradients into the model's flat fp32 buffer, the

@@ -1,4 +1,4 @@
-// The processes of a data-parallel run (issue 5): one process per GPU, started by mpirun.
+// The processes of a data-parallel run: one process per GPU, started by mpirun.
 // MPI gives each process its rank, the world size and its rank on its own node (which picks its
 // GPU), carries NCCL's unique id from rank 0 to the others, and reduces the few host-side
 // numbers (losses, checksums, peak memory). A process not started by mpirun (none of OpenMPI's,

@@ -71,6 +71,31 @@ __device__ __forceinline__ void probs_and_dscores_t(float (&s)[NB][4], float (&d
     }
 }
 
+// The start both key-owning kernels share: the queries each of this thread's keys (key0,
+// key0 + 8) is kept by, the block's walk over the query tiles that see its keys, the tile pipe,
+// and the first loads (K and V, which ride on the first query tile's arrival, and the first
+// AHEAD query tiles through load_q_side). Returns the walk.
+template <int D, int AHEAD, typename Pipe, typename LoadQuerySide>
+__device__ __forceinline__ TileWalk begin_key_block(const MaskBounds& mb, int k0, int key0, int T, int H, int h, int32_t* s_ids,
+                                                    int (&q_lo2)[2], int (&q_hi2)[2], Pipe& pipe, WalkAhead<AHEAD>& ahead,
+                                                    const bf16* K, const bf16* V, bf16* sK, bf16* sV,
+                                                    LoadQuerySide& load_q_side) {
+  constexpr int BK = kB90Own, BQ = kB90Walk;
+  const int keys[2] = {key0, key0 + 8};
+  int q_lo, q_hi;  // the block's query range
+  own_intervals<BK, 2>(mb, k0, false, s_ids, keys, q_lo2, q_hi2, q_lo, q_hi);
+  const TileWalk walk(mb, k0, k0 + BK, BQ, q_hi >= q_lo ? q_hi / BQ + 1 : 0, false);
+  if (threadIdx.x == 0) pipe.init(kB90Threads);
+  __syncthreads();
+  ahead.start(walk, mb, q_lo / BQ);
+  sm90::load_tile<D, BK, kB90Threads>(sK, K, k0, T, H, h);
+  sm90::load_tile<D, BK, kB90Threads>(sV, V, k0, T, H, h);
+#pragma unroll
+  for (int a = 0; a < AHEAD; a++)
+    if (ahead.tile[a] < walk.end) load_q_side(ahead.tile[a], a);
+  return walk;
+}
+
 // ---------------------------------------------------------------------------------- dK, dV
 template <int D>
 constexpr size_t dkdv_sm90_smem() {
@@ -102,24 +127,13 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   const int k0 = blockIdx.x * BK, h = blockIdx.y;
 
   const int key0 = k0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's keys: key0, key0 + 8
-  const int keys[2] = {key0, key0 + 8};
-  int q_lo, q_hi, q_lo2[2], q_hi2[2];  // the block's query range; the queries each key is kept by
-  own_intervals<BK, 2>(mb, k0, false, s_ids, keys, q_lo2, q_hi2, q_lo, q_hi);
-  const TileWalk walk(mb, k0, k0 + BK, BQ, q_hi >= q_lo ? q_hi / BQ + 1 : 0, false);
+  int q_lo2[2], q_hi2[2];                                     // the queries each of them is kept by
   auto load_q_side = [&](int qt, int i) {  // this thread's copies of query tile qt, the i-th of the walk
     load_query_tile<D>(sQ, sdO, sLse, sDr, Q, dO, LSE2, drow, qt, i % S, T, H, h);
     pipe.arrive_full(i);
   };
-  if (threadIdx.x == 0) pipe.init(kB90Threads);
-  __syncthreads();
-
   WalkAhead<kB90Ahead> ahead;  // tile[0] computed now, the others loaded or loading
-  ahead.start(walk, mb, q_lo / BQ);
-  load_tile<D, BK, kB90Threads>(sK, K, k0, T, H, h);
-  load_tile<D, BK, kB90Threads>(sV, V, k0, T, H, h);
-#pragma unroll
-  for (int a = 0; a < kB90Ahead; a++)  // K and V ride on the first tile's arrival
-    if (ahead.tile[a] < walk.end) load_q_side(ahead.tile[a], a);
+  const TileWalk walk = begin_key_block<D>(mb, k0, key0, T, H, h, s_ids, q_lo2, q_hi2, pipe, ahead, K, V, sK, sV, load_q_side);
 
   float dk[D / 8][4] = {}, dv[D / 8][4] = {};
   uint32_t pa[BQ / 16][4], dsa[BQ / 16][4];  // P^T and dS^T of the previous tile
@@ -351,24 +365,13 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   const bool leader = threadIdx.x == 0;  // issues this block's dQ additions
 
   const int key0 = k0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's keys: key0, key0 + 8
-  const int keys[2] = {key0, key0 + 8};
-  int q_lo, q_hi, q_lo2[2], q_hi2[2];  // the block's query range; the queries each key is kept by
-  own_intervals<BK, 2>(mb, k0, false, s_ids, keys, q_lo2, q_hi2, q_lo, q_hi);
-  const TileWalk walk(mb, k0, k0 + BK, BQ, q_hi >= q_lo ? q_hi / BQ + 1 : 0, false);
+  int q_lo2[2], q_hi2[2];                                     // the queries each of them is kept by
   auto load_q_side = [&](int qt, int i) {  // this thread's copies of query tile qt, the i-th of the walk
     load_query_tile<D>(sQ, sdO, sLse, sDr, Q, dO, LSE2, drow, qt, i % S, T, H, h);
     pipe.arrive_full(i);
   };
-  if (threadIdx.x == 0) pipe.init(kB90Threads);
-  __syncthreads();
-
   WalkAhead<AHEAD> ahead;  // tile[0] computed now, the others loaded or loading
-  ahead.start(walk, mb, q_lo / BQ);
-  load_tile<D, BK, kB90Threads>(sK, K, k0, T, H, h);
-  load_tile<D, BK, kB90Threads>(sV, V, k0, T, H, h);
-#pragma unroll
-  for (int a = 0; a < AHEAD; a++)  // K and V ride on the first tile's arrival
-    if (ahead.tile[a] < walk.end) load_q_side(ahead.tile[a], a);
+  const TileWalk walk = begin_key_block<D>(mb, k0, key0, T, H, h, s_ids, q_lo2, q_hi2, pipe, ahead, K, V, sK, sV, load_q_side);
 
   // Each warpgroup's dQ matmul (64 x 64 accumulator): D = 128, its 64-column half of D over all
   // 128 keys; D = 64, warpgroup 0 alone (a branch on the warpgroup: those wgmmas get serialized).

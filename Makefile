@@ -40,7 +40,8 @@ ATTN_OBJS := $(BUILD)/attention/dispatch.o $(BUILD)/attention/bwd_preprocess.o $
 CPU_TESTS := $(BUILD)/tests/test_data $(BUILD)/tests/test_attention_cpu $(BUILD)/tests/test_model_cpu \
              $(BUILD)/tests/test_optimizer_cpu $(BUILD)/tests/test_loader_log $(BUILD)/tests/test_checkpoint \
              $(BUILD)/tests/test_dist $(BUILD)/tests/test_grad_buckets
-MODEL_REF_OBJS := $(BUILD)/model/reference_model.o $(BUILD)/model/optimizer_reference.o $(BUILD)/attention/reference.o
+MODEL_OBJS := $(BUILD)/model/config.o
+MODEL_REF_OBJS := $(MODEL_OBJS) $(BUILD)/model/reference_model.o $(BUILD)/model/optimizer_reference.o $(BUILD)/attention/reference.o
 GPU_TESTS := $(BUILD)/tests/test_attention_gpu $(BUILD)/tests/test_layers_gpu $(BUILD)/tests/test_model_gpu
 
 .PHONY: all test test-gpu test-torch bench data setup clean help
@@ -54,7 +55,7 @@ setup:
 
 # ---------------------------------------------------------------------------- binaries
 train_gpt: $(BUILD)/train_gpt.o $(ATTN_OBJS) $(BUILD)/data/dataloader.o $(BUILD)/train/run_log.o $(BUILD)/train/options.o $(BUILD)/train/checkpoint.o \
-           $(BUILD)/train/dist.o $(MODEL_REF_OBJS) $(BUILD)/version.o
+           $(BUILD)/train/dist.o $(MODEL_OBJS) $(BUILD)/version.o
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(MPI_LIBS) -Xcompiler -fopenmp -lgomp
 
 # The commit the binary was built from, for its logs: rewritten only when it changes, so that a
@@ -107,7 +108,7 @@ $(BUILD)/tests/test_loader_log: $(BUILD)/tests/test_loader_log.o $(BUILD)/data/d
 $(BUILD)/tests/test_checkpoint: $(BUILD)/tests/test_checkpoint.o $(BUILD)/train/checkpoint.o
 	$(CXX) $^ -o $@
 
-$(BUILD)/tests/test_grad_buckets: $(BUILD)/tests/test_grad_buckets.o $(BUILD)/model/reference_model.o $(BUILD)/attention/reference.o
+$(BUILD)/tests/test_grad_buckets: $(BUILD)/tests/test_grad_buckets.o $(MODEL_OBJS)
 	$(CXX) -fopenmp $^ -o $@
 
 $(BUILD)/tests/test_dist: $(BUILD)/tests/test_dist.o $(BUILD)/train/dist.o

@@ -28,7 +28,7 @@
 #include "data/dataloader.h"
 #include "data/manifest.h"
 #include "data/shard.h"
-#include "model/optimizer_reference.h"
+#include "model/config.h"
 #include "train/checkpoint.h"
 #include "train/dist.h"
 #include "train/options.h"
@@ -118,17 +118,17 @@ struct Optimizer {
   layers::bf16* X = nullptr;     // orthogonalised updates, one slot per matrix
   std::vector<size_t> x_offset;  // by matrix index
   int adam_steps = 0;
-  model_ref::OptimizerHyper hp;
+  model::OptimizerHyper hp;
   layers::MuonScratch scratch;
-  explicit Optimizer(const model_ref::Params& layout) : scratch(largest(layout, false), largest(layout, true)) {
+  explicit Optimizer(const model::Layout& layout) : scratch(largest(layout, false), largest(layout, true)) {
     const size_t n = layout.size();
     for (float** p : {&m, &v, &buf}) {
       gpt::cuda_check(cudaMalloc(p, n * sizeof(float)), "optimizer state");
       gpt::cuda_check(cudaMemset(*p, 0, n * sizeof(float)), "optimizer state");
     }
     size_t total = 0;
-    for (const model_ref::Tensor& t : layout.tensors)
-      if (model_ref::group_of(t) == model_ref::ParamGroup::kMatrix) {
+    for (const model::Tensor& t : layout.tensors)
+      if (model::group_of(t) == model::ParamGroup::kMatrix) {
         x_offset.push_back(total);
         total += (t.size() + 63) / 64 * 64;  // 128-byte aligned slots (cuBLASLt wants 16)
       }
@@ -139,10 +139,10 @@ struct Optimizer {
     cudaFree(X);
   }
   // The largest block matrix, or the largest square of its smaller side (Muon's scratch sizes).
-  static size_t largest(const model_ref::Params& layout, bool square) {
+  static size_t largest(const model::Layout& layout, bool square) {
     size_t most = 0;
-    for (const model_ref::Tensor& t : layout.tensors)
-      if (model_ref::group_of(t) == model_ref::ParamGroup::kMatrix)
+    for (const model::Tensor& t : layout.tensors)
+      if (model::group_of(t) == model::ParamGroup::kMatrix)
         most = std::max(most, square ? std::min(t.rows, t.cols) * std::min(t.rows, t.cols) : t.size());
     return most;
   }
@@ -170,25 +170,25 @@ struct Optimizer {
   void upload(float* d, const std::vector<float>& h) {
     gpt::cuda_check(cudaMemcpy(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice), "optimizer state");
   }
-  void step(gpt::Model& model, layers::Matmul& mm, int step, const model_ref::Schedule& sched, train::DataParallel* dp) {
+  void step(gpt::Model& model, layers::Matmul& mm, int step, const model::Schedule& sched, train::DataParallel* dp) {
     adam_steps++;
     const float mult = (float)sched.lr_multiplier(step), mom = (float)sched.muon_momentum(step);
     const int rank = dp ? dp->rank() : 0, world = dp ? dp->world() : 1;
-    std::vector<const model_ref::Tensor*> matrices;
+    std::vector<const model::Tensor*> matrices;
     std::vector<train::DataParallel::Broadcast> shares;
-    for (const model_ref::Tensor& t : model.layout().tensors) {
+    for (const model::Tensor& t : model.layout().tensors) {
       float* w = model.master() + t.offset;
       const float* g = model.grads() + t.offset;
-      const model_ref::ParamGroup grp = model_ref::group_of(t);
+      const model::ParamGroup grp = model::group_of(t);
       cudaError_t e;
-      if (grp == model_ref::ParamGroup::kMatrix) {
+      if (grp == model::ParamGroup::kMatrix) {
         const int j = (int)matrices.size(), owner = j % world;
         matrices.push_back(&t);
         e = layers::muon_momentum(scratch, g, buf + t.offset, t.size(), mom, owner == rank);
         if (e == cudaSuccess && owner == rank) e = layers::muon_orthogonalize(mm, scratch, X + x_offset[j], (int)t.rows, (int)t.cols);
         shares.push_back({X + x_offset[j], t.size(), owner});
       } else {
-        const double lr = grp == model_ref::ParamGroup::kEmbed ? hp.lr_embed : grp == model_ref::ParamGroup::kHead ? hp.lr_head : hp.lr_scalar;
+        const double lr = grp == model::ParamGroup::kEmbed ? hp.lr_embed : grp == model::ParamGroup::kHead ? hp.lr_head : hp.lr_scalar;
         e = layers::adam_step(w, model.weights() + t.offset, g, m + t.offset, v + t.offset, t.size(), mult * (float)lr, adam_steps,
                               (float)hp.beta1, (float)hp.beta2, (float)hp.adam_eps);
       }
@@ -196,7 +196,7 @@ struct Optimizer {
     }
     if (dp) dp->broadcast(shares);
     for (size_t j = 0; j < matrices.size(); j++) {
-      const model_ref::Tensor& t = *matrices[j];
+      const model::Tensor& t = *matrices[j];
       gpt::cuda_check(layers::muon_apply(model.master() + t.offset, model.weights() + t.offset, X + x_offset[j], (int)t.rows, (int)t.cols,
                                          mult * (float)hp.lr_muon),
                       ("Muon update of " + t.name).c_str());
@@ -262,21 +262,21 @@ static cudaDeviceProp open_gpu(const dist::Context& ctx) {
   return prop;
 }
 
-static model_ref::Config model_config(const Options& o) {
-  model_ref::Config cfg;
+static model::Config model_config(const Options& o) {
+  model::Config cfg;
   cfg.vocab = o.model_vocab, cfg.width = o.width, cfg.heads = o.heads, cfg.layers = o.layers, cfg.hidden = o.hidden;
   cfg.mask.causal = o.causal;
   cfg.mask.bidir = o.window_mask == "bi";
   cfg.mask.blocks = o.window_granularity == "block";
-  static int32_t doc_flag = 1;  // the GPU model takes documents from the tokens; this only switches them on
-  cfg.mask.doc = o.doc_mask ? &doc_flag : nullptr;
+  cfg.mask.documents = o.doc_mask;
+  cfg.mask.bos = shard::kBos;
   cfg.mask.window = 1;  // set for every step in the loop
   return cfg;
 }
 
 // The learning-rate cooldown and the momentum warm-up scale with --steps (600 and 300 of 1480).
-static model_ref::Schedule schedule(const Options& o) {
-  model_ref::Schedule sched;
+static model::Schedule schedule(const Options& o) {
+  model::Schedule sched;
   sched.steps = o.steps;
   sched.cooldown = std::max(1, (int)std::lround(o.steps * 600.0 / 1480));
   sched.momentum_warmup = std::max(1, (int)std::lround(o.steps * 300.0 / 1480));
@@ -285,7 +285,7 @@ static model_ref::Schedule schedule(const Options& o) {
 
 // The window of a step, counted in blocks of 128 (fixed or scheduled); with token granularity
 // the same size is applied token by token: N blocks = 128 N tokens.
-static int window_at(const Options& o, const model_ref::Schedule& sched, int step) {
+static int window_at(const Options& o, const model::Schedule& sched, int step) {
   const int blocks = o.window_blocks ? o.window_blocks : sched.window_blocks(step);
   return o.window_granularity == "token" ? blocks * 128 : blocks;
 }
@@ -329,9 +329,9 @@ struct Batch {
 // pair per layer (forward 4 C: QK^T and PV; backward twice that).
 struct FlopCounter {
   double matmul_weights = 0;
-  FlopCounter(const Options& o, const model_ref::Params& layout) : matmul_weights((double)o.model_vocab * o.width) {  // the head
+  FlopCounter(const Options& o, const model::Layout& layout) : matmul_weights((double)o.model_vocab * o.width) {  // the head
     for (auto& t : layout.tensors)
-      if (model_ref::group_of(t) == model_ref::ParamGroup::kMatrix) matmul_weights += (double)t.size();
+      if (model::group_of(t) == model::ParamGroup::kMatrix) matmul_weights += (double)t.size();
   }
   double sequence(const Options& o, Batch& b, int window) const {
     attn::MaskDesc m;
@@ -427,14 +427,10 @@ static int run_training(const Options& o, const dist::Context& ctx) {
   Data data(o, ctx);
   const cudaDeviceProp prop = open_gpu(ctx);
 
-  const model_ref::Config cfg = model_config(o);
-  const model_ref::Schedule sched = schedule(o);
-  gpt::Model model(cfg, o.seq_len, shard::kBos);
-  {
-    model_ref::Params init(cfg);
-    init.init(o.seed);
-    model.load(init);
-  }
+  const model::Config cfg = model_config(o);
+  const model::Schedule sched = schedule(o);
+  gpt::Model model(cfg, o.seq_len);
+  model.load(model::init_values(model.layout(), o.seed));
   Optimizer opt(model.layout());
   layers::Matmul mm;
   std::unique_ptr<train::DataParallel> dp;

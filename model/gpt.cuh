@@ -39,7 +39,7 @@
 #include "layers/softcap_ce.cuh"
 #include "common/cuda_check.h"
 #include "model/profile.h"
-#include "model/reference_model.h"
+#include "model/config.h"
 
 namespace gpt {
 
@@ -49,10 +49,10 @@ using ::cuda_check;  // common/cuda_check.h
 
 class Model {
  public:
-  // T: tokens per forward; bos: the token that starts a document (50256 for GPT-2 data);
-  // head_chunk: rows of the lm head computed at once (16384 x 50304 bf16: 1.6 GB, reused by every chunk).
-  Model(const model_ref::Config& cfg, int T, int bos, int head_chunk = 16384)
-      : cfg_(cfg), layout_(cfg, /*allocate=*/false), at_(resolve(layout_, cfg.layers)), T_(T), bos_(bos), chunk_(std::min(T, head_chunk)) {
+  // T: tokens per forward (documents start at cfg.mask.bos tokens); head_chunk: rows of the lm
+  // head computed at once (16384 x 50304 bf16: 1.6 GB, reused by every chunk).
+  Model(const model::Config& cfg, int T, int head_chunk = 16384)
+      : cfg_(cfg), layout_(cfg), at_(resolve(layout_, cfg.layers)), T_(T), bos_(cfg.mask.bos), chunk_(std::min(T, head_chunk)) {
     if (cfg.head_dim() != 64 && cfg.head_dim() != 128) throw std::invalid_argument("head dim must be 64 or 128 (attention kernel)");
     if (cfg.width % 8 || cfg.hidden % 8 || cfg.vocab % 8) throw std::invalid_argument("width, hidden and vocab must be multiples of 8");
     const size_t n = layout_.size(), TC = (size_t)T * cfg.width, TF = (size_t)T * cfg.hidden, TH = (size_t)T * cfg.heads;
@@ -96,14 +96,14 @@ class Model {
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
-  // Uploads parameters from the reference layout.
-  void load(const model_ref::Params& p) {
-    if (p.data.size() != layout_.size()) throw std::invalid_argument("load: parameters of another configuration");
-    std::vector<bf16> h16(p.data.size());
-    std::vector<float> h32(p.data.size());
-    for (size_t i = 0; i < p.data.size(); i++) {
-      h16[i] = __float2bfloat16((float)p.data[i]);
-      h32[i] = (float)p.data[i];
+  // Uploads parameter values in the model's layout (model::init_values, or a reference's).
+  void load(const std::vector<double>& values) {
+    if (values.size() != layout_.size()) throw std::invalid_argument("load: parameters of another configuration");
+    std::vector<bf16> h16(values.size());
+    std::vector<float> h32(values.size());
+    for (size_t i = 0; i < values.size(); i++) {
+      h16[i] = __float2bfloat16((float)values[i]);
+      h32[i] = (float)values[i];
     }
     cuda_check(cudaMemcpy(w16_, h16.data(), h16.size() * sizeof(bf16), cudaMemcpyHostToDevice), "load");
     cuda_check(cudaMemcpy(w32_, h32.data(), h32.size() * sizeof(float), cudaMemcpyHostToDevice), "load");
@@ -124,7 +124,7 @@ class Model {
   }
   void zero_grad() { cuda_check(cudaMemset(g32_, 0, layout_.size() * sizeof(float)), "zero_grad"); }
   // device views of the parameters (fp32 masters, bf16 copies) and gradients, in the layout
-  const model_ref::Params& layout() const { return layout_; }
+  const model::Layout& layout() const { return layout_; }
   float* master() { return w32_; }
   bf16* weights() { return w16_; }
   float* grads() { return g32_; }
@@ -323,7 +323,7 @@ class Model {
     m.window = cfg_.mask.window;
     m.window_bidir = cfg_.mask.bidir;
     m.window_blocks = cfg_.mask.blocks;
-    m.doc_ids = cfg_.mask.doc ? doc_ : nullptr;
+    m.doc_ids = cfg_.mask.documents ? doc_ : nullptr;
     return m;
   }
   // Where each parameter starts in the flat layout, looked up by name once (in the constructor),
@@ -336,7 +336,7 @@ class Model {
     size_t embed, head, skip;
     std::vector<LayerParams> layer;
   };
-  static ParamOffsets resolve(const model_ref::Params& layout, int L) {
+  static ParamOffsets resolve(const model::Layout& layout, int L) {
     auto at = [&](const std::string& name) { return layout.t(name).offset; };
     ParamOffsets o{at("embed"), at("head"), at("skip"), {}};
     for (int i = 0; i < L; i++) {
@@ -350,8 +350,8 @@ class Model {
   const float* S(size_t offset) const { return w32_ + offset; }
   float* G(size_t offset) const { return g32_ + offset; }
 
-  model_ref::Config cfg_;
-  model_ref::Params layout_;  // names, shapes and offsets only
+  model::Config cfg_;
+  model::Layout layout_;
   ParamOffsets at_;           // resolve(layout_)
   int T_, bos_, chunk_;
   layers::Matmul mm_;

@@ -5,29 +5,6 @@
 
 namespace model_ref {
 
-double Schedule::lr_multiplier(int step) const {
-  return step < steps - cooldown ? 1.0 : (double)(steps - step) / cooldown;
-}
-double Schedule::muon_momentum(int step) const {
-  const double f = std::min(1.0, (double)step / momentum_warmup);
-  return (1 - f) * 0.85 + f * 0.95;
-}
-int Schedule::window_blocks(int step) const {
-  const double f = (double)step / steps;
-  return (int)std::floor(((1 - f) * 64 + f * 1792 + 64) / 128);
-}
-
-static bool ends_with(const std::string& s, const std::string& suf) {
-  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
-}
-
-ParamGroup group_of(const Tensor& t) {
-  if (t.name == "embed" || t.name.rfind("value_embed", 0) == 0) return ParamGroup::kEmbed;
-  if (t.name == "head") return ParamGroup::kHead;
-  if (ends_with(t.name, "lambda") || t.name == "skip") return ParamGroup::kScalar;
-  return ParamGroup::kMatrix;
-}
-
 // C[r][c] = A[r][k] B[k][c]
 static std::vector<double> mm(const std::vector<double>& a, const std::vector<double>& b, int r, int k, int c) {
   std::vector<double> out((size_t)r * c, 0.0);

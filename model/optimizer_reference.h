@@ -20,20 +20,10 @@
 
 namespace model_ref {
 
-struct Schedule {
-  int steps = 1480, cooldown = 600, momentum_warmup = 300;
-  double lr_multiplier(int step) const;
-  double muon_momentum(int step) const;
-  int window_blocks(int step) const;
-};
-
-struct OptimizerHyper {
-  double lr_embed = 0.6, lr_head = 0.008, lr_scalar = 0.04, lr_muon = 0.05;
-  double beta1 = 0.8, beta2 = 0.95, adam_eps = 1e-8;
-};
-
-enum class ParamGroup { kEmbed, kHead, kScalar, kMatrix };
-ParamGroup group_of(const Tensor& t);
+using model::group_of;
+using model::OptimizerHyper;
+using model::ParamGroup;
+using model::Schedule;
 
 struct OptimizerState {
   std::vector<double> m, v, buf;  // Adam moments and Muon momentum, in the parameter layout

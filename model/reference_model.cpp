@@ -2,6 +2,8 @@
 #include "model/reference_model.h"
 #include "model/reference_layers.h"
 
+#include "attention/mask.h"
+
 #include <cmath>
 #include <random>
 #include <stdexcept>
@@ -10,67 +12,6 @@ namespace model_ref {
 
 typedef std::vector<double> Vec;
 constexpr double kSoftcap = 30.0;
-
-Params::Params(const Config& c, bool allocate) : cfg(c) {
-  if (c.layers < 2 || c.layers % 2) throw std::invalid_argument("layers must be even and >= 2");
-  if (c.width % c.heads || c.head_dim() % 2) throw std::invalid_argument("width / heads must be an even integer");
-  size_t off = 0;
-  // every tensor starts at a multiple of 64 elements, so that device copies of the layout give
-  // the matmuls the 16-byte-aligned pointers cuBLASLt needs (the gaps stay zero)
-  auto add = [&](const std::string& name, size_t r, size_t cols) {
-    off = (off + 63) / 64 * 64;
-    tensors.push_back({name, off, r, cols});
-    off += r * cols;
-  };
-  const int V = c.vocab, C = c.width, L = c.layers, F = c.hidden;
-  add("embed", V, C);
-  for (int j = 0; j < L / 2; j++) add("value_embed." + std::to_string(j), V, C);
-  for (int i = 0; i < L; i++) {
-    const std::string p = "layer" + std::to_string(i) + ".";
-    add(p + "wq", C, C);
-    add(p + "wk", C, C);
-    add(p + "wv", C, C);
-    add(p + "wo", C, C);
-    add(p + "wfc", C, F);
-    add(p + "wproj", F, C);
-    add(p + "lambda", 1, 2);
-    add(p + "attn_lambda", 1, 2);
-  }
-  add("skip", 1, L / 2);
-  add("head", C, V);
-  size_ = off;
-  if (allocate) data.assign(off, 0.0);
-}
-
-const Tensor& Params::t(const std::string& name) const {
-  for (auto& x : tensors)
-    if (x.name == name) return x;
-  throw std::invalid_argument("no parameter named " + name);
-}
-
-void Params::init(uint64_t seed, bool zero_init_outputs) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  for (auto& x : tensors) {
-    double* d = data.data() + x.offset;
-    const std::string& n = x.name;
-    auto ends = [&](const char* suf) { return n.size() >= std::string(suf).size() && n.compare(n.size() - std::string(suf).size(), std::string::npos, suf) == 0; };
-    if (n == "embed" || n.rfind("value_embed", 0) == 0) {
-      for (size_t i = 0; i < x.size(); i++) d[i] = normal(rng);
-    } else if (ends(".lambda")) {
-      d[0] = 1.0, d[1] = 0.0;
-    } else if (ends(".attn_lambda")) {
-      d[0] = 0.5, d[1] = 0.5;
-    } else if (n == "skip") {
-      for (size_t i = 0; i < x.size(); i++) d[i] = 1.0;
-    } else if (zero_init_outputs && (ends(".wo") || ends(".wproj") || n == "head")) {
-      for (size_t i = 0; i < x.size(); i++) d[i] = 0.0;
-    } else {
-      std::uniform_real_distribution<double> u(-1.0 / std::sqrt((double)x.rows), 1.0 / std::sqrt((double)x.rows));
-      for (size_t i = 0; i < x.size(); i++) d[i] = u(rng);
-    }
-  }
-}
 
 // ------------------------------------------------------------------------------ building blocks
 // Y[T][out] = X[T][in] W[in][out]
@@ -108,6 +49,14 @@ double forward_backward(const Params& p, const std::vector<int>& tokens, const s
   if ((int)targets.size() != T) throw std::invalid_argument("targets and tokens differ in length");
   for (int t = 0; t < T; t++)
     if (tokens[t] < 0 || tokens[t] >= V || targets[t] < 0 || targets[t] >= V) throw std::invalid_argument("token id out of range");
+  ref::Mask rmask;  // the mask table of docs/masks.md, with the documents of these tokens
+  rmask.causal = cfg.mask.causal, rmask.window = cfg.mask.window, rmask.bidir = cfg.mask.bidir, rmask.blocks = cfg.mask.blocks;
+  std::vector<int32_t> doc;
+  if (cfg.mask.documents) {
+    doc.resize(T);
+    attn::doc_ids_from_tokens(tokens.data(), T, doc.data(), cfg.mask.bos);
+    rmask.doc = doc.data();
+  }
   const double eps = cfg.eps, scale = 1.0 / std::sqrt((double)Dh);
   const size_t TC = (size_t)T * C;
   auto table = [&](int i) { return i < L / 2 ? i : L - 1 - i; };
@@ -159,7 +108,7 @@ double forward_backward(const Params& p, const std::vector<int>& tokens, const s
         double* P = &c.P[((size_t)h * T + q) * T];
         double mx = -INFINITY;
         for (int k = 0; k < T; k++) {
-          if (!ref::keep(cfg.mask, q, k)) continue;
+          if (!ref::keep(rmask, q, k)) continue;
           double s = 0;
           for (int d = 0; d < Dh; d++) s += c.qr[((size_t)q * H + h) * Dh + d] * c.kr[((size_t)k * H + h) * Dh + d];
           P[k] = scale * s;
@@ -167,9 +116,9 @@ double forward_backward(const Params& p, const std::vector<int>& tokens, const s
         }
         double sum = 0;
         for (int k = 0; k < T; k++)
-          if (ref::keep(cfg.mask, q, k)) sum += (P[k] = std::exp(P[k] - mx));
+          if (ref::keep(rmask, q, k)) sum += (P[k] = std::exp(P[k] - mx));
         for (int k = 0; k < T; k++) {
-          if (!ref::keep(cfg.mask, q, k)) continue;
+          if (!ref::keep(rmask, q, k)) continue;
           P[k] /= sum;
           for (int d = 0; d < Dh; d++) c.y[((size_t)q * H + h) * Dh + d] += P[k] * c.v[((size_t)k * H + h) * Dh + d];
         }
@@ -238,12 +187,12 @@ double forward_backward(const Params& p, const std::vector<int>& tokens, const s
         std::vector<double> dp(T, 0.0);
         double drow = 0;
         for (int k = 0; k < T; k++) {
-          if (!ref::keep(cfg.mask, q, k)) continue;
+          if (!ref::keep(rmask, q, k)) continue;
           for (int d = 0; d < Dh; d++) dp[k] += dyq[d] * c.v[((size_t)k * H + h) * Dh + d];
           drow += P[k] * dp[k];
         }
         for (int k = 0; k < T; k++) {
-          if (!ref::keep(cfg.mask, q, k)) continue;
+          if (!ref::keep(rmask, q, k)) continue;
           const double ds = P[k] * (dp[k] - drow);
           for (int d = 0; d < Dh; d++) {
             dqr[((size_t)q * H + h) * Dh + d] += scale * ds * c.kr[((size_t)k * H + h) * Dh + d];

@@ -18,41 +18,26 @@
 #include <vector>
 
 #include "attention/reference.h"
+#include "model/config.h"
 
 namespace model_ref {
 
-struct Config {
-  int vocab = 64, width = 16, heads = 2, layers = 4, hidden = 64;
-  double eps = 1.0 / 128.0;  // 2^-7
-  ref::Mask mask;            // causal, window, documents (doc ids filled per batch)
-  int head_dim() const { return width / heads; }
-};
+using model::Config;
+using model::Tensor;
 
-// All parameters in one flat array; tensors are named slices of it (the gradient has the same
-// layout), so tests and optimizers can walk them uniformly.
-struct Tensor {
-  std::string name;
-  size_t offset, rows, cols;
-  size_t size() const { return rows * cols; }
-};
-
-struct Params {
-  Config cfg;
-  std::vector<Tensor> tensors;
+// The parameters' values in the model's layout (model/config.h), for the reference and the tests.
+struct Params : model::Layout {
   std::vector<double> data;  // empty when built with allocate = false
-  size_t size_ = 0;
-  // allocate = false: names, shapes and offsets only (for code that keeps the values elsewhere)
-  explicit Params(const Config& c, bool allocate = true);
-  const Tensor& t(const std::string& name) const;
-  size_t size() const { return size_; }  // number of parameters
+  explicit Params(const Config& c, bool allocate = true) : model::Layout(c) {
+    if (allocate) data.assign(size(), 0.0);
+  }
   double* ptr(const std::string& name) { return data.data() + t(name).offset; }
   const double* ptr(const std::string& name) const { return data.data() + t(name).offset; }
-  // Initialisation (docs/model.md): embeddings N(0, 1); linear weights uniform +-1/sqrt(fan_in) except Wo,
-  // Wproj and Whead at zero; l = [1, 0], a = [0.5, 0.5], s = 1.
-  void init(uint64_t seed, bool zero_init_outputs = true);
+  void init(uint64_t seed, bool zero_init_outputs = true) { data = model::init_values(*this, seed, zero_init_outputs); }
 };
 
-// Loss of one sequence (tokens[i] predicts targets[i]); fills grad (same layout as params) when
+// Loss of one sequence (tokens[i] predicts targets[i]) under cfg.mask (documents from the bos
+// tokens of `tokens`); fills grad (same layout as params) when
 // grad != nullptr, and logits [T][vocab] (after the softcap) when logits != nullptr.
 double forward_backward(const Params& p, const std::vector<int>& tokens, const std::vector<int>& targets,
                         std::vector<double>* grad, std::vector<double>* logits = nullptr);

@@ -24,14 +24,14 @@ static int writers_min(const std::string& name, int L) {  // -1: after every lay
 
 int main() {
   for (int L : {12, 4, 2}) {
-    model_ref::Config cfg;
+    model::Config cfg;
     cfg.vocab = 50304, cfg.width = 768, cfg.heads = 6, cfg.layers = L, cfg.hidden = 3072;
-    const model_ref::Params layout(cfg, /*allocate=*/false);
+    const model::Layout layout(cfg);
     for (bool overlap : {true, false}) {
       const train::Buckets b = train::grad_buckets(layout, L, overlap);
       // coverage: each tensor inside exactly one run, at its point
       int misplaced = 0, uncovered = 0;
-      for (const model_ref::Tensor& t : layout.tensors) {
+      for (const model::Tensor& t : layout.tensors) {
         int hits = 0, at = -99;
         for (const auto& kv : b)
           for (auto [off, n] : kv.second)

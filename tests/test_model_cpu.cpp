@@ -24,12 +24,11 @@ int main() {
   for (int t = 0; t < T; t++) tokens[t] = 1 + rng() % 48;  // ids 49..63 never occur
   for (int t : {0, 37, 90, 150}) tokens[t] = kBos;
   for (int t = 0; t < T; t++) targets[t] = t + 1 < T ? tokens[t + 1] : 5;
-  std::vector<int32_t> doc(T);
-  for (int t = 0, c = 0; t < T; t++) doc[t] = (c += tokens[t] == kBos);
   cfg.mask.causal = true;
   cfg.mask.window = 1;
   cfg.mask.blocks = true;
-  cfg.mask.doc = doc.data();
+  cfg.mask.documents = true;
+  cfg.mask.bos = kBos;
 
   // Initialisation (docs/model.md): zero head, so the loss is exactly ln(vocab)
   {

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "model/gpt.cuh"
+#include "model/reference_model.h"
 #include "tests/check.h"
 
 // Gradients pass through bf16 activations and bf16 gradient tensors twice as long a path as the
@@ -37,13 +38,12 @@ int main() {
     for (int t = 0; t < T; t++) tokens[t] = 1 + rng() % 255;
     for (int t : {0, 70, 71, 200, 333}) tokens[t] = kBos;
     for (int t = 0; t < T; t++) targets[t] = rng() % 256;
-    std::vector<int32_t> doc(T);
-    for (int t = 0, c = 0; t < T; t++) doc[t] = (c += tokens[t] == kBos);
     if (variant == 0) {
       cfg.mask.causal = true;
       cfg.mask.window = 2;
       cfg.mask.blocks = true;
-      cfg.mask.doc = doc.data();
+      cfg.mask.documents = true;
+      cfg.mask.bos = kBos;
     } else {
       cfg.mask.causal = false;
       cfg.mask.window = 100;
@@ -58,8 +58,8 @@ int main() {
     std::vector<double> logits_ref;
     const double loss_ref = model_ref::forward_backward(p, tokens, targets, nullptr, &logits_ref);
 
-    gpt::Model m(cfg, T, kBos, /*head_chunk=*/160);  // chunks of 160 rows: 3 chunks, the last partial
-    m.load(p);
+    gpt::Model m(cfg, T, /*head_chunk=*/160);  // chunks of 160 rows: 3 chunks, the last partial
+    m.load(p.data);
     std::vector<float> z;
     const double loss = m.forward(tokens, targets, 1.f / T, &z);
     double num = 0, den = 0;

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "model/reference_model.h"
+#include "model/config.h"
 
 namespace train {
 
@@ -30,7 +30,7 @@ inline int ready_point(const std::string& name, int layers) {
 // point -> (offset, count) runs, in layout order
 using Buckets = std::map<int, std::vector<std::pair<size_t, size_t>>>;
 
-inline Buckets grad_buckets(const model_ref::Params& layout, int layers, bool overlap) {
+inline Buckets grad_buckets(const model::Layout& layout, int layers, bool overlap) {
   Buckets b;
   const auto& ts = layout.tensors;
   int prev = 0;

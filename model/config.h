@@ -1,0 +1,74 @@
+// The model's own description, which the GPU model, the trainer and the fp64 references all build
+// on (docs/model.md): its configuration and mask, the parameter layout (every parameter in one flat
+// array, tensors as named slices of it, gradients in the same layout), the initial values, the
+// optimiser's parameter groups and hyper-parameters, and the schedules.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace model {
+
+struct MaskConfig {
+  bool causal = true;
+  int window = 0;         // 0: none; in tokens, or in blocks of 128 when blocks
+  bool bidir = false;     // |q - k| < W instead of q - k < W
+  bool blocks = false;
+  bool documents = false;  // attend within documents; a document starts at each bos token
+  int bos = 50256;         // GPT-2's <|endoftext|>
+};
+
+struct Config {
+  int vocab = 64, width = 16, heads = 2, layers = 4, hidden = 64;
+  double eps = 1.0 / 128.0;  // the norms' eps: 2^-7, PyTorch's default on bf16 tensors
+  MaskConfig mask;
+  int head_dim() const { return width / heads; }
+};
+
+struct Tensor {
+  std::string name;
+  size_t offset, rows, cols;
+  size_t size() const { return rows * cols; }
+};
+
+// The parameters' names, shapes and offsets. Every tensor starts at a multiple of 64 elements,
+// so that device copies give the matmuls the 16-byte-aligned pointers cuBLASLt needs.
+//   embed [V][C]; value_embed.j [V][C] (j < L/2); per layer i: layer{i}.wq, wk, wv, wo [C][C],
+//   wfc [C][F], wproj [F][C], lambda [2], attn_lambda [2]; skip [L/2]; head [C][V]
+struct Layout {
+  Config cfg;
+  std::vector<Tensor> tensors;
+  explicit Layout(const Config& c);
+  const Tensor& t(const std::string& name) const;  // throws std::invalid_argument for an unknown name
+  size_t size() const { return size_; }             // elements, gaps included
+ private:
+  size_t size_ = 0;
+};
+
+// Initial values (docs/model.md): embeddings N(0, 1); linear weights uniform in +-1/sqrt(fan_in),
+// except Wo, Wproj and the head at zero (unless zero_init_outputs is false, for tests); lambda
+// [1, 0], attn_lambda [0.5, 0.5], skip 1.
+std::vector<double> init_values(const Layout& layout, uint64_t seed, bool zero_init_outputs = true);
+
+// The optimiser's groups: Adam for the embeddings, the head and the scalars, Muon for the
+// block matrices.
+enum class ParamGroup { kEmbed, kHead, kScalar, kMatrix };
+ParamGroup group_of(const Tensor& t);
+
+struct OptimizerHyper {
+  double lr_embed = 0.6, lr_head = 0.008, lr_scalar = 0.04, lr_muon = 0.05;
+  double beta1 = 0.8, beta2 = 0.95, adam_eps = 1e-8;
+};
+
+// For the update made at step s (0-based) of `steps`:
+//   lr multiplier 1, then (steps - s) / cooldown over the last `cooldown` steps;
+//   Muon momentum 0.85 -> 0.95 linearly over the first momentum_warmup steps;
+//   window (blocks of 128) N(s) = floor(((1 - f) 64 + f 1792 + 64) / 128), f = s / steps.
+struct Schedule {
+  int steps = 1480, cooldown = 600, momentum_warmup = 300;
+  double lr_multiplier(int step) const;
+  double muon_momentum(int step) const;
+  int window_blocks(int step) const;
+};
+
+}  // namespace model

@@ -20,7 +20,7 @@ LOG_DIR=$(cd "$LOG_DIR" && pwd)
 set -f
 echo "== build ($(date +%T))"
 J=$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))
-(make -j"$J" train_gpt build/bench/bench_attention > "$LOG_DIR/build_this.log" 2>&1) & a=$!
+(make -j"$J" ${GIT_COMMIT:+GIT_COMMIT=$GIT_COMMIT} train_gpt build/bench/bench_attention > "$LOG_DIR/build_this.log" 2>&1) & a=$!
 (make -C "$OTHER" -j"$J" train_gpt build/bench/bench_attention > "$LOG_DIR/build_other.log" 2>&1) & b=$!
 wait $a || { tail -20 "$LOG_DIR/build_this.log"; exit 1; }
 wait $b || { tail -20 "$LOG_DIR/build_other.log"; exit 1; }

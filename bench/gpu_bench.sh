@@ -13,7 +13,8 @@
 #   PARTS="step" STEPS=30 bash bench/gpu_bench.sh    # one part, longer
 # Variables: PARTS (default "attention step default"), STEPS (20), LOG_DIR (default
 # logs/bench-DATE-TIME; must not exist), TRAIN_DATA / VAL_DATA (shard patterns; default the
-# GCIDE shards of `make data`), JOBS (make -j, default the core count).
+# GCIDE shards of `make data`), JOBS (make -j, default the core count), GIT_COMMIT (the commit the
+# logs name, where the checkout's git metadata cannot tell it).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 PARTS=${PARTS:-attention step default}
@@ -35,7 +36,7 @@ step() { echo "== $1 ($(date +%T))"; }
 set -f  # the shard patterns go to train_gpt as they are
 
 step build
-if ! make -j"$JOBS" train_gpt build/bench/bench_attention > "$LOG_DIR/build.log" 2>&1; then
+if ! make -j"$JOBS" ${GIT_COMMIT:+GIT_COMMIT=$GIT_COMMIT} train_gpt build/bench/bench_attention > "$LOG_DIR/build.log" 2>&1; then
   tail -30 "$LOG_DIR/build.log"; exit 1
 fi
 nvidia-smi -L > "$LOG_DIR/gpu.txt"
@@ -63,6 +64,7 @@ if [[ " $PARTS " == *" default "* ]]; then
   ./train_gpt --train-data "$TRAIN_DATA" --val-data "$VAL_DATA" --log-file "$LOG_DIR/default.txt" > "$LOG_DIR/default.out" 2>&1
 fi
 
+set +f
 echo "== summary ($LOG_DIR)"
 cat "$LOG_DIR/gpu.txt"
 [ -f "$LOG_DIR/bench_attention.txt" ] && cat "$LOG_DIR/bench_attention.txt"

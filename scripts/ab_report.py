@@ -93,7 +93,35 @@ def loss_sequence(run):
     return [(s, "val", v) for s, v, _ in run.val] + [(s, "train", l) for s, _, _, l in run.train if not math.isnan(l)]
 
 
-def build(groups, out_dir, title):
+def detectability(runs_by_group, values, metrics, by_gpus, differences):
+    """Rows of the section 'How much these runs can see', per metric and GPU count."""
+    lines = ["", "How much these runs can see (two-sided test at the 5% level, 80% power, the noncentral t: "
+             "statsmodels). Per group: its runs' standard deviation; the smallest true difference a comparison "
+             "with the first variant can find with the runs at hand (pooled spread, the smaller count a side); "
+             "what 15 runs a side would find at this spread; and the runs a side needed to find a difference of "
+             + " or ".join(f"{d:g}%" for d in differences) + " of the mean.", "",
+             "| GPUs | variant | metric | runs | std | std (% of mean) | detectable now | detectable with 15 a side | "
+             + " | ".join(f"runs for {d:g}%" for d in differences) + " |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | " + " | ".join("---" for _ in differences) + " |"]
+    for gpus, variants in by_gpus.items():
+        base = variants[0]
+        for variant in variants:
+            for name, _, d in metrics:
+                xs, ys = values[(variant, gpus, name)], values[(base, gpus, name)]
+                if len(xs) < 2:
+                    continue
+                m, sd = st.mean(xs), st.std(xs)
+                pooled = st.pooled_std(xs, ys) if variant != base and len(ys) >= 2 else sd
+                now = st.detectable_difference(pooled, min(len(xs), len(ys)) if variant != base else len(xs))
+                at15 = st.detectable_difference(sd, 15)
+                pct = lambda v: f"{v:.{d}f} ({100 * v / abs(m):.2f}%)" if m and math.isfinite(v) else fmt(v, d)
+                need = [str(st.runs_needed(dd / 100 * abs(m), sd)) if sd > 0 and m else "-" for dd in differences]
+                lines.append(f"| {gpus} | {variant} | {name} | {len(xs)} | {fmt(sd, d + 1)} | "
+                             f"{100 * sd / abs(m):.3f}% | {pct(now)} | {pct(at15)} | " + " | ".join(need) + " |")
+    return lines
+
+
+def build(groups, out_dir, title, differences=(0.2, 0.4)):
     os.makedirs(out_dir, exist_ok=True)
     runs = OrderedDict((key, [(i, speedrun_logs.parse(p)) for i, p in items]) for key, items in groups.items())
     metrics = [("final val loss", lambda r: r.final_val_loss, 4), ("train time (s)", lambda r: r.train_time_ms / 1e3, 2),
@@ -145,6 +173,7 @@ def build(groups, out_dir, title):
             for i in sorted(set(a) & set(b)):
                 same = loss_sequence(a[i]) == loss_sequence(b[i]) and bool(loss_sequence(a[i]))
                 identical_rows.append(f"| {gpus} | {base} vs {other} | {i} | {'yes' if same else 'no'} |")
+    lines += detectability(runs, values, metrics, by_gpus, differences)
     lines += ["", "Loss sequences, paired by run index (same seed): identical to the bit?", "",
               "| GPUs | variants | run | identical |", "| --- | --- | --- | --- |"] + identical_rows
     plots = make_plots(runs, out_dir)
@@ -207,6 +236,8 @@ def main(argv=None):
     ap.add_argument("--group", action="append", default=[], help="NAME@GPUS=GLOB (repeatable)")
     ap.add_argument("--out", required=True, help="output directory for report.md and the plots")
     ap.add_argument("--title", default="Ablation report")
+    ap.add_argument("--difference", type=float, action="append",
+                    help="a difference, in %% of the mean, to say how many runs would find (repeatable; default 0.2 and 0.4)")
     a = ap.parse_args(argv)
     if bool(a.logs_dir) == bool(a.group):
         ap.error("give exactly one of --logs-dir or --group")
@@ -215,7 +246,10 @@ def main(argv=None):
         raise ToolError(f"no logs named VARIANT_gN_rI.txt in {a.logs_dir}")
     if os.path.exists(a.out) and not os.path.isdir(a.out):
         raise ToolError(f"--out {a.out}: exists and is not a folder")
-    print(build(groups, a.out, a.title))
+    diffs = a.difference or [0.2, 0.4]
+    if any(not (math.isfinite(d) and 0 < d < 100) for d in diffs):
+        raise ToolError(f"--difference wants percentages between 0 and 100, got {diffs}")
+    print(build(groups, a.out, a.title, diffs))
     return 0
 
 

@@ -1,8 +1,19 @@
-"""Statistics for comparing runs: mean, sample standard deviation, 95% confidence interval of
-the mean (Student t), and Welch's two-sample t-test with its two-sided p-value. Plain Python
-(the t distribution through the regularised incomplete beta function), so nothing beyond the
-standard library is needed."""
+"""Statistics for comparing runs, on scipy (the t distribution) and statsmodels (power): mean,
+sample standard deviation, the 95% confidence interval of a mean (Student t), Welch's two-sample
+t-test, and how much a comparison of n runs a side can see:
+
+  detectable_difference(sd, n): the smallest true difference of means that a two-sided Welch /
+      Student test at the 5% level finds with 80% power, with n runs a side and the runs' standard
+      deviation sd (statsmodels TTestIndPower, the noncentral t distribution);
+  runs_needed(delta, sd): runs a side for that power against a true difference delta.
+Debian: python3-scipy, python3-statsmodels (scripts/setup.sh installs them)."""
 import math
+import warnings
+
+from scipy import optimize, stats
+from statsmodels.stats.power import TTestIndPower
+
+ALPHA, POWER = 0.05, 0.8
 
 
 def mean(x):
@@ -17,62 +28,14 @@ def std(x):
     return math.sqrt(sum((v - m) ** 2 for v in x) / (len(x) - 1))
 
 
-def _betacf(a, b, x):
-    # continued fraction of the incomplete beta function (modified Lentz)
-    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 500):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < 1e-15:
-            break
-    return h
-
-
-def betainc(a, b, x):
-    """Regularised incomplete beta function I_x(a, b)."""
-    if x <= 0:
-        return 0.0
-    if x >= 1:
-        return 1.0
-    lbt = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log(1 - x)
-    if x < (a + 1) / (a + b + 2):
-        return math.exp(lbt) * _betacf(a, b, x) / a
-    return 1.0 - math.exp(lbt) * _betacf(b, a, 1 - x) / b
-
-
 def t_sf2(t, df):
     """Two-sided tail probability P(|T| >= |t|) of Student's t with df degrees of freedom."""
-    if math.isinf(t):
-        return 0.0
-    return betainc(df / 2.0, 0.5, df / (df + t * t))
+    return float(2 * stats.t.sf(abs(t), df))
 
 
 def t_quantile(p, df):
-    """The t value with P(T <= t) = p (p > 0.5), by bisection on the tail probability."""
-    target = 2 * (1 - p)
-    lo, hi = 0.0, 1e3
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if t_sf2(mid, df) > target:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
+    """The t value with P(T <= t) = p."""
+    return float(stats.t.ppf(p, df))
 
 
 def ci95(x):
@@ -90,6 +53,46 @@ def welch(x, y):
     diff = mean(x) - mean(y)
     if vx + vy == 0:
         return (0.0, math.inf, 1.0) if diff == 0 else (math.copysign(math.inf, diff), math.inf, 0.0)
-    t = diff / math.sqrt(vx + vy)
+    res = stats.ttest_ind(x, y, equal_var=False)
     df = (vx + vy) ** 2 / ((vx ** 2 / (len(x) - 1) if vx else 0) + (vy ** 2 / (len(y) - 1) if vy else 0))
-    return t, df, t_sf2(t, df)
+    return float(res.statistic), df, float(res.pvalue)
+
+
+def pooled_std(x, y):
+    """The common standard deviation of two samples (pooled variance)."""
+    nx, ny = len(x), len(y)
+    if nx + ny < 3:
+        return math.nan
+    return math.sqrt(((nx - 1) * std(x) ** 2 + (ny - 1) * std(y) ** 2) / (nx + ny - 2))
+
+
+def power_of(effect_size, n, alpha=ALPHA):
+    """Power of the two-sided two-sample t-test with n runs a side against a true difference of
+    effect_size standard deviations (statsmodels TTestIndPower: the noncentral t distribution)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(TTestIndPower().power(effect_size=effect_size, nobs1=n, alpha=alpha, ratio=1.0, alternative="two-sided"))
+
+
+def detectable_difference(sd, n, alpha=ALPHA, power=POWER):
+    """Smallest true difference of means found with this power at this level, n runs a side."""
+    if not (n >= 2 and sd >= 0 and math.isfinite(sd)):
+        return math.nan
+    if sd == 0:
+        return 0.0
+    # power grows with the effect size: the root of power(d) = target, bracketed (solve_power's own
+    # search fails to converge for small n)
+    d = optimize.brentq(lambda e: power_of(e, n, alpha) - power, 1e-9, 1e3, xtol=1e-12)
+    return d * sd
+
+
+def runs_needed(delta, sd, alpha=ALPHA, power=POWER):
+    """Runs a side (at least 2) to find a true difference delta with this power at this level."""
+    if not (delta > 0 and sd > 0):
+        return math.nan
+    n = 2
+    while power_of(delta / sd, n, alpha) < power:
+        n = n * 2 if n < 1 << 20 and power_of(delta / sd, n * 2, alpha) < power else n + 1
+        if n > 1 << 24:
+            return math.inf
+    return n

@@ -126,6 +126,29 @@ check("Welch t", abs(t + 3.5 / math.sqrt(29 / 12)) < 1e-12, str(t))
 check("Welch df", abs(df - (29 / 12) ** 2 / ((5 / 12) ** 2 / 3 + 1)) < 1e-12, str(df))
 check("Welch p between the df=5 and df=6 table values for t=2.2515", 0.068 < p < 0.075, str(p))
 check("identical samples: p = 1", st.welch([1.0, 1.0], [1.0, 1.0])[2] == 1.0)
+check("Welch p against the t distribution's tail at Welch's df (scipy's and the formula's agree)",
+      abs(p - st.t_sf2(t, df)) < 1e-9, f"{p} {st.t_sf2(t, df)}")
+
+# power (two-sided 5%, 80%): runs a side for effect sizes 0.5, 0.8 and 1.0 standard deviations are
+# 64, 26 and 17 in Cohen's table (Statistical Power Analysis, 1988, table 2.4.1)
+for d, n in [(0.5, 64), (0.8, 26), (1.0, 17)]:
+    check(f"runs needed for d = {d}: {n} (Cohen)", st.runs_needed(d, 1.0) == n, str(st.runs_needed(d, 1.0)))
+    check(f"runs needed scale with the spread (d = {d} as 2d / 2sd)", st.runs_needed(2 * d, 2.0) == n)
+# detectable difference with 15 a side: by the normal approximation (z_.975 + z_.8) sqrt(2/15) =
+# (1.95996 + 0.84162) * 0.365148 = 1.02299 sd; the t distribution's fatter tails make it a little
+# larger; and at that size the power, computed from its definition with scipy's noncentral t
+# (P(|T'| > t_.975,28), T' with noncentrality d sqrt(15/2)), is 80%
+d15 = st.detectable_difference(1.0, 15)
+check("detectable with 15 a side: just above the normal approximation 1.02299 sd", 1.023 < d15 < 1.08, str(d15))
+from scipy import stats as _stats  # noqa: E402
+tc = _stats.t.ppf(0.975, 28)
+pw = _stats.nct.sf(tc, 28, d15 * math.sqrt(7.5)) + _stats.nct.cdf(-tc, 28, d15 * math.sqrt(7.5))
+check("detectable with 15 a side: 80% power by the definition", abs(pw - 0.8) < 1e-6, str(pw))
+check("detectable difference scales with the spread", abs(st.detectable_difference(0.01, 15) - 0.01 * d15) < 1e-12)
+check("detectable with 64 a side is about 0.5 sd (Cohen)", abs(st.detectable_difference(1.0, 64) - 0.4991) < 1e-3,
+      str(st.detectable_difference(1.0, 64)))
+check("a huge effect needs the minimum of 2 runs a side", st.runs_needed(9.0, 1.0) == 2)
+check("no spread: any difference is seen", st.detectable_difference(0.0, 5) == 0.0)
 
 # ------------------------------------------------------------------ runner + report
 fake = os.path.join(HERE, "fake_trainer.py")
@@ -159,6 +182,8 @@ with tempfile.TemporaryDirectory() as d:
     # final val = 5/21 + 0.001 * seed; seeds 1000..1002 -> mean 5/21 + 1.001
     check("report: mean final loss", f"{5 / 21 + 1.001:.4f}" in rep, rep)
     check("report: plots", os.path.exists(os.path.join(out, "val_loss.png")) and os.path.exists(os.path.join(out, "step_times.png")))
+    check("report: what the runs can see, per metric, with 15 a side and the runs for 0.2% and 0.4%",
+          "How much these runs can see" in rep and "runs for 0.2%" in rep and "| 1 | bi | step avg (ms) | 3 |" in rep, rep)
     # causal off: bi shifts the loss, sequences differ
     camp2 = os.path.join(d, "camp2")
     base2 = [a if a != camp else camp2 for a in base]

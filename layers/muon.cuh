@@ -3,7 +3,9 @@
 //   X = u / (||u||_F + 1e-7) in bf16, transposed if rows > cols (so X is r x c, r <= c)
 //   five times: A = X X^T;  B = -4.7750 A + 2.0315 A A;  X = 3.4445 X + B X   (bf16 matmuls
 //   through cuBLASLt, fp32 accumulation, every result stored in bf16)
-//   W -= lr * max(1, rows/cols)^0.5 * X (transposed back);  W_bf16 = bf16(W)
+//   W -= lr * max(1, cols/rows)^0.5 * X (transposed back);  W_bf16 = bf16(W)
+//   (the record's max(1, rows/cols)^0.5 of PyTorch's [out][in] weight, W being stored [in][out]
+//   here: fan_out/fan_in, which is 4 for the MLP's up-projection Wfc and 1/4 for Wproj)
 //   W, g, buf: fp32 [rows][cols].
 // The three stages are separate calls too (muon_momentum, muon_orthogonalize, muon_apply), so
 // that data-parallel ranks can each orthogonalise their share of the matrices and exchange X:
@@ -103,10 +105,10 @@ inline cudaError_t muon_orthogonalize(Matmul& mm, MuonScratch& s, bf16* X, int r
   return cudaGetLastError();
 }
 
-// Stage 3: W -= lr * max(1, rows/cols)^0.5 * X (transposed back), and the bf16 copy.
+// Stage 3: W -= lr * max(1, cols/rows)^0.5 * X (transposed back), and the bf16 copy.
 inline cudaError_t muon_apply(float* w, bf16* w_bf16, const bf16* X, int rows, int cols, float lr, cudaStream_t stream = 0) {
   const size_t n = (size_t)rows * cols;
-  const float step = lr * std::sqrt(std::max(1.f, (float)rows / cols));
+  const float step = lr * std::sqrt(std::max(1.f, (float)cols / rows));
   muon_update_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(w, w_bf16, X, rows, cols, step);
   return cudaGetLastError();
 }

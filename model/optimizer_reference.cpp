@@ -73,7 +73,8 @@ void optimizer_step(Params& p, const std::vector<double>& grad, OptimizerState& 
       u[i] = (1 - mom) * g[i] + mom * buf[i];
     }
     newton_schulz5(u, (int)t.rows, (int)t.cols);
-    const double lr = mult * hp.lr_muon * std::sqrt(std::max(1.0, (double)t.rows / t.cols));
+    // the record's max(1, rows/cols)^0.5 of PyTorch's [out][in] weight; W here is [in][out]
+    const double lr = mult * hp.lr_muon * std::sqrt(std::max(1.0, (double)t.cols / t.rows));
     for (size_t i = 0; i < t.size(); i++) w[i] -= lr * u[i];
   }
 }

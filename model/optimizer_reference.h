@@ -7,7 +7,8 @@
 //     buf = m buf + (1 - m) g;  u = (1 - m) g + m buf  (Nesterov)
 //     X = u / (||u||_F + 1e-7), transposed if rows > cols; five times:
 //       A = X X^T;  X = 3.4445 X + (-4.7750 A + 2.0315 A A) X
-//     transposed back;  W -= lr * max(1, rows/cols)^0.5 * X
+//     transposed back;  W -= lr * max(1, fan_out/fan_in)^0.5 * X  (the record's max(1, rows/cols)^0.5
+//     of PyTorch's [out][in] weight; with W stored [in][out] here: cols/rows; 2 for the MLP's Wfc)
 //   Every learning rate is scaled by the schedule's multiplier.
 // Schedules, for the update made at step s (0-based) of `steps`:
 //   lr multiplier 1, then (steps - s) / cooldown over the last `cooldown` steps;

@@ -2,6 +2,7 @@
 // by hand from docs/model.md, optimisation, and properties of the Newton-Schulz iteration.
 #include <cmath>
 #include <random>
+#include <string>
 
 #include "model/optimizer_reference.h"
 #include "tests/check.h"
@@ -80,13 +81,20 @@ int main() {
   double err = 0;
   for (size_t k = 0; k < u.size(); k++) err = std::max(err, std::fabs(p.data[wq.offset + k] - (before.data[wq.offset + k] - 0.05 * u[k])));
   CHECK(err < 1e-15, "Muon first step: %g", err);
-  const Tensor& fc = p.t("layer0.wproj");  // 16 x 8: tall, lr scaled by sqrt(16/8)
-  std::vector<double> u2(g.begin() + fc.offset, g.begin() + fc.offset + fc.size());
-  for (auto& v : u2) v *= (1 - 0.85) * (1 + 0.85);
-  newton_schulz5(u2, 16, 8);
-  err = 0;
-  for (size_t k = 0; k < u2.size(); k++)
-    err = std::max(err, std::fabs(p.data[fc.offset + k] - (before.data[fc.offset + k] - 0.05 * std::sqrt(2.0) * u2[k])));
-  CHECK(err < 1e-15, "Muon tall-matrix lr scale: %g", err);
+  // Muon's shape scale is the record's max(1, rows/cols)^0.5 of PyTorch's weight, which is stored
+  // [out][in]: here W is stored [in][out], so the scale is max(1, out/in)^0.5. The MLP's
+  // up-projection Wfc (8 -> 16, stored 8 x 16) moves sqrt(2) times as far; the down-projection
+  // Wproj (16 -> 8, stored 16 x 8, tall) is not scaled.
+  for (const char* name : {"layer0.wfc", "layer0.wproj"}) {
+    const Tensor& t = p.t(name);
+    std::vector<double> u2(g.begin() + t.offset, g.begin() + t.offset + t.size());
+    for (auto& v : u2) v *= (1 - 0.85) * (1 + 0.85);
+    newton_schulz5(u2, (int)t.rows, (int)t.cols);
+    const double scale = std::string(name) == "layer0.wfc" ? std::sqrt(2.0) : 1.0;
+    err = 0;
+    for (size_t k = 0; k < u2.size(); k++)
+      err = std::max(err, std::fabs(p.data[t.offset + k] - (before.data[t.offset + k] - 0.05 * scale * u2[k])));
+    CHECK(err < 1e-15, "Muon lr scale of %s (%zu x %zu stored, want %g): %g", name, t.rows, t.cols, scale, err);
+  }
   return test_summary("optimizer-cpu");
 }

@@ -151,7 +151,8 @@ for step in range(3):
             g = Q[k].grad
             bufs[k].mul_(mom).add_((1 - mom) * g)
             u = (1 - mom) * g + mom * bufs[k]
-            scale = max(1.0, Q[k].size(0) / Q[k].size(1)) ** 0.5
+            weight = Q[k].T  # nn.Linear's [out][in] layout, in which the record states its scale
+            scale = max(1.0, weight.size(0) / weight.size(1)) ** 0.5
             Q[k] -= 0.05 * lr_mult(step) * scale * newton_schulz(u)
 check("losses of the three steps", max(abs(a - b) for a, b in zip(step_losses, m["step_losses"])) < 1e-12,
       f"{step_losses} vs {m['step_losses']}")

@@ -594,7 +594,7 @@ int main() {
       std::vector<double> ns64 = u;
       model_ref::newton_schulz5(ns64, rows, cols);
       std::vector<double> ns16 = ns5_bf16_emulated(u, rows, cols);
-      const double scale = lr * std::sqrt(std::max(1.0, (double)rows / cols));
+      const double scale = lr * std::sqrt(std::max(1.0, (double)cols / rows));  // fan_out / fan_in: W is [in][out]
       std::vector<double> upd_ref(n);
       for (size_t i = 0; i < n; i++) upd_ref[i] = scale * ns64[i];
       const double e16 = rel_err(ns16, ns64);

@@ -113,14 +113,10 @@ static std::vector<double> ns5_bf16_emulated(std::vector<double> x, int rows, in
   return out;
 }
 
-int main() {
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-    std::printf("test_layers_gpu: no GPU\n");
-    return 1;
-  }
-  const double eps = 1.0 / 128;
-  // ---- RMS norm: residual rows (n = 768) and head rows (n = 128); half the rows small
+static const double eps = 1.0 / 128;  // the norms' eps (docs/model.md)
+
+// ---- RMS norm: residual rows (n = 768) and head rows (n = 128); half the rows small
+static void test_rmsnorm() {
   for (int n : {768, 128}) {
     const int rows = 3001;
     std::vector<double> x = random_bf16((size_t)rows * n), dy = random_bf16((size_t)rows * n), acc0 = random_bf16((size_t)rows * n);
@@ -150,11 +146,13 @@ int main() {
     for (void* p : {(void*)dx_, (void*)ddy, (void*)dy_out, (void*)dgrad, (void*)dacc, (void*)drstd}) CUDA_CHECK(cudaFree(p));
   }
   CHECK(layers::rmsnorm_forward(nullptr, nullptr, nullptr, 4, 100, 0.f) == cudaErrorInvalidValue, "n not a multiple of 8 accepted");
+}
 
-  // ---- q/k norm + rotary, fused (layers/qk_norm_rotary.cuh), against rmsnorm then rotary in
-  // fp64 (model/reference_layers.h), and its backward against rotary^T then rmsnorm_bwd; at the
-  // speedrun's length (angles up to 65535 rad), H = 3 so rows do not align with warps.
-  // Tolerances: bf16 outputs rounded once from fp32 math, 4e-3 relative (rms); rstd fp32, 1e-5.
+// ---- q/k norm + rotary, fused (layers/qk_norm_rotary.cuh), against rmsnorm then rotary in
+// fp64 (model/reference_layers.h), and its backward against rotary^T then rmsnorm_bwd; at the
+// speedrun's length (angles up to 65535 rad), H = 3 so rows do not align with warps.
+// Tolerances: bf16 outputs rounded once from fp32 math, 4e-3 relative (rms); rstd fp32, 1e-5.
+static void test_qk_norm_rotary() {
   for (int D : {128, 64}) {
     const int T = 65536, H = 3;
     const size_t n = (size_t)T * H * D;
@@ -185,10 +183,13 @@ int main() {
     CHECK(layers::qk_norm_rotary_forward(dxin, dyo, drstd, dt, T, H, 96, 0.f) == cudaErrorInvalidValue, "qk norm+rotary: D=96 accepted");
     for (void* q : {(void*)dt, (void*)drstd, (void*)dxin, (void*)ddy, (void*)dyo, (void*)ddx}) CUDA_CHECK(cudaFree(q));
   }
-  // ---- lambda mix + RMS norm fused (layers/norm_mix.cuh): the forward gives the bits of
-  // lambda_mix then rmsnorm_forward; the backward's outputs against rmsnorm_backward then
-  // mix_backward (the same arithmetic: expected to the bit, and at most a rounding apart,
-  // 2e-3) and against fp64 (bf16 outputs: 4e-3; the scalar sums, fp32: 1e-5 relative to |g||x|)
+}
+
+// ---- lambda mix + RMS norm fused (layers/norm_mix.cuh): the forward gives the bits of
+// lambda_mix then rmsnorm_forward; the backward's outputs against rmsnorm_backward then
+// mix_backward (the same arithmetic: expected to the bit, and at most a rounding apart,
+// 2e-3) and against fp64 (bf16 outputs: 4e-3; the scalar sums, fp32: 1e-5 relative to |g||x|)
+static void test_norm_mix() {
   {
     const int T = 4097, C = 768;
     const size_t n = (size_t)T * C;
@@ -247,8 +248,11 @@ int main() {
                     (void*)h1, (void*)xm2, (void*)h2, (void*)dx1, (void*)dx2, (void*)dz1, (void*)dz2})
       CUDA_CHECK(cudaFree(q));
   }
-  // ---- fused mix backward and value-embedding mix: the bits of the unfused kernels they replace
-  // (dot, scale, skip_add; embedding_forward then lambda_mix), and the fp64 references
+}
+
+// ---- fused mix backward and value-embedding mix: the bits of the unfused kernels they replace
+// (dot, scale, skip_add; embedding_forward then lambda_mix), and the fp64 references
+static void test_mix_backward_and_value_embed() {
   {
     const int T = 4099, C = 768, V = 1000;
     const size_t n = (size_t)T * C;
@@ -327,8 +331,11 @@ int main() {
     for (void* q : {(void*)dc, (void*)dgc, (void*)dpart, (void*)dtok, (void*)dvl, (void*)dtab, (void*)dve, (void*)dv1, (void*)dv2})
       CUDA_CHECK(cudaFree(q));
   }
-  // ---- rotary at the speedrun's length (angles up to 65535 rad), forward and transpose; D = 128
-  // takes the 4-wide path, D = 6 the one-pair-a-thread path
+}
+
+// ---- rotary at the speedrun's length (angles up to 65535 rad), forward and transpose; D = 128
+// takes the 4-wide path, D = 6 the one-pair-a-thread path
+static void test_rotary() {
   for (int D : {128, 6}) {
     const int T = 65536, H = 2;
     std::vector<double> x = random_bf16((size_t)T * H * D), y(x.size()), back(x.size());
@@ -349,8 +356,10 @@ int main() {
     CUDA_CHECK(cudaFree(dt));
     CUDA_CHECK(cudaFree(dxr));
   }
+}
 
-  // ---- relu^2
+// ---- relu^2
+static void test_relu2() {
   {
     const size_t n = 1 << 20;
     std::vector<double> u = random_bf16(n), dr = random_bf16(n), r(n), du(n);
@@ -368,7 +377,10 @@ int main() {
     std::printf("relu2: forward %.2e, backward %.2e, backward from r %.2e\n", e1, e2, e3);
     for (void* p : {(void*)du_, (void*)ddr, (void*)dr_out, (void*)ddu, (void*)ddu_r}) CUDA_CHECK(cudaFree(p));
   }
-  // ---- matmul: forward, both backward forms, accumulate, fp32 output
+}
+
+// ---- matmul: forward, both backward forms, accumulate, fp32 output
+static void test_matmul() {
   {
     layers::Matmul mm;
     struct Shape { int m, n, k; bool ta, tb, acc, f32; } shapes[] = {
@@ -422,11 +434,13 @@ int main() {
       CUDA_CHECK(cudaFree(dB));
     }
   }
+}
 
-  // ---- softcapped cross-entropy: the real vocabulary (16-byte path) and an odd one (scalar
-  // path); logits large enough to saturate, and a few extreme ones (+-8192, where tanh is +-1).
-  // Tolerances: the loss is fp32 arithmetic on bf16 inputs the reference sees too: 1e-5
-  // relative; dz is rounded to bf16 once: 4e-3 relative (rms), as every bf16 output here.
+// ---- softcapped cross-entropy: the real vocabulary (16-byte path) and an odd one (scalar
+// path); logits large enough to saturate, and a few extreme ones (+-8192, where tanh is +-1).
+// Tolerances: the loss is fp32 arithmetic on bf16 inputs the reference sees too: 1e-5
+// relative; dz is rounded to bf16 once: 4e-3 relative (rms), as every bf16 output here.
+static void test_softcap_ce() {
   for (const int V : {50304, 1001}) {
     const int rows = 48;
     std::vector<double> z = random_bf16((size_t)rows * V, 20.0);
@@ -489,8 +503,10 @@ int main() {
     CHECK(bad == 1 && std::isnan(hl_bad[5]) && hl_bad[4] == hl[4], "softcap CE (V=%d): out-of-range target not reported", V);
     for (void* p : {(void*)dzin, (void*)dloss, (void*)dtg, (void*)dbad, (void*)ddz}) CUDA_CHECK(cudaFree(p));
   }
+}
 
-  // ---- embedding: forward copies rows, backward sums per token deterministically into fp32
+// ---- embedding: forward copies rows, backward sums per token deterministically into fp32
+static void test_embedding() {
   {
     const int V = 1000, C = 768, T = 4096;
     std::vector<int> tok(T);
@@ -540,8 +556,10 @@ int main() {
                 ix.unique.size(), T, ix.slots(), e);
     for (void* p : {(void*)dtok, (void*)dix, (void*)dpart, (void*)dtable, (void*)dout_d, (void*)demb}) CUDA_CHECK(cudaFree(p));
   }
+}
 
-  // ---- Adam against the reference optimiser's Adam group (embed, lr 0.6), three steps
+// ---- Adam against the reference optimiser's Adam group (embed, lr 0.6), three steps
+static void test_adam() {
   {
     model_ref::Config cfg;
     cfg.vocab = 64;
@@ -578,7 +596,10 @@ int main() {
     std::printf("adam: three steps, max abs err %.2e against the fp64 reference\n", e);
     for (void* q : {(void*)dp, (void*)dg, (void*)dm, (void*)dv}) CUDA_CHECK(cudaFree(q));
   }
-  // ---- Muon: one step on fresh momentum, against fp64 and the bf16 emulation
+}
+
+// ---- Muon: one step on fresh momentum, against fp64 and the bf16 emulation
+static void test_muon() {
   {
     layers::Matmul mm;
     layers::MuonScratch scratch(512 * 512, 512 * 512);
@@ -634,7 +655,10 @@ int main() {
       std::printf("muon %dx%d: update rel err %.2e (bf16 emulation of Newton-Schulz: %.2e)\n", rows, cols, e, e16);
     }
   }
-  // ---- mixes and the deterministic dot, on the 8-wide path (n % 8 == 0) and the scalar one
+}
+
+// ---- mixes and the deterministic dot, on the 8-wide path (n % 8 == 0) and the scalar one
+static void test_mixes_and_dot() {
   for (size_t n : {(size_t)1 << 21, (size_t)1000003}) {
     std::vector<double> x = random_bf16(n), y = random_bf16(n);
     const float sc[2] = {0.75f, -1.25f};
@@ -677,7 +701,10 @@ int main() {
     std::printf("mixes n=%zu: lambda_mix %.2e, skip_add %.2e, scale %.2e; dot %.2e, deterministic\n", n, em, es, ec, ed);
     for (void* q : {(void*)dsc, (void*)dpart, (void*)dout, (void*)dx, (void*)dy, (void*)dm, (void*)dx2}) CUDA_CHECK(cudaFree(q));
   }
-  // ---- replica checksum: equal to the CPU reference, changed by one flipped bit
+}
+
+// ---- replica checksum: equal to the CPU reference, changed by one flipped bit
+static void test_checksum() {
   {
     const size_t n = 3000001;  // not a multiple of the block or grid size
     std::vector<float> h(n);
@@ -701,5 +728,26 @@ int main() {
     CUDA_CHECK(cudaFree(d));
     CUDA_CHECK(cudaFree(dsum));
   }
+}
+
+int main() {
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    std::printf("test_layers_gpu: no GPU\n");
+    return 1;
+  }
+  test_rmsnorm();
+  test_qk_norm_rotary();
+  test_norm_mix();
+  test_mix_backward_and_value_embed();
+  test_rotary();
+  test_relu2();
+  test_matmul();
+  test_softcap_ce();
+  test_embedding();
+  test_adam();
+  test_muon();
+  test_mixes_and_dot();
+  test_checksum();
   return test_summary("layers-gpu");
 }

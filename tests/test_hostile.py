@@ -476,6 +476,19 @@ case("make_tiktoken_fixture ids on a missing input", [PY, os.path.join(S, "make_
      os.path.join(ROOT, "data", "gpt2"), path("no.json")], 1, ["no.json"])
 case("compare_flex on a missing file", [PY, os.path.join(ROOT, "bench", "compare_flex.py"), path("no.json")], 2, ["no.json"])
 
+# the GPU scripts check their inputs before they build or need a GPU
+GB = ["bash", os.path.join(ROOT, "bench", "gpu_bench.sh")]
+case("gpu_bench.sh PARTS=bogus", GB, 2, ["bogus"], env=dict(os.environ, PARTS="bogus"))
+case("gpu_bench.sh STEPS=abc", GB, 2, ["STEPS"], env=dict(os.environ, STEPS="abc"))
+case("gpu_bench.sh into a LOG_DIR that exists", GB, 2, ["LOG_DIR"], env=dict(os.environ, LOG_DIR=T), keep=[A_FILE])
+CT = ["bash", os.path.join(ROOT, "bench", "compare_trees.sh")]
+case("compare_trees.sh without a tree", CT, (1, 2), ["OTHER_TREE"])
+case("compare_trees.sh on a folder that is not a checkout", CT + [T], 2, ["not a checkout"])
+case("compare_trees.sh ROUNDS=x", CT + [ROOT], 2, ["ROUNDS"], env=dict(os.environ, ROUNDS="x"))
+case("mask_ablation.sh GPUS=x", ["bash", os.path.join(ROOT, "bench", "mask_ablation.sh")], 2, ["--gpus"],
+     env=dict(os.environ, GPUS="x", CAMPAIGN=path("camp_bad")))
+check("mask_ablation.sh GPUS=x: nothing written", not os.path.exists(path("camp_bad")))
+
 print("\nWhat was tried and how it ended:")
 for line in summary:
     print("  " + line)

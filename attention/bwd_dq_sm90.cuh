@@ -1,0 +1,121 @@
+// The sm90 backward's query-owner main loop: dQ of a block of 128 queries over the key tiles
+// they see, S and dP recomputed (attention_bwd_sm90.cu describes the algorithm).
+#pragma once
+#include "attention/bwd_common_sm90.cuh"
+
+namespace attn {
+
+// ---------------------------------------------------------------------------------- dQ
+template <int D>
+constexpr size_t dq_sm90_smem() {
+  return (size_t)(2 * kB90Own + 2 * kB90Stages * kB90Walk) * D * sizeof(bf16) + kB90Own * sizeof(int32_t) +
+         2 * kB90Stages * sizeof(uint64_t) + 1024;
+}
+
+template <int D>
+__global__ void __launch_bounds__(kB90Threads, 1)
+    attention_bwd_dq_sm90_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V,
+                                 const bf16* __restrict__ dO, const float* __restrict__ LSE2, const float* __restrict__ drow,
+                                 bf16* __restrict__ dQ, int T, int H, MaskBounds mb, float scale_log2, float scale) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using namespace sm90;
+  constexpr int BQ = kB90Own, BK = kB90Walk, S = kB90Stages;
+  extern __shared__ unsigned char smem_raw[];
+  bf16* sQ = reinterpret_cast<bf16*>(align1024(smem_raw));
+  bf16* sdO = sQ + BQ * D;
+  bf16* sK = sdO + BQ * D;       // S buffers
+  bf16* sV = sK + S * BK * D;    // S buffers
+  int32_t* s_ids = reinterpret_cast<int32_t*>(sV + S * BK * D);  // BQ document ids
+  TilePipe<S> pipe;
+  pipe.full = reinterpret_cast<uint64_t*>(s_ids + BQ);
+  pipe.empty = pipe.full + S;
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
+  const int n_qt = (T + BQ - 1) / BQ;
+  const int q0 = query_tile_longest_first(n_qt) * BQ, h = blockIdx.y;
+
+  const int row0 = q0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's rows: row0, row0 + 8
+  const int rows[2] = {row0, row0 + 8};
+  int k_lo, k_hi, key_lo[2], key_hi[2];  // the block's key range; the keys each row keeps
+  own_intervals<BQ, 2>(mb, q0, true, s_ids, rows, key_lo, key_hi, k_lo, k_hi);
+  const TileWalk walk(mb, q0, q0 + BQ, BK, k_hi >= k_lo ? k_hi / BK + 1 : 0, true);
+  auto load_kv = [&](int kt, int i) {  // this thread's copies of key tile kt, the i-th of the walk
+    load_tile<D, BK, kB90Threads>(sK + (i % S) * BK * D, K, kt * BK, T, H, h);
+    load_tile<D, BK, kB90Threads>(sV + (i % S) * BK * D, V, kt * BK, T, H, h);
+    pipe.arrive_full(i);
+  };
+  if (threadIdx.x == 0) pipe.init(kB90Threads);
+  __syncthreads();
+
+  float lse2[2], dr[2];
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int row = row0 + 8 * r;
+    lse2[r] = row < T ? LSE2[(size_t)h * T + row] : INFINITY;
+    dr[r] = row < T ? drow[(size_t)h * T + row] : 0.f;
+  }
+
+  WalkAhead<kB90Ahead> ahead;  // tile[0] computed now, the others loaded or loading
+  ahead.start(walk, mb, k_lo / BK);
+  load_tile<D, BQ, kB90Threads>(sQ, Q, q0, T, H, h);
+  load_tile<D, BQ, kB90Threads>(sdO, dO, q0, T, H, h);
+#pragma unroll
+  for (int a = 0; a < kB90Ahead; a++)  // Q and dO ride on the first tile's arrival
+    if (ahead.tile[a] < walk.end) load_kv(ahead.tile[a], a);
+
+  float acc[D / 8][4] = {};
+  uint32_t dsa[BK / 16][4];  // dS of the previous tile
+  float s[BK / 8][4], dp[BK / 8][4];
+  // Per tile j: issue S_j, dP_j and dQ += dS_{j-1} K_{j-1}, then the load of tile j + 2; dS_j
+  // is computed while the update runs.
+  int it = 0;
+  while (ahead.tile[0] < walk.end) {
+    const int st = it % S, st_prev = (it + S - 1) % S;
+    pipe.wait_full(it);
+    wgmma_fence();
+    gemm_ss<BK, D / 16, BQ>(s, sQ, wg * 64, sK + st * BK * D, false);
+    gemm_ss<BK, D / 16, BQ>(dp, sdO, wg * 64, sV + st * BK * D, false);
+    wgmma_commit();
+    if (it > 0) gemm_rs<D, BK / 16, BK>(acc, dsa, sK + st_prev * BK * D);
+    wgmma_commit();
+    if (ahead.tile[kB90Ahead] < walk.end) {
+      pipe.wait_empty(it + kB90Ahead);
+      load_kv(ahead.tile[kB90Ahead], it + kB90Ahead);
+    }
+    TileKind kind_after;
+    const int after = walk.next(mb, ahead.tile[kB90Ahead] + 1, kind_after);
+
+    wgmma_wait<1>();  // S_j, dP_j
+    reg_fence(s);
+    reg_fence(dp);
+    if (ahead.kind[0] != kFull) apply_mask_interval(s, key_lo, key_hi, ahead.tile[0] * BK + 2 * (lane & 3));
+#pragma unroll
+    for (int nb = 0; nb < BK / 8; nb++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const float p = fast_exp2(fmaf(s[nb][e], scale_log2, -lse2[e >> 1]));
+        dp[nb][e] = p * (dp[nb][e] - dr[e >> 1]);  // dS
+      }
+    wgmma_wait<0>();  // the update of tile j - 1 (it reads dsa)
+    reg_fence(acc);
+    if (it > 0) pipe.release(it - 1);
+#pragma unroll
+    for (int j = 0; j < BK / 16; j++) c_to_a(dsa[j], dp[2 * j], dp[2 * j + 1]);
+    ahead.push(after, kind_after);
+    it++;
+  }
+  if (it > 0) {
+    wgmma_fence();
+    gemm_rs<D, BK / 16, BK>(acc, dsa, sK + ((it - 1) % S) * BK * D);
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(acc);
+  }
+  cp_async_wait<0>();
+  const float dq_scale[2] = {scale, scale};
+  store_rows<D>(dQ, acc, row0, T, H, h, lane, dq_scale);
+#else
+  __trap();  // built for another architecture: the launcher only picks this kernel on sm90
+#endif
+}
+
+}  // namespace attn

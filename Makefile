@@ -137,7 +137,7 @@ $(BUILD)/tests/test_attention_gpu.o: tests/test_attention_gpu.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -Xcompiler -fopenmp -c $< -o $@
 
-test: train_gpt $(TOOLS) $(CPU_TESTS) attention/attn_run
+test: train_gpt $(TOOLS) $(CPU_TESTS) attention/attn_run $(BUILD)/model_dump $(BUILD)/bench/bench_attention
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) VOCAB_DIR=$(VOCAB_DIR) GCIDE_DIR=$(GCIDE_DIR) bash tests/run_cpu_tests.sh
 
 test-gpu: $(GPU_TESTS) attention/attn_run $(BUILD)/model_dump train_gpt

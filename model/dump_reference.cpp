@@ -3,6 +3,8 @@
 //   DIR/manifest.json  configuration, tensor names, offsets and shapes, tokens, targets, doc ids,
 //                      loss
 //   DIR/params.f64, DIR/grad.f64, DIR/logits.f64   raw little-endian float64
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <random>
 #include <string>
@@ -13,16 +15,21 @@
 
 static void write_raw(const std::string& path, const std::vector<double>& x) {
   FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f || std::fwrite(x.data(), sizeof(double), x.size(), f) != x.size()) {
-    std::fprintf(stderr, "model_dump: cannot write %s\n", path.c_str());
+  const bool ok = f && std::fwrite(x.data(), sizeof(double), x.size(), f) == x.size();
+  if (!(f && std::fclose(f) == 0 && ok)) {  // a full disk shows at the write or at the close
+    std::fprintf(stderr, "model_dump: error: cannot write %s\n", path.c_str());
     std::exit(1);
   }
-  std::fclose(f);
 }
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: model_dump DIR\n");
+    std::fprintf(stderr, "usage: model_dump DIR (an existing folder)\n");
+    return 2;
+  }
+  struct stat st;
+  if (stat(argv[1], &st) != 0 || !S_ISDIR(st.st_mode)) {
+    std::fprintf(stderr, "model_dump: error: %s is not a folder\n", argv[1]);
     return 2;
   }
   const std::string dir = argv[1];
@@ -71,8 +78,12 @@ int main(int argc, char** argv) {
   write_raw(dir + "/params_after3.f64", stepped.data);
   write_raw(dir + "/grad.f64", grad);
   write_raw(dir + "/logits.f64", logits);
-  FILE* f = std::fopen((dir + "/manifest.json").c_str(), "w");
-  if (!f) return 1;
+  const std::string manifest = dir + "/manifest.json";
+  FILE* f = std::fopen(manifest.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "model_dump: error: cannot write %s\n", manifest.c_str());
+    return 1;
+  }
   std::fprintf(f, "{\"vocab\": %d, \"width\": %d, \"heads\": %d, \"layers\": %d, \"hidden\": %d, \"eps\": %.17g,\n",
                cfg.vocab, cfg.width, cfg.heads, cfg.layers, cfg.hidden, cfg.eps);
   std::fprintf(f, " \"mask\": {\"causal\": %d, \"window\": %d, \"bidir\": %d, \"blocks\": %d},\n", cfg.mask.causal,
@@ -91,7 +102,10 @@ int main(int argc, char** argv) {
   ints("tokens", tokens, false);
   ints("targets", targets, false);
   ints("doc_ids", doc, true);
-  std::fclose(f);
+  if (std::ferror(f) || std::fclose(f) != 0) {
+    std::fprintf(stderr, "model_dump: error: cannot write %s (disk full?)\n", manifest.c_str());
+    return 1;
+  }
   std::printf("model_dump: loss %.12f, %zu parameters -> %s\n", loss, p.data.size(), dir.c_str());
   return 0;
 }

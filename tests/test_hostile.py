@@ -476,6 +476,16 @@ case("make_tiktoken_fixture ids on a missing input", [PY, os.path.join(S, "make_
      os.path.join(ROOT, "data", "gpt2"), path("no.json")], 1, ["no.json"])
 case("compare_flex on a missing file", [PY, os.path.join(ROOT, "bench", "compare_flex.py"), path("no.json")], 2, ["no.json"])
 
+# model_dump (the fp64 reference's dump for outside checks) and the attention benchmark
+MD = os.path.join(BUILD, "model_dump")
+case("model_dump without a folder", [MD], 2, ["usage"])
+case("model_dump into a file", [MD, A_FILE], 2, ["a_file", "not a folder"], keep=[A_FILE])
+os.makedirs(path("dump_full"))
+case("model_dump on a full disk (file size limit)", [MD, path("dump_full")], 1, ["cannot write"], fsize=20000)
+if shutil.which("nvidia-smi") is None:
+    case("bench_attention without a GPU: a message, not a crash", [os.path.join(BUILD, "bench", "bench_attention"), path("b.json")], 1,
+         ["bench_attention: error"])
+
 # the GPU scripts check their inputs before they build or need a GPU
 GB = ["bash", os.path.join(ROOT, "bench", "gpu_bench.sh")]
 case("gpu_bench.sh PARTS=bogus", GB, 2, ["bogus"], env=dict(os.environ, PARTS="bogus"))

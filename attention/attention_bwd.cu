@@ -5,7 +5,7 @@
 //   Q, K, V, O, dO, dQ, dK, dV: bf16 [T, H, D];  lse, Drow: fp32 [H, T];  D in {64, 128}.
 //
 // Two kernels after the pre-pass (bwd_preprocess.cu: Drow): dK/dV, one block per 64 keys walking the query tiles that
-// see them (query_range, classify_tile), accumulating in registers; dQ, one block per 64
+// see them (own_intervals.cuh, mask.h TileWalk, as the sm90 kernels), accumulating in registers; dQ, one block per 64
 // queries walking key tiles like the forward. Computing dQ in its own pass costs two extra
 // small matmuls per tile (S and dP again) but leaves every output written by one block, in
 // a fixed order: the same inputs give the same bits on every run.
@@ -15,6 +15,7 @@
 #include "attention/kernels.h"
 #include "attention/tile_scheduler.cuh"
 #include "attention/mma.cuh"
+#include "attention/own_intervals.cuh"
 #include "attention/softmax.cuh"
 
 namespace attn {
@@ -34,23 +35,24 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_dq_kernel(
   bf16* sdO = sQ + kBwdBlock * D;
   bf16* sK = sdO + kBwdBlock * D;     // 2 buffers
   bf16* sV = sK + 2 * kBwdBlock * D;  // 2 buffers
+  int32_t* s_ids = reinterpret_cast<int32_t*>(sV + 2 * kBwdBlock * D);  // kBwdBlock document ids
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n_qt = (T + kBwdBlock - 1) / kBwdBlock;
   const int q0 = query_tile_longest_first(n_qt) * kBwdBlock, h = blockIdx.y;
 
-  int k_lo, k_hi;
-  key_range(mb, q0, q0 + kBwdBlock, k_lo, k_hi);
-  const int kt_end = k_hi >= k_lo ? k_hi / kBwdBlock + 1 : 0;
-  auto next_tile = [&](int kt) {
-    while (kt < kt_end && classify_tile(mb, q0, q0 + kBwdBlock, kt * kBwdBlock, (kt + 1) * kBwdBlock) == kSkip) kt++;
-    return kt;
-  };
-  int kt = next_tile(k_lo / kBwdBlock);
+  const int row0 = q0 + warp * 16 + (lane >> 2);  // this thread's rows: row0, row0 + 8
+  const int rows[2] = {row0, row0 + 8};
+  int key_lo[2], key_hi[2];  // the keys each of them keeps
+  RangeEnds ends;
+  own_intervals<kBwdBlock, 2>(mb, q0, true, s_ids, rows, key_lo, key_hi, ends);
+  const TileWalk walk(ends, kBwdBlock, T);
+  TileKind kind;
+  int kt = walk.next(walk.begin, kind);
 
   load_tile<D, kBwdBlock, kBwdThreads>(sQ, Q, q0, T, H, h);
   load_tile<D, kBwdBlock, kBwdThreads>(sdO, dO, q0, T, H, h);
   cp_async_commit();
-  if (kt < kt_end) {
+  if (kt < walk.end) {
     load_tile<D, kBwdBlock, kBwdThreads>(sK, K, kt * kBwdBlock, T, H, h);
     load_tile<D, kBwdBlock, kBwdThreads>(sV, V, kt * kBwdBlock, T, H, h);
   }
@@ -63,7 +65,6 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_dq_kernel(
     ldsm_x4(qf[kk], addr_a<D>(sQ, warp * 16, kk, lane));
     ldsm_x4(dof[kk], addr_a<D>(sdO, warp * 16, kk, lane));
   }
-  const int row0 = q0 + warp * 16 + (lane >> 2);
   float lse2[2], dr[2];
 #pragma unroll
   for (int r = 0; r < 2; r++) {
@@ -74,9 +75,10 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_dq_kernel(
 
   float acc[D / 8][4] = {};
   int buf = 0;
-  while (kt < kt_end) {
-    const int kt_next = next_tile(kt + 1);
-    if (kt_next < kt_end) {
+  while (kt < walk.end) {
+    TileKind kind_next;
+    const int kt_next = walk.next(kt + 1, kind_next);
+    if (kt_next < walk.end) {
       load_tile<D, kBwdBlock, kBwdThreads>(sK + (buf ^ 1) * kBwdBlock * D, K, kt_next * kBwdBlock, T, H, h);
       load_tile<D, kBwdBlock, kBwdThreads>(sV + (buf ^ 1) * kBwdBlock * D, V, kt_next * kBwdBlock, T, H, h);
     }
@@ -90,8 +92,7 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_dq_kernel(
     mma_a_reg_bt<D, kBwdBlock / 8, D / 16>(s, qf, k_tile, lane);
     mma_a_reg_bt<D, kBwdBlock / 8, D / 16>(dp, dof, v_tile, lane);
     const int k0 = kt * kBwdBlock;
-    const bool partial = classify_tile(mb, q0, q0 + kBwdBlock, k0, k0 + kBwdBlock) != kFull;
-    if (partial) apply_mask(s, mb, row0, k0 + 2 * (lane & 3));
+    if (kind != kFull) apply_mask_interval(s, key_lo, key_hi, k0 + 2 * (lane & 3));
 #pragma unroll
     for (int nb = 0; nb < kBwdBlock / 8; nb++)
 #pragma unroll
@@ -103,6 +104,7 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_dq_kernel(
     __syncthreads();
     buf ^= 1;
     kt = kt_next;
+    kind = kind_next;
   }
   cp_async_wait<0>();
   const float dq_scale[2] = {scale, scale};
@@ -124,16 +126,16 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_dkdv_kernel(
   bf16* sdO = sQ + 2 * kBwdBlock * D;  // 2 buffers
   float* sLse = reinterpret_cast<float*>(sdO + 2 * kBwdBlock * D);  // 2 x kBwdBlock
   float* sDr = sLse + 2 * kBwdBlock;                                // 2 x kBwdBlock
+  int32_t* s_ids = reinterpret_cast<int32_t*>(sDr + 2 * kBwdBlock);  // kBwdBlock document ids
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int k0 = blockIdx.x * kBwdBlock, h = blockIdx.y;
 
-  int q_lo, q_hi;
-  query_range(mb, k0, k0 + kBwdBlock, q_lo, q_hi);
-  const int qt_end = q_hi >= q_lo ? q_hi / kBwdBlock + 1 : 0;
-  auto next_tile = [&](int qt) {
-    while (qt < qt_end && classify_tile(mb, qt * kBwdBlock, (qt + 1) * kBwdBlock, k0, k0 + kBwdBlock) == kSkip) qt++;
-    return qt;
-  };
+  const int key0 = k0 + warp * 16 + (lane >> 2);  // this thread's keys: key0 and key0 + 8
+  const int keys[2] = {key0, key0 + 8};
+  int q_lo2[2], q_hi2[2];  // the queries that keep each of them
+  RangeEnds ends;
+  own_intervals<kBwdBlock, 2>(mb, k0, false, s_ids, keys, q_lo2, q_hi2, ends);
+  const TileWalk walk(ends, kBwdBlock, T);
   auto load_q_side = [&](int qt, int b) {
     const int qs = qt * kBwdBlock;
     load_tile<D, kBwdBlock, kBwdThreads>(sQ + b * kBwdBlock * D, Q, qs, T, H, h);
@@ -144,20 +146,21 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_dkdv_kernel(
       cp_async4(smem_addr((i < kBwdBlock ? sLse : sDr) + b * kBwdBlock + j), src, row < T);
     }
   };
-  int qt = next_tile(q_lo / kBwdBlock);
+  TileKind kind;
+  int qt = walk.next(walk.begin, kind);
 
   load_tile<D, kBwdBlock, kBwdThreads>(sK, K, k0, T, H, h);
   load_tile<D, kBwdBlock, kBwdThreads>(sV, V, k0, T, H, h);
   cp_async_commit();
-  if (qt < qt_end) load_q_side(qt, 0);
+  if (qt < walk.end) load_q_side(qt, 0);
   cp_async_commit();
 
   float dk[D / 8][4] = {}, dv[D / 8][4] = {};
-  const int key0 = k0 + warp * 16 + (lane >> 2);  // this thread's keys: key0 and key0 + 8
   int buf = 0;
-  while (qt < qt_end) {
-    const int qt_next = next_tile(qt + 1);
-    if (qt_next < qt_end) load_q_side(qt_next, buf ^ 1);
+  while (qt < walk.end) {
+    TileKind kind_next;
+    const int qt_next = walk.next(qt + 1, kind_next);
+    if (qt_next < walk.end) load_q_side(qt_next, buf ^ 1);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
@@ -184,15 +187,13 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_dkdv_kernel(
       }
     }
     const int q0 = qt * kBwdBlock;
-    const bool partial = classify_tile(mb, q0, q0 + kBwdBlock, k0, k0 + kBwdBlock) != kFull;
+    if (kind != kFull) apply_mask_interval(st, q_lo2, q_hi2, q0 + 2 * (lane & 3));  // -inf: p = 0
 #pragma unroll
     for (int nb = 0; nb < kBwdBlock / 8; nb++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int j = nb * 8 + 2 * (lane & 3) + (e & 1);  // query within the tile
-        const int key = key0 + 8 * (e >> 1);
-        float p = fast_exp2(fmaf(st[nb][e], scale_log2, -lse_log2(lse_t[j])));
-        if (partial && !keep(mb, q0 + j, key)) p = 0.f;
+        const float p = fast_exp2(fmaf(st[nb][e], scale_log2, -lse_log2(lse_t[j])));
         st[nb][e] = p;
         dpt[nb][e] = p * (dpt[nb][e] - dr_t[j]);  // dS^T
       }
@@ -201,6 +202,7 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_dkdv_kernel(
     __syncthreads();
     buf ^= 1;
     qt = qt_next;
+    kind = kind_next;
   }
   cp_async_wait<0>();
   const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.f, 1.f};
@@ -215,7 +217,7 @@ static cudaError_t launch_bwd(const bf16* q, const bf16* k, const bf16* v, const
   const float* drow = ws.drow;
   const MaskBounds mb = make_bounds(mask, T);
   const float scale = (float)(1.0 / std::sqrt((double)D)), scale_log2 = (float)(M_LOG2E / std::sqrt((double)D));
-  const size_t smem_dkdv = (size_t)6 * kBwdBlock * D * sizeof(bf16) + 4 * kBwdBlock * sizeof(float);
+  const size_t smem_dkdv = (size_t)6 * kBwdBlock * D * sizeof(bf16) + 4 * kBwdBlock * sizeof(float) + kBwdBlock * sizeof(int32_t);
   cudaError_t err = cudaFuncSetAttribute(attention_bwd_dkdv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dkdv);
   if (err != cudaSuccess) return err;
   dim3 grid((T + kBwdBlock - 1) / kBwdBlock, H);
@@ -223,7 +225,7 @@ static cudaError_t launch_bwd(const bf16* q, const bf16* k, const bf16* v, const
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
 
-  const size_t smem_dq = (size_t)6 * kBwdBlock * D * sizeof(bf16);
+  const size_t smem_dq = (size_t)6 * kBwdBlock * D * sizeof(bf16) + kBwdBlock * sizeof(int32_t);
   err = cudaFuncSetAttribute(attention_bwd_dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dq);
   if (err != cudaSuccess) return err;
   attention_bwd_dq_kernel<D><<<grid, kBwdThreads, smem_dq, stream>>>(q, k, v, dout, lse, drow, dq, T, H, mb, scale_log2, scale);

@@ -6,8 +6,9 @@
 // One block of 4 warps takes 128 queries of one head, 32 rows a warp as two 16-row MMA blocks,
 // so that every K and V fragment read from shared memory feeds two MMAs (the Q fragments are
 // re-read from shared memory each tile instead of held in registers). The block walks the key
-// tiles of 64 that the mask lets its queries see (mask.h: key_range bounds the walk,
-// classify_tile skips empty tiles and spares full ones the per-element test). K and V tiles are
+// tiles of 64 that the mask lets its queries see (own_intervals.cuh gives each row its kept keys
+// and the walk its ends; mask.h's TileWalk spares full tiles the per-element test, as in the
+// sm90 kernels). K and V tiles are
 // double-buffered with cp.async. Softmax is online in the log2 domain. Query tiles run longest
 // first (the last tiles see the most keys under a causal mask).
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "attention/kernels.h"
 #include "attention/tile_scheduler.cuh"
 #include "attention/mma.cuh"
+#include "attention/own_intervals.cuh"
 #include "attention/softmax.cuh"
 
 namespace attn {
@@ -35,21 +37,30 @@ __global__ void __launch_bounds__(kFwdThreads, 2) attention_fwd_kernel(const bf1
   bf16* sQ = reinterpret_cast<bf16*>(smem);
   bf16* sK = sQ + kFwdBlockM * D;      // 2 buffers
   bf16* sV = sK + 2 * kFwdBlockN * D;  // 2 buffers
+  int32_t* s_ids = reinterpret_cast<int32_t*>(sV + 2 * kFwdBlockN * D);  // kFwdBlockM document ids
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n_qt = (T + kFwdBlockM - 1) / kFwdBlockM;
   const int q0 = query_tile_longest_first(n_qt) * kFwdBlockM, h = blockIdx.y;
 
-  int k_lo, k_hi;
-  key_range(mb, q0, q0 + kFwdBlockM, k_lo, k_hi);
-  const int kt_end = k_hi >= k_lo ? k_hi / kFwdBlockN + 1 : 0;
-  auto next_tile = [&](int kt) {
-    while (kt < kt_end && classify_tile(mb, q0, q0 + kFwdBlockM, kt * kFwdBlockN, (kt + 1) * kFwdBlockN) == kSkip) kt++;
-    return kt;
-  };
-  int kt = next_tile(k_lo / kFwdBlockN);
+  const int wrow = warp * 16 * RB;                      // first row of this warp in the tile
+  const int row0 = q0 + wrow + (lane >> 2);             // rows row0 + 16 rb (+ 8)
+  int rows[2 * RB], lo[2 * RB], hi[2 * RB];             // this thread's rows and the keys each keeps
+#pragma unroll
+  for (int i = 0; i < 2 * RB; i++) rows[i] = row0 + 16 * (i / 2) + 8 * (i % 2);
+  RangeEnds ends;
+  own_intervals<kFwdBlockM, 2 * RB>(mb, q0, true, s_ids, rows, lo, hi, ends);
+  int key_lo[RB][2], key_hi[RB][2];
+#pragma unroll
+  for (int i = 0; i < 2 * RB; i++) {
+    key_lo[i / 2][i % 2] = lo[i];
+    key_hi[i / 2][i % 2] = hi[i];
+  }
+  const TileWalk walk(ends, kFwdBlockN, T);
+  TileKind kind;
+  int kt = walk.next(walk.begin, kind);
 
   load_tile<D, kFwdBlockM, kFwdThreads>(sQ, Q, q0, T, H, h);
-  if (kt < kt_end) {
+  if (kt < walk.end) {
     load_tile<D, kFwdBlockN, kFwdThreads>(sK, K, kt * kFwdBlockN, T, H, h);
     load_tile<D, kFwdBlockN, kFwdThreads>(sV, V, kt * kFwdBlockN, T, H, h);
   }
@@ -57,12 +68,11 @@ __global__ void __launch_bounds__(kFwdThreads, 2) attention_fwd_kernel(const bf1
 
   float acc[RB][D / 8][4] = {};
   OnlineSoftmax sm[RB];
-  const int wrow = warp * 16 * RB;                      // first row of this warp in the tile
-  const int row0 = q0 + wrow + (lane >> 2);             // rows row0 + 16 rb (+ 8)
   int buf = 0;
-  while (kt < kt_end) {
-    const int kt_next = next_tile(kt + 1);
-    if (kt_next < kt_end) {
+  while (kt < walk.end) {
+    TileKind kind_next;
+    const int kt_next = walk.next(kt + 1, kind_next);
+    if (kt_next < walk.end) {
       load_tile<D, kFwdBlockN, kFwdThreads>(sK + (buf ^ 1) * kFwdBlockN * D, K, kt_next * kFwdBlockN, T, H, h);
       load_tile<D, kFwdBlockN, kFwdThreads>(sV + (buf ^ 1) * kFwdBlockN * D, V, kt_next * kFwdBlockN, T, H, h);
     }
@@ -90,9 +100,9 @@ __global__ void __launch_bounds__(kFwdThreads, 2) attention_fwd_kernel(const bf1
       }
     }
     const int k0 = kt * kFwdBlockN;
-    if (classify_tile(mb, q0, q0 + kFwdBlockM, k0, k0 + kFwdBlockN) != kFull)
+    if (kind != kFull)
 #pragma unroll
-      for (int rb = 0; rb < RB; rb++) apply_mask(s[rb], mb, row0 + 16 * rb, k0 + 2 * (lane & 3));
+      for (int rb = 0; rb < RB; rb++) apply_mask_interval(s[rb], key_lo[rb], key_hi[rb], k0 + 2 * (lane & 3));
 #pragma unroll
     for (int rb = 0; rb < RB; rb++) sm[rb].update(s[rb], acc[rb], scale_log2);
 #pragma unroll
@@ -114,6 +124,7 @@ __global__ void __launch_bounds__(kFwdThreads, 2) attention_fwd_kernel(const bf1
     __syncthreads();  // the next iteration's loads overwrite the buffer just read
     buf ^= 1;
     kt = kt_next;
+    kind = kind_next;
   }
   cp_async_wait<0>();
 
@@ -140,7 +151,7 @@ __global__ void __launch_bounds__(kFwdThreads, 2) attention_fwd_kernel(const bf1
 template <int D, int kFwdBlockN>
 static cudaError_t launch_fwd_n(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, int T, int H,
                               const MaskDesc& mask, cudaStream_t stream) {
-  const size_t smem = (size_t)(kFwdBlockM + 4 * kFwdBlockN) * D * sizeof(bf16);
+  const size_t smem = (size_t)(kFwdBlockM + 4 * kFwdBlockN) * D * sizeof(bf16) + kFwdBlockM * sizeof(int32_t);
   cudaError_t err = cudaFuncSetAttribute(attention_fwd_kernel<D, kFwdBlockN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (err != cudaSuccess) return err;
   dim3 grid((T + kFwdBlockM - 1) / kFwdBlockM, H);

@@ -53,9 +53,10 @@ __global__ void __launch_bounds__(kF90Threads, 1)
 
   const int row0 = q0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's rows: row0, row0 + 8
   const int rows[2] = {row0, row0 + 8};
-  int k_lo, k_hi, key_lo[2], key_hi[2];  // the block's key range; the keys each row keeps
-  own_intervals<BM, 2>(mb, q0, true, s_ids, rows, key_lo, key_hi, k_lo, k_hi);
-  const TileWalk walk(mb, q0, q0 + BM, BN, k_hi >= k_lo ? k_hi / BN + 1 : 0, true);
+  RangeEnds ends;                // the kept keys of the block's first and last row
+  int key_lo[2], key_hi[2];      // the keys each of this thread's rows keeps
+  own_intervals<BM, 2>(mb, q0, true, s_ids, rows, key_lo, key_hi, ends);
+  const TileWalk walk(ends, BN, T);
   auto load_kv = [&](int kt, int i) {  // this thread's copies of tile kt, the i-th of the walk
     load_tile<D, BN, kF90Threads>(sK + (i % kStages) * BN * D, K, kt * BN, T, H, h);
     load_tile<D, BN, kF90Threads>(sV + (i % kStages) * BN * D, V, kt * BN, T, H, h);
@@ -67,7 +68,7 @@ __global__ void __launch_bounds__(kF90Threads, 1)
   // tile[0] computed now, tile[1] loaded now; a tile's kind travels with it, so every tile is
   // classified once, while the tensor cores run.
   WalkAhead<1> ahead;
-  ahead.start(walk, mb, k_lo / BN);
+  ahead.start(walk);
   load_tile<D, BM, kF90Threads>(sQ, Q, q0, T, H, h);
   if (ahead.tile[0] < walk.end) load_kv(ahead.tile[0], 0);  // Q rides on the first tile's arrival
 
@@ -92,7 +93,7 @@ __global__ void __launch_bounds__(kF90Threads, 1)
       load_kv(ahead.tile[1], it + 1);
     }
     TileKind kind_after;
-    const int after = walk.next(mb, ahead.tile[1] + 1, kind_after);
+    const int after = walk.next(ahead.tile[1] + 1, kind_after);
 
     wgmma_wait<1>();  // S_j
     reg_fence(s);

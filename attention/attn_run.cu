@@ -3,9 +3,11 @@
 //
 //   attn_run --q Q.npy --k K.npy --v V.npy [--dout DO.npy] [--doc-ids DOC.npy | --tokens TOK.npy]
 //            [--causal 1] [--window W] [--window-mask uni|bi] [--window-granularity token|block]
-//            --out DIR
+//            [--prefix P] --out DIR
 // Q, K, V, DO: [T, H, D] float32 (rounded to bf16) or uint16 (bf16 bits). DOC: [T] int32,
-// nondecreasing; TOK: [T] int32 token ids, documents start at token 50256.
+// nondecreasing; TOK: [T] int32 token ids, documents start at token 50256. --prefix P: prefix-LM,
+// the first P positions of each document (of the sequence, without documents) see each other
+// both ways; needs --causal 1.
 // Writes DIR/o.npy, lse.npy ([H, T]), and with --dout also dq.npy, dk.npy, dv.npy (float32).
 #include <CLI/CLI.hpp>
 
@@ -35,7 +37,7 @@ static std::vector<bf16> to_bf16(const npy::Array& a, const std::string& name) {
 
 int main(int argc, char** argv) {
   std::string fq, fk, fv, fdo, fdoc, ftok, out = ".";
-  int causal = 1, window = 0;
+  int causal = 1, window = 0, prefix = 0;
   std::string window_mask = "uni", granularity = "token";
   CLI::App app{"attn_run: masked attention forward/backward on .npy inputs"};
   app.add_option("--q", fq, "queries [T, H, D]")->required();
@@ -48,11 +50,17 @@ int main(int argc, char** argv) {
   cli::integer(app, "--window", window, 0, 1 << 24, "window size (0: none)")->capture_default_str();
   app.add_option("--window-mask", window_mask, "uni: q - k < W; bi: |q - k| < W")->check(CLI::IsMember({"uni", "bi"}))->capture_default_str();
   app.add_option("--window-granularity", granularity, "token or block (128 tokens)")->check(CLI::IsMember({"token", "block"}))->capture_default_str();
+  cli::integer(app, "--prefix", prefix, 0, 1 << 24, "prefix-LM: the first P tokens of each document see each other (0: off; needs --causal 1)")
+      ->capture_default_str();
   app.add_option("--out", out, "output directory")->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (prefix > 0 && !causal) {
+    std::fprintf(stderr, "attn_run: error: --prefix %d needs --causal 1 (without causal every pair is kept already)\n", prefix);
+    return 2;
   }
   try {
     npy::Array q = npy::load(fq), k = npy::load(fk), v = npy::load(fv);
@@ -98,6 +106,7 @@ int main(int argc, char** argv) {
     m.window = window;
     m.window_bidir = window_mask == "bi";
     m.window_blocks = granularity == "block";
+    m.prefix = prefix;
     if (!doc.empty()) {
       CUDA_CHECK(cudaMalloc(&ddoc, T * sizeof(int32_t)));
       CUDA_CHECK(cudaMemcpy(ddoc, doc.data(), T * sizeof(int32_t), cudaMemcpyHostToDevice));
@@ -128,8 +137,8 @@ int main(int argc, char** argv) {
       npy::save_f32(out + "/dk.npy", down(gk), q.shape);
       npy::save_f32(out + "/dv.npy", down(gv), q.shape);
     }
-    std::printf("attn_run: T=%d H=%d D=%d causal=%d window=%d %s %s docs=%s -> %s\n", T, H, D, causal, window,
-                window_mask.c_str(), granularity.c_str(), doc.empty() ? "off" : "on", out.c_str());
+    std::printf("attn_run: T=%d H=%d D=%d causal=%d window=%d %s %s prefix=%d docs=%s -> %s\n", T, H, D, causal, window,
+                window_mask.c_str(), granularity.c_str(), prefix, doc.empty() ? "off" : "on", out.c_str());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attn_run: error: %s\n", e.what());

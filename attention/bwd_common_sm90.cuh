@@ -62,12 +62,12 @@ __device__ __forceinline__ TileWalk begin_key_block(const MaskBounds& mb, int k0
                                                     LoadQuerySide& load_q_side) {
   constexpr int BK = kB90Own, BQ = kB90Walk;
   const int keys[2] = {key0, key0 + 8};
-  int q_lo, q_hi;  // the block's query range
-  own_intervals<BK, 2>(mb, k0, false, s_ids, keys, q_lo2, q_hi2, q_lo, q_hi);
-  const TileWalk walk(mb, k0, k0 + BK, BQ, q_hi >= q_lo ? q_hi / BQ + 1 : 0, false);
+  RangeEnds ends;  // the queries that keep the block's first and last key
+  own_intervals<BK, 2>(mb, k0, false, s_ids, keys, q_lo2, q_hi2, ends);
+  const TileWalk walk(ends, BQ, T);
   if (threadIdx.x == 0) pipe.init(kB90Threads);
   __syncthreads();
-  ahead.start(walk, mb, q_lo / BQ);
+  ahead.start(walk);
   sm90::load_tile<D, BK, kB90Threads>(sK, K, k0, T, H, h);
   sm90::load_tile<D, BK, kB90Threads>(sV, V, k0, T, H, h);
 #pragma unroll

@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
       load_q_side(ahead.tile[kB90Ahead], it + kB90Ahead);
     }
     TileKind kind_after;
-    const int after = walk.next(mb, ahead.tile[kB90Ahead] + 1, kind_after);
+    const int after = walk.next(ahead.tile[kB90Ahead] + 1, kind_after);
 
     wgmma_wait<1>();  // S^T_j, dP^T_j
     reg_fence(s);

@@ -35,9 +35,10 @@ __global__ void __launch_bounds__(kB90Threads, 1)
 
   const int row0 = q0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's rows: row0, row0 + 8
   const int rows[2] = {row0, row0 + 8};
-  int k_lo, k_hi, key_lo[2], key_hi[2];  // the block's key range; the keys each row keeps
-  own_intervals<BQ, 2>(mb, q0, true, s_ids, rows, key_lo, key_hi, k_lo, k_hi);
-  const TileWalk walk(mb, q0, q0 + BQ, BK, k_hi >= k_lo ? k_hi / BK + 1 : 0, true);
+  RangeEnds ends;                // the kept keys of the block's first and last row
+  int key_lo[2], key_hi[2];      // the keys each of this thread's rows keeps
+  own_intervals<BQ, 2>(mb, q0, true, s_ids, rows, key_lo, key_hi, ends);
+  const TileWalk walk(ends, BK, T);
   auto load_kv = [&](int kt, int i) {  // this thread's copies of key tile kt, the i-th of the walk
     load_tile<D, BK, kB90Threads>(sK + (i % S) * BK * D, K, kt * BK, T, H, h);
     load_tile<D, BK, kB90Threads>(sV + (i % S) * BK * D, V, kt * BK, T, H, h);
@@ -55,7 +56,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   }
 
   WalkAhead<kB90Ahead> ahead;  // tile[0] computed now, the others loaded or loading
-  ahead.start(walk, mb, k_lo / BK);
+  ahead.start(walk);
   load_tile<D, BQ, kB90Threads>(sQ, Q, q0, T, H, h);
   load_tile<D, BQ, kB90Threads>(sdO, dO, q0, T, H, h);
 #pragma unroll
@@ -82,7 +83,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
       load_kv(ahead.tile[kB90Ahead], it + kB90Ahead);
     }
     TileKind kind_after;
-    const int after = walk.next(mb, ahead.tile[kB90Ahead] + 1, kind_after);
+    const int after = walk.next(ahead.tile[kB90Ahead] + 1, kind_after);
 
     wgmma_wait<1>();  // S_j, dP_j
     reg_fence(s);

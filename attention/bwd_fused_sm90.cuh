@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
       load_q_side(ahead.tile[AHEAD], it + AHEAD);
     }
     TileKind kind_after;
-    const int after = walk.next(mb, ahead.tile[AHEAD] + 1, kind_after);
+    const int after = walk.next(ahead.tile[AHEAD] + 1, kind_after);
     const unsigned seen = it > 0 ? ld_relaxed(dq_count + (size_t)h * n_tiles + prev_tile) : 0u;
 
     wgmma_wait<1>();  // S^T_j, dP^T_j

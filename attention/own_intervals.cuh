@@ -2,8 +2,9 @@
 //
 // A block owns the positions [p0, p0 + P) of one side (queries in the forward and dQ kernels,
 // keys in dK/dV). For each owned position p, the other side's kept positions form one interval
-// (mask.h row_keys / col_queries), and the block's whole walk is bounded by key_range /
-// query_range. With documents these need the first and last position of a document: mask.h
+// (mask.h row_keys / col_queries), and the block's walk is classified from the intervals of its
+// first and last position (mask.h RangeEnds). With documents these need the first and last
+// position of a document (and the prefix term its first): mask.h
 // finds them by binary search, 16 dependent global loads each at T = 65536, several times per
 // block: microseconds of latency at the start of every block. Here instead:
 //   - the ids of the owned positions go to shared memory (one coalesced load);
@@ -52,42 +53,60 @@ __device__ __forceinline__ int smem_lower_bound(const int32_t* s, int n, int id)
   return lo;
 }
 
-// For a block owning [p0, p0 + P) (queries when own_queries, else keys): the range of the
-// other side that the block may need (range_lo..range_hi, inclusive, as key_range /
-// query_range) and, for the nrows owned positions rows[i], their kept intervals lo[i]..hi[i]
-// (as row_keys / col_queries). s_ids: P ints of shared memory. Every thread of the block calls
-// it (it holds a barrier).
+// For a block owning [p0, p0 + P) (queries when own_queries, else keys): the kept intervals of
+// the range's first and last valid position (ends: what TileWalk classifies the other side's
+// tiles with, as mask.h range_ends) and, for the nrows owned positions rows[i], their kept
+// intervals lo[i]..hi[i] (as row_keys / col_queries; empty past T). s_ids: P ints of shared
+// memory. Every thread of the block calls it (it holds a barrier when there are documents).
 template <int P, int NROWS>
 __device__ __forceinline__ void own_intervals(const MaskBounds& b, int p0, bool own_queries, int32_t* s_ids,
                                               const int (&rows)[NROWS], int (&lo)[NROWS], int (&hi)[NROWS],
-                                              int& range_lo, int& range_hi) {
-  MaskBounds nd = b;
-  nd.doc = nullptr;
-  if (own_queries) key_range(nd, p0, p0 + P, range_lo, range_hi);
-  else query_range(nd, p0, p0 + P, range_lo, range_hi);
+                                              RangeEnds& ends) {
+  // the interval of position p (< T) given its document [start, end]: mask.h, one place per term
+  auto interval = [&](int p, int start, int end, int& l, int& h) {
+    if (own_queries) row_keys_in(b, p, start, end, l, h);
+    else col_queries_in(b, p, start, end, l, h);
+  };
+  if (p0 >= b.T) {
+    ends = empty_range_ends();
 #pragma unroll
-  for (int i = 0; i < NROWS; i++) {
-    if (own_queries) row_keys(nd, rows[i], lo[i], hi[i]);
-    else col_queries(nd, rows[i], lo[i], hi[i]);
+    for (int i = 0; i < NROWS; i++) { lo[i] = 1; hi[i] = 0; }
+    return;
   }
-  if (!b.doc || p0 >= b.T) return;
   const int last = (p0 + P < b.T ? p0 + P : b.T) - 1;
+  ends.whole = p0 + P <= b.T;
+  if (!b.doc) {
+    interval(p0, 0, b.T - 1, ends.first_lo, ends.first_hi);
+    interval(last, 0, b.T - 1, ends.last_lo, ends.last_hi);
+#pragma unroll
+    for (int i = 0; i < NROWS; i++) {
+      if (rows[i] > last) { lo[i] = 1; hi[i] = 0; continue; }
+      interval(rows[i], 0, b.T - 1, lo[i], hi[i]);
+    }
+    return;
+  }
   for (int i = threadIdx.x; i < P; i += blockDim.x) s_ids[i] = p0 + i <= last ? b.doc[p0 + i] : INT_MAX;
   const int id_first = b.doc[p0], id_last = b.doc[last];
   const int first_start = doc_lower_bound_warp(b.doc, 0, p0 + 1, id_first);
   const int last_end = doc_lower_bound_warp(b.doc, last, b.T, id_last + 1) - 1;
-  range_lo = imax(range_lo, first_start);
-  range_hi = imin(range_hi, last_end);
   __syncthreads();
+  // the document of an owned position p <= last
+  auto span = [&](int p, int& start, int& end) {
+    const int id = s_ids[p - p0];
+    start = id == id_first ? first_start : p0 + smem_lower_bound(s_ids, P, id);
+    end = id == id_last ? last_end : p0 + smem_lower_bound(s_ids, P, id + 1) - 1;
+  };
+  int start, end;
+  span(p0, start, end);
+  interval(p0, start, end, ends.first_lo, ends.first_hi);
+  span(last, start, end);
+  interval(last, start, end, ends.last_lo, ends.last_hi);
 #pragma unroll
   for (int i = 0; i < NROWS; i++) {
     const int p = rows[i];
-    if (p > last) continue;  // past T: already empty
-    const int id = s_ids[p - p0];
-    const int start = id == id_first ? first_start : p0 + smem_lower_bound(s_ids, P, id);
-    const int end = id == id_last ? last_end : p0 + smem_lower_bound(s_ids, P, id + 1) - 1;
-    lo[i] = imax(lo[i], start);
-    hi[i] = imin(hi[i], end);
+    if (p > last) { lo[i] = 1; hi[i] = 0; continue; }  // past T: empty
+    span(p, start, end);
+    interval(p, start, end, lo[i], hi[i]);
   }
 }
 

@@ -20,8 +20,23 @@ float round_bf16(float x) {
 
 static double maybe_round(double x, bool r) { return r ? (double)round_bf16((float)x) : x; }
 
+int doc_start(const Mask& m, int q) {
+  if (!m.doc) return 0;
+  // The reference's passes ask row after row, so the last answer is tried first; it is taken only
+  // if it is, by definition, the start of q's document (its id is q's and the position before
+  // it has another), which no change of inputs between calls can fool.
+  thread_local int guess = 0;
+  const int id = m.doc[q];
+  if (!(guess <= q && m.doc[guess] == id && (guess == 0 || m.doc[guess - 1] != id))) {
+    guess = q;
+    while (guess > 0 && m.doc[guess - 1] == id) guess--;
+  }
+  return guess;
+}
+
 bool keep(const Mask& m, int q, int k) {
-  if (m.causal && !(k <= q)) return false;
+  if (m.doc && m.doc[q] != m.doc[k]) return false;
+  if (m.causal && !(k <= q || (m.prefix > 0 && k - doc_start(m, q) < m.prefix))) return false;
   if (m.window > 0) {
     long long a = q, b = k;
     if (m.blocks) {
@@ -30,7 +45,6 @@ bool keep(const Mask& m, int q, int k) {
     }
     if (m.bidir ? !(std::llabs(a - b) < m.window) : !(a - b < m.window)) return false;
   }
-  if (m.doc && m.doc[q] != m.doc[k]) return false;
   return true;
 }
 

@@ -20,10 +20,15 @@ struct Mask {
   int window = 0;  // 0: none
   bool bidir = false;
   bool blocks = false;  // window in blocks of 128
+  int prefix = 0;       // prefix-LM (with causal): k <= q or k - start(q) < prefix; 0: off
   const int32_t* doc = nullptr;
 };
 
 bool keep(const Mask& m, int q, int k);
+
+// The first position of q's document (0 without documents): the first position whose id
+// equals doc[q], found by walking back.
+int doc_start(const Mask& m, int q);
 
 // One query row: o_row[D] and its log-sum-exp (natural log of sum exp(scale * q.k)).
 void forward_row(const float* q, const float* k, const float* v, int T, int H, int D, const Mask& m, int h, int row,

@@ -1,7 +1,7 @@
 // Score handling shared by the forward and dQ kernels, on one warp's 16 x 64 C-layout tile
 // (this thread: rows g and g+8, columns 2t, 2t+1 of each n8 block).
-//   apply_mask: masked elements -> -inf (only called on partial tiles); apply_mask_interval the
-//   same from the rows' kept intervals.
+//   apply_mask_interval: masked elements -> -inf from the rows' kept intervals (only called on
+//   partial tiles).
 //   OnlineSoftmax: running max m (of scale * log2(e) * s) and sum l per row; rescales the output
 //   accumulator when the max grows and turns s into p = 2^(scale_log2 * s - m) in place (the
 //   scale rides in the exponent's FMA). A row that has kept nothing so far has
@@ -26,15 +26,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
 
 // lse in log2 units; a row that kept nothing (lse = -inf) gets +inf so that every p is 0.
 __device__ __forceinline__ float lse_log2(float lse) { return lse == -INFINITY ? INFINITY : lse * (float)M_LOG2E; }
-
-template <int NB>
-__device__ __forceinline__ void apply_mask(float (&s)[NB][4], const MaskBounds& mb, int row0, int col0) {
-#pragma unroll
-  for (int nb = 0; nb < NB; nb++)
-#pragma unroll
-    for (int e = 0; e < 4; e++)
-      if (!keep(mb, row0 + 8 * (e >> 1), col0 + nb * 8 + (e & 1))) s[nb][e] = -INFINITY;
-}
 
 // Masked elements of a partial tile from the kept intervals of this thread's two rows
 // (mask.h row_keys / col_queries): column c is kept by row r when lo[r] <= c <= hi[r].

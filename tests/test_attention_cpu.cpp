@@ -1,8 +1,9 @@
 // CPU tests of the attention pieces that need no GPU:
 //  - the reference mask (reference.cpp, table of docs/masks.md literally) on hand-picked pairs;
 //  - the kernels' normalised mask (mask.h) equals the reference element by element;
-//  - tile classification and key/query ranges are sound: a skipped tile keeps nothing, a full
-//    tile keeps everything, and no kept pair lies outside the ranges;
+//  - tile classification is exact (skipped exactly when the tile keeps nothing, full exactly
+//    when it keeps everything), from either side's RangeEnds, and no kept pair lies outside the
+//    key/query ranges;
 //  - the fp64 reference backward against central finite differences (relative 1e-6: the
 //    reference is fp64, the step 1e-3 on inputs whose loss is smooth);
 //  - the order in which the sm90 fused backward adds dQ shares: the key blocks with kept pairs in
@@ -52,6 +53,28 @@ int main() {
     ref::Mask md;
     md.doc = doc.data();
     CHECK(ref::keep(md, 4, 2) && !ref::keep(md, 4, 1) && ref::keep(md, 5, 5), "documents");
+    // prefix-LM: the first P tokens of each document see each other both ways, the rest is causal
+    std::vector<int32_t> pdoc = {1, 1, 1, 1, 1, 2, 2, 2, 2, 2};
+    ref::Mask mp;
+    mp.prefix = 2;
+    mp.doc = pdoc.data();
+    CHECK(ref::keep(mp, 0, 1) && !ref::keep(mp, 0, 2) && ref::keep(mp, 4, 1) && !ref::keep(mp, 3, 4),
+          "prefix 2, first document");
+    CHECK(ref::keep(mp, 5, 6) && !ref::keep(mp, 5, 7) && !ref::keep(mp, 4, 5) && !ref::keep(mp, 6, 4),
+          "prefix 2, second document starts its own prefix");
+    mp.prefix = 9;  // longer than a document: each document is all prefix
+    CHECK(ref::keep(mp, 0, 4) && !ref::keep(mp, 0, 5) && ref::keep(mp, 5, 9), "prefix past the document end");
+    mp.doc = nullptr;  // without documents the sequence is one document
+    CHECK(ref::keep(mp, 0, 8) && !ref::keep(mp, 0, 9) && ref::keep(mp, 9, 0), "prefix 9, no documents");
+    mp.prefix = 3;
+    mp.window = 2;  // AND uni window: q - k < 2 holds for every key ahead
+    CHECK(ref::keep(mp, 0, 2) && !ref::keep(mp, 2, 0) && ref::keep(mp, 4, 3), "prefix 3, uni window 2");
+    mp.bidir = true;  // AND bi window: |q - k| < 2
+    CHECK(ref::keep(mp, 0, 1) && !ref::keep(mp, 0, 2) && !ref::keep(mp, 2, 0), "prefix 3, bi window 2");
+    mp.window = 0;
+    mp.bidir = false;
+    mp.causal = false;  // without causal every pair is kept already
+    CHECK(ref::keep(mp, 0, 9) && ref::keep(mp, 9, 0), "prefix without causal");
   }
 
   // 2 and 3. mask.h against the reference, and the tile logic's soundness
@@ -66,11 +89,14 @@ int main() {
     rm.window = km.window = wkind == 0 ? 0 : std::uniform_int_distribution<int>(1, wkind == 1 ? 300 : 5)(rng);
     rm.blocks = km.window_blocks = wkind == 2;
     rm.bidir = km.window_bidir = rng() % 2;
+    // prefix-LM on a third of the trials: short, about a document, or longer than most documents
+    const int pkind = rng() % 6;
+    rm.prefix = km.prefix = pkind < 4 ? 0 : std::uniform_int_distribution<int>(1, pkind == 4 ? 20 : 600)(rng);
     const bool docs = rng() % 2;
     rm.doc = docs ? doc.data() : nullptr;
     km.doc_ids = docs ? doc.data() : nullptr;
     attn::MaskBounds b = attn::make_bounds(km, T);
-    int mismatches = 0, bad_skip = 0, bad_full = 0, out_of_range = 0;
+    int mismatches = 0, bad_skip = 0, bad_full = 0, out_of_range = 0, side_mismatches = 0;
     long long pairs = 0;  // brute force, against kept_pairs
     for (int q = 0; q < T; q++)
       for (int k = 0; k < T; k++) pairs += ref::keep(rm, q, k);
@@ -91,8 +117,10 @@ int main() {
             all &= r;
             if (r && (k < kq_lo || k > kq_hi || q < qk_lo || q > qk_hi)) out_of_range++;
           }
-        bad_skip += kind == attn::kSkip && any;
-        bad_full += kind == attn::kFull && !all;
+        bad_skip += (kind == attn::kSkip) != !any;
+        bad_full += (kind == attn::kFull) != (all && q0 + tile <= T && k0 + tile <= T);
+        // the key side's ends classify the same tile the same way
+        side_mismatches += attn::classify_against(attn::range_ends(b, k0, k0 + tile, false), q0, q0 + tile, T) != kind;
       }
     CHECK(mismatches == 0, "trial %d: %d pairs where mask.h and the reference disagree", trial, mismatches);
     // TileWalk visits exactly the tiles classify_tile does not skip, with the same kinds
@@ -100,20 +128,21 @@ int main() {
     for (int f0 = 0; f0 < T; f0 += tile)
       for (int side = 0; side < 2; side++) {
         const int end = (T + tile - 1) / tile;
-        attn::TileWalk walk(b, f0, f0 + tile, tile, end, side == 0);
+        attn::TileWalk walk(attn::range_ends(b, f0, f0 + tile, side == 0), tile, T);
+        std::vector<std::pair<int, attn::TileKind>> visited, want;
         attn::TileKind kind;
-        int i = walk.next(b, 0, kind);
+        for (int i = walk.next(walk.begin, kind); i < walk.end; i = walk.next(i + 1, kind)) visited.push_back({i, kind});
         for (int t = 0; t < end; t++) {
-          attn::TileKind want = side == 0 ? attn::classify_tile(b, f0, f0 + tile, t * tile, t * tile + tile)
-                                          : attn::classify_tile(b, t * tile, t * tile + tile, f0, f0 + tile);
-          if (want == attn::kSkip) { walk_mismatches += i == t; continue; }
-          walk_mismatches += i != t || kind != want;
-          i = walk.next(b, t + 1, kind);
+          attn::TileKind k = side == 0 ? attn::classify_tile(b, f0, f0 + tile, t * tile, t * tile + tile)
+                                       : attn::classify_tile(b, t * tile, t * tile + tile, f0, f0 + tile);
+          if (k != attn::kSkip) want.push_back({t, k});
         }
-        walk_mismatches += i != end;
+        walk_mismatches += visited != want;
       }
     CHECK(walk_mismatches == 0, "trial %d: %d TileWalk steps differ from classify_tile", trial, walk_mismatches);
-    CHECK(bad_skip == 0 && bad_full == 0, "trial %d: %d skipped tiles keep pairs, %d full tiles miss pairs", trial, bad_skip, bad_full);
+    CHECK(bad_skip == 0 && bad_full == 0, "trial %d: %d tiles wrongly skipped or not skipped, %d wrongly full or not full",
+          trial, bad_skip, bad_full);
+    CHECK(side_mismatches == 0, "trial %d: %d tiles classified differently from the key side", trial, side_mismatches);
     CHECK(out_of_range == 0, "trial %d: %d kept pairs outside key_range/query_range", trial, out_of_range);
     // one query keeps exactly an interval of keys, one key is kept by an interval of queries
     int interval_mismatches = 0;
@@ -145,8 +174,8 @@ int main() {
     }
     CHECK(order_mismatches == 0, "trial %d: %d key blocks where key_range of a query tile disagrees with its kept pairs",
           trial, order_mismatches);
-    // with causal on, uni and bi normalise to the same bounds
-    if (km.causal && km.window) {
+    // with causal on and no prefix, uni and bi normalise to the same bounds
+    if (km.causal && km.window && km.prefix == 0) {
       attn::MaskDesc other = km;
       other.window_bidir = !km.window_bidir;
       attn::MaskBounds o = attn::make_bounds(other, T);

@@ -45,16 +45,20 @@ def rel(a, b):
 
 
 T, H, D = 333, 2, 64
-for causal, window, mode, gran, docs in [(1, 0, "uni", "token", False), (1, 50, "uni", "token", True),
-                                         (0, 40, "bi", "token", False), (1, 2, "bi", "block", True)]:
+for causal, window, mode, gran, docs, prefix in [(1, 0, "uni", "token", False, 0), (1, 50, "uni", "token", True, 0),
+                                                 (0, 40, "bi", "token", False, 0), (1, 2, "bi", "block", True, 0),
+                                                 (1, 0, "uni", "token", True, 7), (1, 30, "bi", "token", True, 12),
+                                                 (1, 0, "uni", "token", False, 100)]:
     q, k, v, g = (bf16(rng.standard_normal((T, H, D))).astype(np.float64) for _ in range(4))
     tokens = rng.integers(0, 50257, T).astype(np.int32)
     tokens[rng.random(T) < 0.02] = 50256
     doc = np.cumsum(tokens == 50256)
     qi, ki = np.arange(T)[:, None], np.arange(T)[None, :]
     keep = np.ones((T, T), bool)
+    # the first position of each query's document (position 0 without documents)
+    start = np.array([np.argmax(doc == doc[i]) for i in range(T)]) if docs else np.zeros(T, int)
     if causal:
-        keep &= ki <= qi
+        keep &= (ki <= qi) | (ki - start[:, None] < prefix)
     if window:
         a, b = (qi // 128, ki // 128) if gran == "block" else (qi, ki)
         keep &= (np.abs(a - b) if mode == "bi" else a - b) < window
@@ -64,12 +68,13 @@ for causal, window, mode, gran, docs in [(1, 0, "uni", "token", False), (1, 50, 
         for name, x in (("q", q), ("k", k), ("v", v), ("g", g)):
             np.save(os.path.join(d, name + ".npy"), x.astype(np.float32))
         cmd = [exe, "--q", f"{d}/q.npy", "--k", f"{d}/k.npy", "--v", f"{d}/v.npy", "--dout", f"{d}/g.npy", "--causal",
-               str(causal), "--window", str(window), "--window-mask", mode, "--window-granularity", gran, "--out", d]
+               str(causal), "--window", str(window), "--window-mask", mode, "--window-granularity", gran, "--prefix",
+               str(prefix), "--out", d]
         if docs:
             np.save(os.path.join(d, "tok.npy"), tokens)
             cmd += ["--tokens", f"{d}/tok.npy"]
         r = subprocess.run(cmd, capture_output=True, text=True)
-        name = f"causal={causal} window={window} {mode} {gran} docs={docs}"
+        name = f"causal={causal} window={window} {mode} {gran} docs={docs} prefix={prefix}"
         if not check(f"attn_run runs: {name}", r.returncode == 0, r.stderr):
             continue
         want = reference(q, k, v, g, keep)

@@ -40,7 +40,7 @@ ATTN_OBJS := $(BUILD)/attention/dispatch.o $(BUILD)/attention/bwd_preprocess.o $
 CPU_TESTS := $(BUILD)/tests/test_data $(BUILD)/tests/test_attention_cpu $(BUILD)/tests/test_model_cpu \
              $(BUILD)/tests/test_optimizer_cpu $(BUILD)/tests/test_loader_log $(BUILD)/tests/test_checkpoint \
              $(BUILD)/tests/test_dist $(BUILD)/tests/test_grad_buckets
-MODEL_OBJS := $(BUILD)/model/config.o
+MODEL_OBJS := $(BUILD)/model/config.o $(BUILD)/model/batch.o
 MODEL_REF_OBJS := $(MODEL_OBJS) $(BUILD)/model/reference_model.o $(BUILD)/model/optimizer_reference.o $(BUILD)/attention/reference.o
 GPU_TESTS := $(BUILD)/tests/test_attention_gpu $(BUILD)/tests/test_layers_gpu $(BUILD)/tests/test_model_gpu
 

@@ -270,6 +270,8 @@ static model::Config model_config(const Options& o) {
   cfg.mask.blocks = o.window_granularity == "block";
   cfg.mask.documents = o.doc_mask;
   cfg.mask.bos = shard::kBos;
+  cfg.mask.prefix = o.prefix_tokens;
+  cfg.mask.prefix_attention = o.prefix_attention;
   cfg.mask.window = 1;  // set for every step in the loop
   return cfg;
 }
@@ -313,15 +315,15 @@ static int load_checkpoint(const Options& o, const train::Checkpoint& ck, gpt::M
   return (int)ck.step;
 }
 
-// One sequence as the model's inputs and targets (targets are the inputs shifted by one).
-struct Batch {
+// Sequence k of a stream as a micro-step's batch (model/batch.h: inputs, targets, document ids,
+// kept targets), built once.
+struct SequenceReader {
   std::vector<uint16_t> seq;
-  std::vector<int> inputs, targets;
-  std::vector<int32_t> doc_ids;
-  explicit Batch(int T) : seq(T + 1), inputs(T), targets(T), doc_ids(T) {}
-  void load(data::TokenStream& s, uint64_t k) {
+  model::MaskConfig mask;
+  SequenceReader(int T, const model::MaskConfig& m) : seq(T + 1), mask(m) {}
+  void load(data::TokenStream& s, uint64_t k, model::Batch& batch) {
     s.sequence(k, seq.data());
-    for (size_t i = 0; i < inputs.size(); i++) inputs[i] = seq[i], targets[i] = seq[i + 1];
+    batch.build(seq.data(), mask);
   }
 };
 
@@ -333,21 +335,15 @@ struct FlopCounter {
     for (auto& t : layout.tensors)
       if (model::group_of(t) == model::ParamGroup::kMatrix) matmul_weights += (double)t.size();
   }
-  double sequence(const Options& o, Batch& b, int window) const {
-    attn::MaskDesc m;
-    m.causal = o.causal, m.window = window, m.window_bidir = o.window_mask == "bi", m.window_blocks = o.window_granularity == "block";
-    if (o.doc_mask) {
-      attn::doc_ids_from_tokens(b.inputs.data(), o.seq_len, b.doc_ids.data(), shard::kBos);
-      m.doc_ids = b.doc_ids.data();
-    }
-    const long long pairs = attn::kept_pairs(attn::make_bounds(m, o.seq_len));
+  double sequence(const Options& o, const model::MaskConfig& mask, const model::Batch& b, int window) const {
+    const long long pairs = attn::kept_pairs(attn::make_bounds(model::attention_mask(mask, window, b.doc_ids.data()), o.seq_len));
     return 6.0 * matmul_weights * o.seq_len + 12.0 * o.width * o.layers * (double)pairs;
   }
 };
 
 // Times of the timed steps (from step 11 on, validation excluded, as in the record).
 struct Timing {
-  double train_ms = 0, flops = 0, comm_ms = 0, exposed_ms = 0, bcast_ms = 0, peak_mem = 0;
+  double train_ms = 0, flops = 0, targets = 0, comm_ms = 0, exposed_ms = 0, bcast_ms = 0, peak_mem = 0;
   std::vector<double> step_ms;
 };
 
@@ -387,12 +383,12 @@ static uint64_t check_replicas(const dist::Context& ctx, gpt::Model& model, unsi
 static void report(const Options& o, const dist::Context& ctx, const cudaDeviceProp& prop, Timing& t, gpt::Model& model,
                    const train::DataParallel* dp, train::RunLog& log) {
   t.peak_mem = dist::max(ctx, t.peak_mem);
-  double sums[2] = {t.flops, 0};
+  double sums[2] = {t.flops, t.targets};  // every rank's FLOPs and predicted targets
   dist::sum(ctx, sums, 2);
   const int timed_steps = (int)t.step_ms.size();
   char b[512];
   if (timed_steps > 0) {
-    const double tok_s = (double)o.seq_len * o.seqs_per_step * timed_steps / (t.train_ms / 1e3);
+    const double tok_s = sums[1] / (t.train_ms / 1e3);  // predicted targets: all tokens without a prefix
     const double peak = peak_flops(prop.name) * ctx.world, mfu = peak > 0 ? sums[0] / (t.train_ms / 1e3) / peak : NAN;
     std::snprintf(b, sizeof(b), "train_gpt: %d timed steps: median %.1f ms a step, %.0f tokens/s, %.1f TFLOP/s a GPU, MFU %.1f%% (bf16 dense peak %.0f TFLOP/s a GPU)",
                   timed_steps, median(t.step_ms), tok_s, sums[0] / (t.train_ms / 1e3) / ctx.world / 1e12, 100 * mfu, peak_flops(prop.name) / 1e12);
@@ -451,11 +447,15 @@ static int run_training(const Options& o, const dist::Context& ctx) {
            " tokens (" + std::to_string(micro) + " micro-step(s) of one sequence per GPU)");
   if (start_step) log.note("train_gpt: resumed from " + o.resume + " at step " + std::to_string(start_step));
 
-  Batch batch(o.seq_len);
+  SequenceReader reader(o.seq_len, cfg.mask);
+  model::Batch batch(o.seq_len);
   const FlopCounter flops(o, model.layout());
   Timing timing;
   gpt::Profiler& prof = model.profiler();
-  const float grad_scale = 1.f / ((float)o.seq_len * o.seqs_per_step);
+  // the step's loss is the mean of its sequences' mean losses over their kept targets (all T
+  // without a prefix), as the record's cross-entropy per micro-step, averaged over micro-steps
+  // and ranks; a sequence that keeps no target adds nothing
+  auto grad_scale = [&](const model::Batch& b) { return 1.f / ((float)std::max(b.kept_targets, 1) * o.seqs_per_step); };
   auto sync = [&](const std::string& what) {
     if (dp) dp->sync(what);
     else gpt::cuda_check(cudaDeviceSynchronize(), what.c_str());
@@ -470,8 +470,8 @@ static int run_training(const Options& o, const dist::Context& ctx) {
   auto validate = [&](int step) {
     double vl[2] = {0, (double)data.val_seqs.size()};
     for (uint64_t k : data.val_seqs) {
-      batch.load(data.val, k);
-      vl[0] += model.forward(batch.inputs, batch.targets);
+      reader.load(data.val, k, batch);
+      vl[0] += model.forward(batch);
     }
     dist::sum(ctx, vl, 2);
     log.step(step, o.steps, timing.train_ms, vl[0] / vl[1]);
@@ -489,9 +489,9 @@ static int run_training(const Options& o, const dist::Context& ctx) {
     double tl[2] = {0, (double)micro};
     for (int m = 0; m < micro; m++) {
       const bool last = m == micro - 1;
-      batch.load(data.train, data.schedule.sequence_index(step, m));
-      if (timed) timing.flops += flops.sequence(o, batch, window);
-      tl[0] += model.forward(batch.inputs, batch.targets, grad_scale);
+      reader.load(data.train, data.schedule.sequence_index(step, m), batch);
+      if (timed) timing.flops += flops.sequence(o, cfg.mask, batch, window), timing.targets += batch.kept_targets;
+      tl[0] += model.forward(batch, grad_scale(batch));
       if (dp && last) dp->ready(o.layers);  // the head's gradient is final
       if (dp && last) model.backward([&](int point) { dp->ready(point); });
       else model.backward();

@@ -12,8 +12,9 @@
 // lse = 30 + log S, loss = log S + 60 r_t and softmax = exp(-60 r) / S. Two passes over the row:
 // the sum, then dz (the row, 2V bytes, is still in L2 for the second). One block per row;
 // 16-byte accesses when V % 8 == 0.
-// Targets outside [0, V) are reported through bad_target (set to 1), not read; their row's
-// loss is NaN and its dz is left as it was.
+// A target of kIgnoreTarget (-1) is a prediction left out of the loss (prefix-LM: a target the
+// position can see): its loss is 0 and its dz row 0. Other targets outside [0, V) are reported
+// through bad_target (set to 1), not read; their row's loss is NaN and its dz is left as it was.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -22,6 +23,7 @@
 namespace layers {
 
 constexpr float kSoftcap = 30.f;
+constexpr int kIgnoreTarget = -1;
 
 template <int THREADS>
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
@@ -58,6 +60,12 @@ __global__ void __launch_bounds__(THREADS) softcap_ce_kernel(__nv_bfloat16* z, c
   const int row = blockIdx.x;
   __nv_bfloat16* zr = z + (size_t)row * V;
   const int target = targets[row];
+  if (target == kIgnoreTarget) {
+    if (threadIdx.x == 0) loss[row] = 0.f;
+    if (dz != nullptr)
+      for (int i = threadIdx.x; i < V; i += THREADS) dz[(size_t)row * V + i] = __float2bfloat16(0.f);
+    return;
+  }
   if (target < 0 || target >= V) {
     if (threadIdx.x == 0) {
       atomicExch(bad_target, 1);

@@ -16,6 +16,11 @@ struct MaskConfig {
   bool blocks = false;
   bool documents = false;  // attend within documents; a document starts at each bos token
   int bos = 50256;         // GPT-2's <|endoftext|>
+  // prefix-LM (docs/masks.md): the first `prefix` tokens of each document (of the sequence,
+  // without documents) are not predicted (model/batch.h) and, with prefix_attention, see each
+  // other both ways; 0: off. Needs causal.
+  int prefix = 0;
+  bool prefix_attention = true;
 };
 
 struct Config {

@@ -39,6 +39,7 @@
 #include "layers/softcap_ce.cuh"
 #include "common/cuda_check.h"
 #include "model/profile.h"
+#include "model/batch.h"
 #include "model/config.h"
 
 namespace gpt {
@@ -47,12 +48,14 @@ using layers::bf16;
 
 using ::cuda_check;  // common/cuda_check.h
 
+static_assert(model::kIgnoreTarget == layers::kIgnoreTarget, "the batch's dropped target is the loss kernel's ignored one");
+
 class Model {
  public:
   // T: tokens per forward (documents start at cfg.mask.bos tokens); head_chunk: rows of the lm
   // head computed at once (16384 x 50304 bf16: 1.6 GB, reused by every chunk).
   Model(const model::Config& cfg, int T, int head_chunk = 16384)
-      : cfg_(cfg), layout_(cfg), at_(resolve(layout_, cfg.layers)), T_(T), bos_(cfg.mask.bos), chunk_(std::min(T, head_chunk)) {
+      : cfg_(cfg), layout_(cfg), at_(resolve(layout_, cfg.layers)), T_(T), chunk_(std::min(T, head_chunk)) {
     if (cfg.head_dim() != 64 && cfg.head_dim() != 128) throw std::invalid_argument("head dim must be 64 or 128 (attention kernel)");
     if (cfg.width % 8 || cfg.hidden % 8 || cfg.vocab % 8) throw std::invalid_argument("width, hidden and vocab must be multiples of 8");
     const size_t n = layout_.size(), TC = (size_t)T * cfg.width, TF = (size_t)T * cfg.hidden, TH = (size_t)T * cfg.heads;
@@ -135,24 +138,24 @@ class Model {
     return g;
   }
 
-  // Mean loss over the T tokens. grad_scale != 0 also runs the head's backward for a loss
-  // scaled by grad_scale (1 / T for the mean of one sequence; 1 / (T * micro-steps * ranks) for
-  // a step). z_out, when given, receives the head's output before the softcap (bf16 values),
-  // [T][vocab].
-  double forward(const std::vector<int>& tokens, const std::vector<int>& targets, float grad_scale = 0.f,
-                 std::vector<float>* z_out = nullptr) {
+  // Mean loss over the batch's kept targets (model/batch.h; all T without a prefix; 0 when it
+  // keeps none). grad_scale != 0 also runs the head's backward for a loss scaled by grad_scale
+  // (1 / kept for the mean of one sequence; 1 / (kept * micro-steps * ranks) for a step, the
+  // mean of the micro-steps' means). z_out, when given, receives the head's output before the
+  // softcap (bf16 values), [T][vocab].
+  double forward(const model::Batch& batch, float grad_scale = 0.f, std::vector<float>* z_out = nullptr) {
     const int T = T_, C = cfg_.width, H = cfg_.heads, Dh = cfg_.head_dim(), L = cfg_.layers, F = cfg_.hidden, V = cfg_.vocab;
-    if ((int)tokens.size() != T || (int)targets.size() != T) throw std::invalid_argument("forward: want T tokens and targets");
+    const std::vector<int>& tokens = batch.tokens;
+    if (batch.T() != T || (int)batch.targets.size() != T || (int)batch.doc_ids.size() != T)
+      throw std::invalid_argument("forward: want a batch of T tokens");
     const size_t TC = (size_t)T * C;
     for (int t = 0; t < T; t++)
       if (tokens[t] < 0 || tokens[t] >= V) throw std::invalid_argument("forward: token id " + std::to_string(tokens[t]) + " outside the vocabulary");
-    std::vector<int> doc(T);
-    attn::doc_ids_from_tokens(tokens.data(), T, doc.data(), bos_);
     layers::TokenIndex ix(tokens.data(), T, V);
     const std::vector<int> packed = ix.packed();
     cuda_check(cudaMemcpy(tokens_, tokens.data(), T * sizeof(int), cudaMemcpyHostToDevice), "tokens");
-    cuda_check(cudaMemcpy(targets_, targets.data(), T * sizeof(int), cudaMemcpyHostToDevice), "targets");
-    cuda_check(cudaMemcpy(doc_, doc.data(), T * sizeof(int), cudaMemcpyHostToDevice), "doc ids");
+    cuda_check(cudaMemcpy(targets_, batch.targets.data(), T * sizeof(int), cudaMemcpyHostToDevice), "targets");
+    cuda_check(cudaMemcpy(doc_, batch.doc_ids.data(), T * sizeof(int), cudaMemcpyHostToDevice), "doc ids");
     cuda_check(cudaMemcpy(ix_buf_, packed.data(), packed.size() * sizeof(int), cudaMemcpyHostToDevice), "token index");
     ixv_ = layers::TokenIndexView(ix, ix_buf_, ix_partial_);
     cuda_check(cudaMemset(bad_, 0, sizeof(int)), "flag");
@@ -221,8 +224,16 @@ class Model {
     cuda_check(cudaMemcpy(&bad, bad_, sizeof(int), cudaMemcpyDeviceToHost), "flag");
     if (bad) throw std::runtime_error("forward: a target token id is outside the vocabulary");
     double sum = 0;
-    for (float l : loss) sum += l;
-    return sum / T;
+    for (float l : loss) sum += l;  // dropped targets add 0
+    return batch.kept_targets > 0 ? sum / batch.kept_targets : 0.0;
+  }
+  // The same on tokens and targets given apart (tests): the batch is built with the model's mask.
+  double forward(const std::vector<int>& tokens, const std::vector<int>& targets, float grad_scale = 0.f,
+                 std::vector<float>* z_out = nullptr) {
+    if ((int)tokens.size() != T_ || (int)targets.size() != T_) throw std::invalid_argument("forward: want T tokens and targets");
+    model::Batch b;
+    b.build(tokens, targets, cfg_.mask);
+    return forward(b, grad_scale, z_out);
   }
 
   // Backward of the last forward (which must have had grad_scale != 0); adds into the gradients.
@@ -317,15 +328,7 @@ class Model {
     buffers_.push_back(*p);
   }
   static void ok(cudaError_t e) { cuda_check(e, "kernel launch"); }
-  attn::MaskDesc mask() const {
-    attn::MaskDesc m;
-    m.causal = cfg_.mask.causal;
-    m.window = cfg_.mask.window;
-    m.window_bidir = cfg_.mask.bidir;
-    m.window_blocks = cfg_.mask.blocks;
-    m.doc_ids = cfg_.mask.documents ? doc_ : nullptr;
-    return m;
-  }
+  attn::MaskDesc mask() const { return model::attention_mask(cfg_.mask, cfg_.mask.window, doc_); }
   // Where each parameter starts in the flat layout, looked up by name once (in the constructor),
   // so that a step finds its tensors by offset. W: the bf16 weights, S: the fp32 masters (the
   // scalars are read from them), G: the fp32 gradients.
@@ -353,7 +356,7 @@ class Model {
   model::Config cfg_;
   model::Layout layout_;
   ParamOffsets at_;           // resolve(layout_)
-  int T_, bos_, chunk_;
+  int T_, chunk_;
   layers::Matmul mm_;
   Profiler prof_;
   std::vector<void*> buffers_;

@@ -51,12 +51,28 @@ double forward_backward(const Params& p, const std::vector<int>& tokens, const s
     if (tokens[t] < 0 || tokens[t] >= V || targets[t] < 0 || targets[t] >= V) throw std::invalid_argument("token id out of range");
   ref::Mask rmask;  // the mask table of docs/masks.md, with the documents of these tokens
   rmask.causal = cfg.mask.causal, rmask.window = cfg.mask.window, rmask.bidir = cfg.mask.bidir, rmask.blocks = cfg.mask.blocks;
+  rmask.prefix = cfg.mask.prefix_attention ? cfg.mask.prefix : 0;
   std::vector<int32_t> doc;
   if (cfg.mask.documents) {
     doc.resize(T);
     attn::doc_ids_from_tokens(tokens.data(), T, doc.data(), cfg.mask.bos);
     rmask.doc = doc.data();
   }
+  // the prefix-LM loss rule (model/batch.h), written out: the prediction at t is counted unless
+  // its target's position t + 1 is among the first `prefix` of its document (a BOS target starts
+  // one); the loss is the mean over the counted ones
+  std::vector<char> counted(T, 1);
+  int n_counted = T;
+  if (cfg.mask.prefix > 0)
+    for (int t = 0; t < T; t++) {
+      int start = t;  // the first position of t's document
+      if (cfg.mask.documents)
+        while (start > 0 && tokens[start] != cfg.mask.bos) start--;
+      else
+        start = 0;
+      const int offset = cfg.mask.documents && targets[t] == cfg.mask.bos ? 0 : t + 1 - start;
+      if (offset < cfg.mask.prefix) counted[t] = 0, n_counted--;
+    }
   const double eps = cfg.eps, scale = 1.0 / std::sqrt((double)Dh);
   const size_t TC = (size_t)T * C;
   auto table = [&](int i) { return i < L / 2 ? i : L - 1 - i; };
@@ -150,10 +166,11 @@ double forward_backward(const Params& p, const std::vector<int>& tokens, const s
     for (int v = 0; v < V; v++) mx = std::max(mx, lg[v] = kSoftcap * std::tanh(zt[v] / kSoftcap));
     double sum = 0;
     for (int v = 0; v < V; v++) sum += std::exp(lg[v] - mx);
-    loss += (mx + std::log(sum) - lg[targets[t]]) / T;
+    const double w = counted[t] ? 1.0 / n_counted : 0.0;
+    loss += w * (mx + std::log(sum) - lg[targets[t]]);
     for (int v = 0; v < V; v++) {
       const double th = std::tanh(zt[v] / kSoftcap);
-      const double dlogit = (std::exp(lg[v] - mx) / sum - (v == targets[t] ? 1.0 : 0.0)) / T;
+      const double dlogit = w * (std::exp(lg[v] - mx) / sum - (v == targets[t] ? 1.0 : 0.0));
       dz[(size_t)t * V + v] = dlogit * (1 - th * th);
       if (logits_out) (*logits_out)[(size_t)t * V + v] = lg[v];
     }

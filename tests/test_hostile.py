@@ -200,6 +200,11 @@ flag_cases = [
     ("--window-granularity page", ["--window-granularity", "page"], "--window-granularity"),
     ("--causal 2", ["--causal", "2"], "--causal"),
     ("--doc-mask -1", ["--doc-mask", "-1"], "--doc-mask"),
+    ("--prefix-tokens -1", ["--prefix-tokens", "-1"], "--prefix-tokens"),
+    ("--prefix-tokens without causal", ["--prefix-tokens", "64", "--causal", "0"], "--prefix-tokens"),
+    ("--prefix-tokens as long as the sequence", ["--prefix-tokens", "8192"], "--seq-len"),
+    ("--prefix-attention 0 without a prefix", ["--prefix-attention", "0"], "--prefix-tokens"),
+    ("--prefix-attention 2", ["--prefix-tokens", "64", "--prefix-attention", "2"], "--prefix-attention"),
     ("--layers 3 (odd)", ["--layers", "3"], "--layers"),
     ("--heads 3 (head size)", ["--heads", "3"], "--heads"),
     ("--width 100 (head size)", ["--width", "100"], "--heads"),
@@ -403,6 +408,9 @@ case("attn_run without --q", [ATTN_RUN, "--k", q, "--v", q], 2, ["--q"])
 case("attn_run --window -1", [ATTN_RUN, "--q", q, "--k", q, "--v", q, "--window", "-1"], 2, ["--window"])
 case("attn_run --causal 2", [ATTN_RUN, "--q", q, "--k", q, "--v", q, "--causal", "2"], 2, ["--causal"])
 case("attn_run --window-mask up", [ATTN_RUN, "--q", q, "--k", q, "--v", q, "--window-mask", "up"], 2, ["--window-mask"])
+case("attn_run --prefix without causal", [ATTN_RUN, "--q", q, "--k", q, "--v", q, "--causal", "0", "--prefix", "5"], 2,
+     ["--prefix", "--causal"])
+case("attn_run --prefix -3", [ATTN_RUN, "--q", q, "--k", q, "--v", q, "--prefix", "-3"], 2, ["--prefix"])
 
 # ------------------------------------------------------------------------------------ scripts
 LOGS = os.path.join(ROOT, "tests", "fixtures", "record_logs")

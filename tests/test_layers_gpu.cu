@@ -501,6 +501,25 @@ static void test_softcap_ce() {
     const std::vector<float> hl_bad = losses();
     CUDA_CHECK(cudaMemcpy(&bad, dbad, sizeof(int), cudaMemcpyDeviceToHost));
     CHECK(bad == 1 && std::isnan(hl_bad[5]) && hl_bad[4] == hl[4], "softcap CE (V=%d): out-of-range target not reported", V);
+    // an ignored target (-1, prefix-LM) gives loss 0 and a zero dz row, in place, and is not an error
+    CUDA_CHECK(cudaFree(dzin));
+    dzin = to_device(z);
+    tg[5] = tg[2];
+    tg[3] = tg[40] = layers::kIgnoreTarget;
+    CUDA_CHECK(cudaMemcpy(dtg, tg.data(), rows * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(dbad, 0, sizeof(int)));
+    CUDA_CHECK(layers::softcap_ce(dzin, dtg, dzin, dloss, rows, V, (float)scale, dbad));
+    const std::vector<float> hl_ign = losses();
+    CUDA_CHECK(cudaMemcpy(&bad, dbad, sizeof(int), cudaMemcpyDeviceToHost));
+    const std::vector<double> dz_ign = from_device(dzin, z.size());
+    bool zero_rows = true, others_same = true;
+    for (size_t i = 0; i < (size_t)V; i++) {
+      zero_rows &= dz_ign[3 * (size_t)V + i] == 0.0 && dz_ign[40 * (size_t)V + i] == 0.0;
+      others_same &= dz_ign[4 * (size_t)V + i] == dz_out[4 * (size_t)V + i];
+    }
+    CHECK(bad == 0 && hl_ign[3] == 0.f && hl_ign[40] == 0.f && hl_ign[4] == hl[4] && zero_rows && others_same,
+          "softcap CE (V=%d): ignored targets: bad %d, losses %g %g, zero dz rows %d, other rows unchanged %d", V, bad, hl_ign[3],
+          hl_ign[40], zero_rows, others_same);
     for (void* p : {(void*)dzin, (void*)dloss, (void*)dtg, (void*)dbad, (void*)ddz}) CUDA_CHECK(cudaFree(p));
   }
 }

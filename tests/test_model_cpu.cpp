@@ -4,10 +4,12 @@
 // away from their initial values. For each tensor, 12 random entries of the gradient are
 // compared; embedding rows of tokens that never occur must have exactly zero gradient.
 // Tolerance: fp64 with step 1e-5: truncation ~h^2 = 1e-10, rounding ~1e-16 * loss / h = 1e-11,
-// so |fd - grad| <= 1e-7 * max(1, |grad|).
+// so |fd - grad| <= 1e-7 * max(1, |grad|). Also prefix-LM: the batch's loss rule on a worked
+// example, and the reference's gradient with a prefix.
 #include <cmath>
 #include <random>
 
+#include "model/batch.h"
 #include "model/reference_model.h"
 #include "tests/check.h"
 
@@ -98,6 +100,63 @@ int main() {
     model_ref::Params p3(c2);
     p3.data = p.data;
     CHECK(model_ref::forward_backward(p3, tokens, targets, nullptr) != loss, "causal off: bi window should change the loss");
+  }
+
+  // prefix-LM: the batch's loss rule on a hand-worked sequence (model/batch.h), then the
+  // reference's gradient with a prefix against finite differences
+  {
+    model::MaskConfig m;
+    m.documents = true;
+    m.bos = 0;
+    m.prefix = 3;
+    model::Batch b;
+    //        position:  0  1  2  3  4  5  6  7     (documents start at 2 and 6)
+    b.build({5, 6, 0, 7, 8, 9, 0, 4}, {6, 0, 7, 8, 9, 0, 4, 3}, m);
+    const int I = model::kIgnoreTarget;
+    CHECK(b.targets == std::vector<int>({I, I, I, I, 9, I, I, I}) && b.kept_targets == 1,
+          "prefix 3 with documents: only position 4 (target 3 into its document) is kept; kept %d", b.kept_targets);
+    CHECK(b.doc_ids == std::vector<int32_t>({0, 0, 1, 1, 1, 1, 2, 2}), "document ids of the batch");
+    m.documents = false;  // one document: the first 3 positions of the sequence are the prefix
+    b.build({5, 6, 0, 7, 8, 9, 0, 4}, {6, 0, 7, 8, 9, 0, 4, 3}, m);
+    CHECK(b.targets == std::vector<int>({I, I, 7, 8, 9, 0, 4, 3}) && b.kept_targets == 6, "prefix 3 without documents");
+    m.prefix = 0;
+    b.build({5, 6, 0, 7, 8, 9, 0, 4}, {6, 0, 7, 8, 9, 0, 4, 3}, m);
+    CHECK(b.kept_targets == 8 && b.targets[1] == 0, "no prefix: every target kept");
+    const uint16_t seq[9] = {5, 6, 0, 7, 8, 9, 0, 4, 3};
+    model::Batch s(8);
+    m.documents = true;
+    m.prefix = 3;
+    s.build(seq, m);
+    CHECK(s.tokens == std::vector<int>({5, 6, 0, 7, 8, 9, 0, 4}) && s.kept_targets == 1 && s.targets[4] == 9,
+          "a batch from T + 1 stream tokens");
+
+    model_ref::Config c2 = cfg;
+    c2.mask.prefix = 30;  // documents of 37, 53, 60 and 50 tokens: prefixes of 30 inside each
+    model_ref::Params p2(c2);
+    p2.data = p.data;
+    std::vector<double> g2;
+    const double l2 = model_ref::forward_backward(p2, tokens, targets, &g2);
+    CHECK(std::isfinite(l2) && l2 != loss, "prefix 30: loss %f (causal %f)", l2, loss);
+    c2.mask.prefix_attention = false;  // the causal baseline on the same targets
+    model_ref::Params p3(c2);
+    p3.data = p.data;
+    const double l3 = model_ref::forward_backward(p3, tokens, targets, nullptr);
+    CHECK(std::isfinite(l3) && l3 != l2 && l3 != loss, "prefix 30 without the attention prefix: loss %f", l3);
+    int bad = 0, n = 0;
+    for (auto& t : p2.tensors)
+      for (int k = 0; k < 3; k++, n++) {
+        size_t i = t.offset + rng() % t.size();
+        if (t.name == "embed" || t.name.rfind("value_embed", 0) == 0) i = t.offset + (size_t)tokens[rng() % T] * t.cols + rng() % t.cols;
+        const double keep = p2.data[i], h = 1e-5;
+        p2.data[i] = keep + h;
+        const double up = model_ref::forward_backward(p2, tokens, targets, nullptr);
+        p2.data[i] = keep - h;
+        const double down = model_ref::forward_backward(p2, tokens, targets, nullptr);
+        p2.data[i] = keep;
+        const double fd = (up - down) / (2 * h);
+        bad += std::fabs(fd - g2[i]) > 1e-7 * std::max(1.0, std::fabs(g2[i]));
+      }
+    CHECK(bad == 0, "prefix 30: %d of %d gradient entries differ from finite differences", bad, n);
   }
   return test_summary("model-cpu");
 }

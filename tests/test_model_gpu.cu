@@ -1,7 +1,8 @@
 // The GPU model's forward (model/gpt.cuh) against the fp64 reference model on tiny
 // configurations with every parameter mattering (outputs not zero-initialised, scalars away
-// from their initial values) and two masks (causal + 2-block window + documents; no causal +
-// a bidirectional token window).
+// from their initial values) and three masks (causal + 2-block window + documents; no causal +
+// a bidirectional token window; prefix-LM of 50 tokens + documents + a bidirectional 1-block
+// window, whose loss drops the predictions inside each prefix).
 // Tolerance: the GPU keeps every activation in bf16 (2^-9 relative rounding, a few dozen
 // roundings along any path through 4 layers, about sqrt(30) * 2e-3 = 1e-2): softcapped logits
 // within 3e-2 relative (Frobenius; 7.5e-3 and 4.8e-3 measured on H100), the mean loss within
@@ -26,7 +27,7 @@ int main() {
     return 1;
   }
   std::mt19937 rng(17);
-  for (int variant = 0; variant < 2; variant++) {
+  for (int variant = 0; variant < 3; variant++) {
     model_ref::Config cfg;
     cfg.vocab = 256;
     cfg.width = 128;
@@ -44,11 +45,22 @@ int main() {
       cfg.mask.blocks = true;
       cfg.mask.documents = true;
       cfg.mask.bos = kBos;
-    } else {
+    } else if (variant == 1) {
       cfg.mask.causal = false;
       cfg.mask.window = 100;
       cfg.mask.bidir = true;
+    } else {
+      cfg.mask.causal = true;
+      cfg.mask.window = 1;
+      cfg.mask.blocks = true;
+      cfg.mask.bidir = true;
+      cfg.mask.documents = true;
+      cfg.mask.bos = kBos;
+      cfg.mask.prefix = 50;
     }
+    model::Batch batch;
+    batch.build(tokens, targets, cfg.mask);
+    const float gscale = 1.f / batch.kept_targets;
     model_ref::Params p(cfg);
     p.init(31 + variant, /*zero_init_outputs=*/false);
     std::uniform_real_distribution<double> u(-0.8, 1.2);
@@ -61,7 +73,7 @@ int main() {
     gpt::Model m(cfg, T, /*head_chunk=*/160);  // chunks of 160 rows: 3 chunks, the last partial
     m.load(p.data);
     std::vector<float> z;
-    const double loss = m.forward(tokens, targets, 1.f / T, &z);
+    const double loss = m.forward(batch, gscale, &z);
     double num = 0, den = 0;
     for (size_t i = 0; i < z.size(); i++) {
       const double lg = 30.0 * std::tanh(z[i] / 30.0), d = lg - logits_ref[i];
@@ -101,7 +113,7 @@ int main() {
     std::printf("model backward, variant %d: worst gradient %s at %.2e\n", variant, worst_name.c_str(), worst);
     // the same inputs give the same loss and gradients to the bit
     m.zero_grad();
-    CHECK(m.forward(tokens, targets, 1.f / T) == loss, "variant %d: forward is not deterministic", variant);
+    CHECK(m.forward(batch, gscale) == loss, "variant %d: forward is not deterministic", variant);
     m.backward();
     CHECK(m.gradients() == g, "variant %d: backward is not deterministic", variant);
   }

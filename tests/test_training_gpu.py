@@ -9,7 +9,10 @@ significant digits, so "equal" below means equal to the bit.
   1 GPU: the same seed twice gives the same losses; another seed does not. A run resumed from
   its step-20 checkpoint gives the uninterrupted run's losses for steps 21-30 and an identical
   final checkpoint file; a checkpoint of another configuration is refused. With causal on, the
-  uni and bi windows give the same losses; with causal off they differ.
+  uni and bi windows give the same losses; with causal off they differ. Prefix-LM (a prefix
+  longer than a token window): reproducible to the bit, uni and bi differ, the causal baseline
+  on the same targets differs from both prefix-LM and plain causal, and its checkpoint is refused
+  by a run without the prefix.
   2 GPUs (mpirun, when two are visible): --check-replicas passes (weights bit-identical across
   ranks after every step); a 2-GPU run resumed from its step-10 checkpoint (written by rank 0,
   read by every rank) gives the same losses and final checkpoint as the uninterrupted run; the loss of step 1 equals the 1-GPU run's to 1e-6 relative (same
@@ -108,6 +111,27 @@ check("causal on: uni and bi windows give the same losses to the bit", rc1 == 0 
 rc1, _, uni0 = train("uni_nc", "--steps", "5", "--window-blocks", "2", "--window-mask", "uni", "--causal", "0")
 rc2, _, bi0 = train("bi_nc", "--steps", "5", "--window-blocks", "2", "--window-mask", "bi", "--causal", "0")
 check("causal off: uni and bi windows differ", rc1 == 0 and rc2 == 0 and train_losses(uni0, range(1, 6)) != train_losses(bi0, range(1, 6)))
+
+# prefix-LM: the prefix changes the learning; its causal baseline (the same targets) differs from
+# both; with a prefix longer than the window, uni and bi windows are different masks (shown
+# without the document mask: the test data's documents are shorter than the window, so inside
+# them the two agree); a prefix run is reproducible to the bit, and its checkpoint resumes only a
+# prefix run
+PFX = ["--steps", "10", "--val-every", "5", "--window-blocks", "2", "--window-granularity", "token", "--prefix-tokens", "300"]
+rc1, out_p, pu = train("prefix_uni", *PFX, "--window-mask", "uni", "--checkpoint-dir", os.path.join(TMP, "ck_p"))
+rc2, _, pu2 = train("prefix_uni_again", *PFX, "--window-mask", "uni")
+rc3, _, pb = train("prefix_bi_nodoc", *PFX, "--window-mask", "bi", "--doc-mask", "0")
+rc6, _, pu0 = train("prefix_uni_nodoc", *PFX, "--window-mask", "uni", "--doc-mask", "0")
+rc4, _, pc = train("prefix_baseline", *PFX, "--window-mask", "uni", "--prefix-attention", "0")
+rc5, _, cu = train("causal_token", *PFX[:-2], "--window-mask", "uni")
+ok = rc1 == rc2 == rc3 == rc4 == rc5 == rc6 == 0
+check("prefix-LM runs: exit 0, every step logged", ok and all(s in pu for s in range(11)), out_p[-1500:])
+check("prefix-LM: the same run twice gives the same losses to the bit", ok and pu == pu2)
+check("prefix-LM: uni and bi windows differ (the prefix reaches past the window)", ok and pu0 != pb)
+check("prefix-LM, its causal baseline on the same targets and plain causal: three different runs",
+      ok and len({tuple(train_losses(x, range(1, 11))) for x in (pu, pc, cu)}) == 3)
+rc, out, _ = train("prefix_resume_wrong", *PFX[:-2], "--window-mask", "uni", "--resume", os.path.join(TMP, "ck_p", "ckpt_000010.bin"))
+check("a prefix-LM checkpoint is refused by a run without the prefix, naming it", rc != 0 and "prefix_tokens" in out, out[-800:])
 
 # ---------------------------------------------------------------------------- two GPUs
 if gpu_count() >= 2 and shutil.which("mpirun"):

@@ -20,6 +20,8 @@ using Json = nlohmann::ordered_json;
 
 enum class Role {
   kDefinesRun,  // in the fingerprint and the log: a checkpoint resumes only a run with the same value
+  kDefinesRunIfSet,  // the same, but in the fingerprint only away from its default: options added
+                     // later, so that earlier checkpoints (made without them) still resume
   kLogged,      // in the log only (paths, schedules of output, multi-GPU mechanics)
   kLocal,       // neither (modes of the binary, test hooks)
 };
@@ -83,6 +85,10 @@ std::vector<Row> table(Options& o) {
            {"block", "token"}),
       integer("--causal", o.causal, 0, 1, run, "1: keep k <= q"),
       integer("--doc-mask", o.doc_mask, 0, 1, run, "1: attend within documents only"),
+      integer("--prefix-tokens", o.prefix_tokens, 0, 1 << 20, Role::kDefinesRunIfSet,
+              "prefix-LM: the first P tokens of each document see each other both ways and are not predicted (0: off)"),
+      integer("--prefix-attention", o.prefix_attention, 0, 1, Role::kDefinesRunIfSet,
+              "0: keep causal attention but drop the same targets as --prefix-tokens (the baseline of a prefix-LM ablation)"),
       integer<uint64_t>("--seed", o.seed, 0, UINT64_MAX, run, "initialisation seed"),
       integer("--val-every", o.val_every, 1, 1000000, log, "validate every N steps (and at the end)"),
       integer("--val-tokens", o.val_tokens, 1LL, 1LL << 40, log, "validation tokens"),
@@ -122,6 +128,13 @@ void check_combinations(const Options& o, int world) {
   if (o.width % o.heads || (o.width / o.heads != 64 && o.width / o.heads != 128))
     throw CLI::ValidationError("--heads", "width / heads must be 64 or 128 (the attention kernel's head sizes)");
   if (o.width % 8 || o.hidden % 8) throw CLI::ValidationError("--width/--hidden", "must be multiples of 8");
+  if (o.prefix_tokens > 0 && !o.causal)
+    throw CLI::ValidationError("--prefix-tokens", "needs --causal 1 (it relaxes the causal mask; without it every pair is kept already)");
+  if (o.prefix_tokens >= o.seq_len)
+    throw CLI::ValidationError("--prefix-tokens", std::to_string(o.prefix_tokens) + " must be below --seq-len " + std::to_string(o.seq_len) +
+                                                      " (else no target of a sequence is left to predict)");
+  if (!o.prefix_attention && o.prefix_tokens == 0)
+    throw CLI::ValidationError("--prefix-attention", "0 needs --prefix-tokens P > 0 (it keeps the loss rule of a prefix without its attention)");
   if (o.checkpoint_every && o.checkpoint_dir.empty()) throw CLI::ValidationError("--checkpoint-every", "needs --checkpoint-dir");
   if (o.check_data && (!o.resume.empty() || !o.checkpoint_dir.empty() || !o.log_file.empty()))
     throw CLI::ValidationError("--check-data", "only checks the shards: it does not go with --resume, --checkpoint-dir or --log-file");
@@ -173,11 +186,14 @@ int parse_options(int argc, char** argv, int world, int rank, Options* o) {
 }
 
 std::string fingerprint(const Options& o) {
-  Options copy = o;  // the table's rows refer to the fields of the Options they are made from
+  Options copy = o, defaults;  // the table's rows refer to the fields of the Options they are made from
   std::string out;
-  for (const Row& r : table(copy)) {
-    if (r.role != Role::kDefinesRun) continue;
+  const std::vector<Row> rows = table(copy), default_rows = table(defaults);
+  for (size_t i = 0; i < rows.size(); i++) {
+    const Row& r = rows[i];
+    if (r.role != Role::kDefinesRun && r.role != Role::kDefinesRunIfSet) continue;
     const Json v = r.value();
+    if (r.role == Role::kDefinesRunIfSet && v == default_rows[i].value()) continue;
     out += (out.empty() ? "" : " ") + r.key() + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
   }
   return out;

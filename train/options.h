@@ -22,6 +22,8 @@ struct Options {
   int window_blocks = 0;  // 0: the record's schedule
   std::string window_mask = "uni", window_granularity = "block";
   int causal = 1, doc_mask = 1;
+  int prefix_tokens = 0;     // prefix-LM: the first P tokens of each document are not predicted and see each other; 0: off
+  int prefix_attention = 1;  // 0: keep the causal attention (the baseline scored on the same targets)
   uint64_t seed = 1337;
   std::string checkpoint_dir;  // empty: no checkpoints
   int checkpoint_every = 0;    // 0: only at the end (when checkpoint_dir is set)

@@ -1,0 +1,36 @@
+// model/batch.h: a micro-step's inputs, targets, document ids and kept-target count.
+#include "model/batch.h"
+
+#include <stdexcept>
+
+#include "attention/mask.h"
+
+namespace model {
+
+void Batch::build(const std::vector<int>& inputs, const std::vector<int>& next, const MaskConfig& mask) {
+  const int n = (int)inputs.size();
+  if ((int)next.size() != n) throw std::invalid_argument("Batch: want as many targets as inputs");
+  tokens = inputs;
+  targets = next;
+  doc_ids.resize(n);
+  attn::doc_ids_from_tokens(tokens.data(), n, doc_ids.data(), mask.bos);
+  kept_targets = n;
+  if (mask.prefix <= 0) return;
+  int start = 0;  // the first position of position i's document
+  for (int i = 0; i < n; i++) {
+    if (mask.documents && tokens[i] == mask.bos) start = i;
+    const long long offset = mask.documents && next[i] == mask.bos ? 0 : (long long)i + 1 - start;
+    if (offset < mask.prefix) {
+      targets[i] = kIgnoreTarget;
+      kept_targets--;
+    }
+  }
+}
+
+void Batch::build(const uint16_t* seq, const MaskConfig& mask) {
+  const int n = T();
+  std::vector<int> in(seq, seq + n), nx(seq + 1, seq + n + 1);
+  build(in, nx, mask);
+}
+
+}  // namespace model

@@ -1,0 +1,56 @@
+// One micro-step's sequence as the model consumes it, built once from its tokens: the inputs,
+// the targets, the document ids and the number of targets the loss counts.
+//
+//   tokens[i]  = input at position i                       (T of them)
+//   targets[i] = the token at position i + 1, or kIgnoreTarget where the prefix-LM rule drops it
+//   doc_ids[i] = number of BOS tokens at positions <= i   (attention/mask.h doc_ids_from_tokens;
+//                the one place document ids are computed)
+//
+// The prefix-LM loss rule (docs/masks.md): with a prefix of P tokens the first P positions of
+// each document see each other both ways, so a position there can see its own next token;
+// predicting it would be copying. The prediction at position i is dropped when its target's
+// position i + 1 lies in the first P positions of its document: the target is a BOS (a new
+// document, offset 0), or i + 1 - start(i) < P, where start(i) is the first position of i's
+// document in the sequence (0 without the document mask, where the sequence is one document).
+// The rule applies whenever P > 0, also with the attention's prefix off (MaskConfig::
+// prefix_attention), so that a causal baseline can be scored on exactly the same targets.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "attention/mask.h"
+#include "model/config.h"
+
+namespace model {
+
+constexpr int kIgnoreTarget = -1;  // layers/softcap_ce.cuh's: loss 0, gradient 0
+
+struct Batch {
+  std::vector<int> tokens, targets;
+  std::vector<int32_t> doc_ids;
+  int kept_targets = 0;  // targets not dropped
+
+  Batch() = default;
+  explicit Batch(int T) : tokens(T), targets(T), doc_ids(T) {}
+  int T() const { return (int)tokens.size(); }
+
+  // From inputs and next tokens given apart (targets[i]: the token after tokens[i]).
+  void build(const std::vector<int>& inputs, const std::vector<int>& next, const MaskConfig& mask);
+  // From T + 1 consecutive tokens of a stream: inputs seq[0, T), targets seq[1, T].
+  void build(const uint16_t* seq, const MaskConfig& mask);
+};
+
+// The attention kernels' description of the mask at one step (its window), with the document
+// ids at doc_ids (device or host memory, as the caller needs; unused without documents).
+inline attn::MaskDesc attention_mask(const MaskConfig& m, int window, const int32_t* doc_ids) {
+  attn::MaskDesc d;
+  d.causal = m.causal;
+  d.window = window;
+  d.window_bidir = m.bidir;
+  d.window_blocks = m.blocks;
+  d.prefix = m.prefix_attention ? m.prefix : 0;
+  d.doc_ids = m.documents ? doc_ids : nullptr;
+  return d;
+}
+
+}  // namespace model

@@ -1,9 +1,20 @@
-// Attention benchmark at the docs/model.md shapes: B=1, H=6, T=65536, D=128, bf16.
-// Times forward and forward+backward with CUDA events (3 warm-up calls, median of 20, three
-// input sets rotated so that L2 does not hold the inputs), and reports useful TFLOP/s counting
-// only kept pairs: forward 4*D*pairs*H, backward 2.5x that. Writes one JSON object per case to
-// bench_attention.json (or argv[1]) for bench/compare_flex.py.
+// Attention benchmark: forward and forward + backward of the fused kernels, bf16, B = 1.
+//
+//   bench_attention [OUT.json] [--T 65536] [--heads 6] [--head-dim 128]
+//                   [--causal 1] [--window W] [--window-mask uni|bi] [--window-granularity token|block]
+//                   [--docs 0|1] [--prefix P] [--name NAME]
+// With no mask flag it runs the table of masks in bench/RESULTS.md at the given shape (by
+// default the speedrun's: T = 65536, 6 heads of 128); with any mask flag, that one mask.
+// Times with CUDA events (3 warm-up calls, median of 20, three input sets rotated so that L2
+// does not hold the inputs), and reports useful TFLOP/s counting only kept pairs (mask.h
+// kept_pairs): forward 4 D pairs H, backward 2.5x that. So masks of different density compare
+// by TFLOP/s. Writes one JSON object per case to OUT.json (default bench_attention.json) for
+// bench/compare_flex.py, which times FlexAttention on exactly the same cases.
 // Documents (mean length 1000): lengths 500 + (i * 7919) % 1001, the same rule as compare_flex.py.
+// ATTN_KERNELS=sm80 runs the sm80 family (to compare the two); BENCH_ONLY=NAME runs one case of
+// the table (for profiling).
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstdio>
@@ -12,15 +23,19 @@
 #include <vector>
 
 #include "attention/attention.h"
+#include "attention/mask.h"
+#include "common/cli.h"
 #include "common/cuda_check.h"
 
 
 typedef __nv_bfloat16 bf16;
 
 struct BenchCase {
-  const char* name;
-  int window;
-  bool blocks, bidir, docs;
+  std::string name;
+  bool causal = true;
+  int window = 0;
+  bool blocks = false, bidir = false, docs = false;
+  int prefix = 0;
 };
 
 static std::vector<int32_t> bench_docs(int T) {
@@ -34,24 +49,75 @@ static std::vector<int32_t> bench_docs(int T) {
   return d;
 }
 
-// kept pairs of a causal mask with the given window and documents (every term is an interval)
-static double kept_pairs(int T, const BenchCase& c, const std::vector<int32_t>& doc) {
-  double pairs = 0;
-  int doc_start = 0;
-  for (int q = 0; q < T; q++) {
-    if (q && doc[q] != doc[q - 1]) doc_start = q;
-    int lo = 0;
-    if (c.window && !c.blocks) lo = std::max(lo, q - c.window + 1);
-    if (c.window && c.blocks) lo = std::max(lo, (q / 128 - c.window + 1) * 128);
-    if (c.docs) lo = std::max(lo, doc_start);
-    pairs += q - lo + 1;
-  }
-  return pairs;
+static std::string describe(const BenchCase& c) {
+  std::string s = c.causal ? "causal" : "non-causal";
+  if (c.prefix) s += " + prefix " + std::to_string(c.prefix);
+  if (c.window) s += " + " + std::to_string(c.window) + (c.blocks ? " blocks " : " ") + (c.bidir ? "bi" : "uni");
+  if (c.docs) s += " + docs";
+  return s;
+}
+
+// The table at one shape: the speedrun's masks, the windows around them, dense causal, and
+// prefix-LM next to causal windows of about its density.
+static std::vector<BenchCase> table() {
+  std::vector<BenchCase> t;
+  auto add = [&](int window, bool blocks, bool bidir, bool docs, int prefix = 0, bool causal = true) {
+    BenchCase c;
+    c.causal = causal, c.window = window, c.blocks = blocks, c.bidir = bidir, c.docs = docs, c.prefix = prefix;
+    c.name = describe(c);
+    t.push_back(c);
+  };
+  for (int w : {128, 1024, 1792}) add(w, false, false, false), add(w, false, false, true);
+  add(0, false, false, false);
+  add(8, true, false, true);
+  add(8, true, true, true);
+  add(512, false, true, false, 0, false);
+  add(1024, false, false, true, 256);
+  add(1024, false, true, true, 256);
+  add(8, true, false, true, 256);
+  add(0, false, false, true, 256);
+  return t;
 }
 
 static int run(int argc, char** argv) {
-  const int T = 65536, H = 6, D = 128, kSets = 3, kWarm = 3, kReps = 20;
-  const char* json_path = argc > 1 ? argv[1] : "bench_attention.json";
+  int T = 65536, H = 6, D = 128, causal = 1, window = 0, docs = 0, prefix = 0;
+  std::string json_path = "bench_attention.json", window_mask = "uni", granularity = "token", name;
+  CLI::App app{"bench_attention: the fused attention kernels' speed"};
+  app.add_option("json", json_path, "where to write one JSON object per case")->capture_default_str();
+  cli::integer(app, "--T", T, 1, 1 << 22, "sequence length")->capture_default_str();
+  cli::integer(app, "--heads", H, 1, 256, "heads")->capture_default_str();
+  cli::integer(app, "--head-dim", D, 64, 128, "head dimension (64 or 128)")->capture_default_str();
+  std::vector<CLI::Option*> mask_flags = {
+      cli::integer(app, "--causal", causal, 0, 1, "1: keep k <= q"),
+      cli::integer(app, "--window", window, 0, 1 << 22, "window (0: none); tokens or blocks of 128"),
+      app.add_option("--window-mask", window_mask, "uni: q - k < W; bi: |q - k| < W")->check(CLI::IsMember({"uni", "bi"})),
+      app.add_option("--window-granularity", granularity, "token or block")->check(CLI::IsMember({"token", "block"})),
+      cli::integer(app, "--docs", docs, 0, 1, "1: documents of mean length 1000"),
+      cli::integer(app, "--prefix", prefix, 0, 1 << 22, "prefix-LM length (needs --causal 1)"),
+      app.add_option("--name", name, "the case's name in the output")};
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (D != 64 && D != 128) {
+    std::fprintf(stderr, "bench_attention: --head-dim %d: the kernels take 64 or 128\n", D);
+    return 2;
+  }
+  if (prefix > 0 && !causal) {
+    std::fprintf(stderr, "bench_attention: --prefix %d needs --causal 1\n", prefix);
+    return 2;
+  }
+  std::vector<BenchCase> cases;
+  if (std::any_of(mask_flags.begin(), mask_flags.end(), [](CLI::Option* o) { return o->count() > 0; })) {
+    BenchCase c;
+    c.causal = causal, c.window = window, c.bidir = window_mask == "bi", c.blocks = granularity == "block", c.docs = docs, c.prefix = prefix;
+    c.name = name.empty() ? describe(c) : name;
+    cases.push_back(c);
+  } else {
+    cases = table();
+  }
+  const int kSets = 3, kWarm = 3, kReps = 20;
   if (const char* k = std::getenv("ATTN_KERNELS"); k && std::string(k) == "sm80") {  // to compare the two families
     attn::KernelChoice c;
     c.family = attn::KernelChoice::Family::kSm80;
@@ -79,29 +145,28 @@ static int run(int argc, char** argv) {
   CUDA_CHECK(cudaMalloc(&ddoc, T * sizeof(int32_t)));
   CUDA_CHECK(cudaMemcpy(ddoc, doc.data(), T * sizeof(int32_t), cudaMemcpyHostToDevice));
 
-  const BenchCase cases[] = {
-      {"causal + window 128", 128, false, false, false},   {"causal + window 128 + docs", 128, false, false, true},
-      {"causal + window 1024", 1024, false, false, false}, {"causal + window 1024 + docs", 1024, false, false, true},
-      {"causal + window 1792", 1792, false, false, false}, {"causal + window 1792 + docs", 1792, false, false, true},
-      {"causal, no window", 0, false, false, false},       {"causal + 8 blocks uni + docs", 8, true, false, true},
-      {"causal + 8 blocks bi + docs", 8, true, true, true},
-  };
-  FILE* js = std::fopen(json_path, "w");
+  FILE* js = std::fopen(json_path.c_str(), "w");
+  if (!js) {
+    std::fprintf(stderr, "bench_attention: cannot write %s\n", json_path.c_str());
+    return 1;
+  }
   cudaEvent_t e0, e1;
   CUDA_CHECK(cudaEventCreate(&e0));
   CUDA_CHECK(cudaEventCreate(&e1));
-  std::printf("device: %s, T=%d H=%d D=%d bf16\n", prop.name, T, H, D);
-  std::printf("%-30s %10s %9s %12s %9s\n", "mask", "fwd ms", "fwd TF/s", "fwd+bwd ms", "f+b TF/s");
-  const char* only = std::getenv("BENCH_ONLY");  // run just the case of this name (for profiling)
+  std::printf("device: %s, T=%d H=%d D=%d bf16; kernels: %s\n", prop.name, T, H, D, attn::kernels_in_use(D));
+  std::printf("%-44s %10s %9s %12s %9s %8s\n", "mask", "fwd ms", "fwd TF/s", "fwd+bwd ms", "f+b TF/s", "density");
+  const char* only = std::getenv("BENCH_ONLY");
   for (const auto& c : cases) {
     if (only && std::string(only) != c.name) continue;
     attn::MaskDesc m;
-    m.causal = true;
+    m.causal = c.causal;
     m.window = c.window;
     m.window_blocks = c.blocks;
     m.window_bidir = c.bidir;
+    m.prefix = c.prefix;
+    m.doc_ids = c.docs ? doc.data() : nullptr;
+    const double pairs = (double)attn::kept_pairs(attn::make_bounds(m, T)), fwd_flops = 4.0 * D * pairs * H;
     m.doc_ids = c.docs ? ddoc : nullptr;
-    const double pairs = kept_pairs(T, c, doc), fwd_flops = 4.0 * D * pairs * H;
     auto time_it = [&](bool backward) {
       std::vector<float> ms;
       for (int it = 0; it < kWarm + kReps; it++) {
@@ -120,10 +185,12 @@ static int run(int argc, char** argv) {
     };
     const float f = time_it(false), fb = time_it(true);
     const double tf = fwd_flops / (f * 1e-3) / 1e12, tfb = 3.5 * fwd_flops / (fb * 1e-3) / 1e12;
-    std::printf("%-30s %10.3f %9.1f %12.3f %9.1f\n", c.name, f, tf, fb, tfb);
-    std::fprintf(js, "{\"case\": \"%s\", \"window\": %d, \"blocks\": %d, \"bidir\": %d, \"docs\": %d, \"pairs\": %.0f, "
-                     "\"fwd_ms\": %.4f, \"fwdbwd_ms\": %.4f, \"fwd_tflops\": %.1f, \"fwdbwd_tflops\": %.1f, \"device\": \"%s\"}\n",
-                 c.name, c.window, c.blocks, c.bidir, c.docs, pairs, f, fb, tf, tfb, prop.name);
+    const double density = pairs / ((double)T * T);
+    std::printf("%-44s %10.3f %9.1f %12.3f %9.1f %8.5f\n", c.name.c_str(), f, tf, fb, tfb, density);
+    std::fprintf(js, "{\"case\": \"%s\", \"T\": %d, \"H\": %d, \"D\": %d, \"causal\": %d, \"window\": %d, \"blocks\": %d, "
+                     "\"bidir\": %d, \"docs\": %d, \"prefix\": %d, \"pairs\": %.0f, \"fwd_ms\": %.4f, \"fwdbwd_ms\": %.4f, "
+                     "\"fwd_tflops\": %.1f, \"fwdbwd_tflops\": %.1f, \"device\": \"%s\"}\n",
+                 c.name.c_str(), T, H, D, c.causal, c.window, c.blocks, c.bidir, c.docs, c.prefix, pairs, f, fb, tf, tfb, prop.name);
   }
   std::fclose(js);
   return 0;

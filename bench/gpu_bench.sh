@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The benchmarks, on any machine with an NVIDIA GPU: builds, then runs the parts asked for and
 # prints a short summary last; every log goes to a new folder.
-#   attention  build/bench/bench_attention (the speedrun's shape, every mask of the table in
-#              bench/RESULTS.md) and, where PyTorch is installed, bench/compare_flex.py on the
-#              same GPU right after it: FlexAttention and cuDNN on the same shapes and masks
+#   attention  build/bench/bench_attention (every mask of the table in bench/RESULTS.md at the
+#              speedrun's shape, 6 heads of 128, and at the same width in 12 heads of 64) and,
+#              where PyTorch is installed, bench/compare_flex.py on the same GPU right after it:
+#              FlexAttention and cuDNN on the same shapes and masks
 #   step       the training step at the speedrun's size on one GPU, window fixed at 8 blocks,
 #              with --profile (GPU time by category); on a machine with several GPUs, the same
 #              on all of them under mpirun
@@ -42,7 +43,9 @@ fi
 nvidia-smi -L > "$LOG_DIR/gpu.txt"
 if [[ " $PARTS " == *" attention "* ]]; then
   step attention
-  build/bench/bench_attention "$LOG_DIR/bench_attention.json" > "$LOG_DIR/bench_attention.txt" 2>&1
+  build/bench/bench_attention "$LOG_DIR/bench_d128.json" > "$LOG_DIR/bench_attention.txt" 2>&1
+  build/bench/bench_attention "$LOG_DIR/bench_d64.json" --heads 12 --head-dim 64 >> "$LOG_DIR/bench_attention.txt" 2>&1
+  cat "$LOG_DIR/bench_d128.json" "$LOG_DIR/bench_d64.json" > "$LOG_DIR/bench_attention.json"
   if python3 -c 'import torch' 2>/dev/null; then
     step flex
     timeout 900 python3 bench/compare_flex.py "$LOG_DIR/bench_attention.json" "$LOG_DIR/compare_flex.md" > "$LOG_DIR/compare_flex.log" 2>&1
@@ -68,7 +71,7 @@ set +f
 echo "== summary ($LOG_DIR)"
 cat "$LOG_DIR/gpu.txt"
 [ -f "$LOG_DIR/bench_attention.txt" ] && cat "$LOG_DIR/bench_attention.txt"
-[ -f "$LOG_DIR/compare_flex.log" ] && tail -16 "$LOG_DIR/compare_flex.log"
+[ -f "$LOG_DIR/compare_flex.log" ] && tail -34 "$LOG_DIR/compare_flex.log"
 for f in "$LOG_DIR"/speedrun_g*.out "$LOG_DIR"/default.out; do
   [ -f "$f" ] || continue
   echo "-- $(basename "$f" .out)"

@@ -506,6 +506,9 @@ case("compare_trees.sh ROUNDS=x", CT + [ROOT], 2, ["ROUNDS"], env=dict(os.enviro
 case("mask_ablation.sh GPUS=x", ["bash", os.path.join(ROOT, "bench", "mask_ablation.sh")], 2, ["--gpus"],
      env=dict(os.environ, GPUS="x", CAMPAIGN=path("camp_bad")))
 check("mask_ablation.sh GPUS=x: nothing written", not os.path.exists(path("camp_bad")))
+case("prefix_ablation.sh PREFIX=x", ["bash", os.path.join(ROOT, "bench", "prefix_ablation.sh")], 2, ["PREFIX"],
+     env=dict(os.environ, PREFIX="x", CAMPAIGN=path("camp_bad2")))
+check("prefix_ablation.sh PREFIX=x: nothing written", not os.path.exists(path("camp_bad2")))
 
 print("\nWhat was tried and how it ended:")
 for line in summary:

@@ -113,15 +113,17 @@ rc2, _, bi0 = train("bi_nc", "--steps", "5", "--window-blocks", "2", "--window-m
 check("causal off: uni and bi windows differ", rc1 == 0 and rc2 == 0 and train_losses(uni0, range(1, 6)) != train_losses(bi0, range(1, 6)))
 
 # prefix-LM: the prefix changes the learning; its causal baseline (the same targets) differs from
-# both; with a prefix longer than the window, uni and bi windows are different masks (shown
-# without the document mask: the test data's documents are shorter than the window, so inside
-# them the two agree); a prefix run is reproducible to the bit, and its checkpoint resumes only a
-# prefix run
+# both; with a prefix longer than the window, uni and bi windows are different masks. That is
+# shown without the document mask (the test data's documents are shorter than the window, so
+# inside them the two agree) and with 4 layers: the rows where they differ are prefix rows q <
+# P - W, which a 2-layer model's counted predictions (positions >= P - 1, seeing keys >= P - W)
+# never reach. A prefix run is reproducible to the bit, and its checkpoint resumes only a prefix
+# run.
 PFX = ["--steps", "10", "--val-every", "5", "--window-blocks", "2", "--window-granularity", "token", "--prefix-tokens", "300"]
 rc1, out_p, pu = train("prefix_uni", *PFX, "--window-mask", "uni", "--checkpoint-dir", os.path.join(TMP, "ck_p"))
 rc2, _, pu2 = train("prefix_uni_again", *PFX, "--window-mask", "uni")
-rc3, _, pb = train("prefix_bi_nodoc", *PFX, "--window-mask", "bi", "--doc-mask", "0")
-rc6, _, pu0 = train("prefix_uni_nodoc", *PFX, "--window-mask", "uni", "--doc-mask", "0")
+rc3, _, pb = train("prefix_bi_nodoc", *PFX, "--window-mask", "bi", "--doc-mask", "0", "--layers", "4")
+rc6, _, pu0 = train("prefix_uni_nodoc", *PFX, "--window-mask", "uni", "--doc-mask", "0", "--layers", "4")
 rc4, _, pc = train("prefix_baseline", *PFX, "--window-mask", "uni", "--prefix-attention", "0")
 rc5, _, cu = train("causal_token", *PFX[:-2], "--window-mask", "uni")
 ok = rc1 == rc2 == rc3 == rc4 == rc5 == rc6 == 0

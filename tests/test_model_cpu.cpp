@@ -13,6 +13,17 @@
 #include "model/reference_model.h"
 #include "tests/check.h"
 
+// Central difference of the reference's loss in parameter i (step 1e-5), the parameter restored.
+static double central_difference(model_ref::Params& p, size_t i, const std::vector<int>& tokens, const std::vector<int>& targets) {
+  const double keep = p.data[i], h = 1e-5;
+  p.data[i] = keep + h;
+  const double up = model_ref::forward_backward(p, tokens, targets, nullptr);
+  p.data[i] = keep - h;
+  const double down = model_ref::forward_backward(p, tokens, targets, nullptr);
+  p.data[i] = keep;
+  return (up - down) / (2 * h);
+}
+
 int main() {
   model_ref::Config cfg;
   cfg.vocab = 64;
@@ -62,13 +73,7 @@ int main() {
         size_t row = tokens[rng() % T], col = rng() % t.cols;
         i = t.offset + row * t.cols + col;
       }
-      const double keep = p.data[i], h = 1e-5;
-      p.data[i] = keep + h;
-      const double up = model_ref::forward_backward(p, tokens, targets, nullptr);
-      p.data[i] = keep - h;
-      const double down = model_ref::forward_backward(p, tokens, targets, nullptr);
-      p.data[i] = keep;
-      const double fd = (up - down) / (2 * h), err = std::fabs(fd - grad[i]);
+      const double fd = central_difference(p, i, tokens, targets), err = std::fabs(fd - grad[i]);
       worst = std::max(worst, err / std::max(1.0, std::fabs(grad[i])));
       if (err > 1e-7 * std::max(1.0, std::fabs(grad[i]))) {
         bad++;
@@ -147,14 +152,7 @@ int main() {
       for (int k = 0; k < 3; k++, n++) {
         size_t i = t.offset + rng() % t.size();
         if (t.name == "embed" || t.name.rfind("value_embed", 0) == 0) i = t.offset + (size_t)tokens[rng() % T] * t.cols + rng() % t.cols;
-        const double keep = p2.data[i], h = 1e-5;
-        p2.data[i] = keep + h;
-        const double up = model_ref::forward_backward(p2, tokens, targets, nullptr);
-        p2.data[i] = keep - h;
-        const double down = model_ref::forward_backward(p2, tokens, targets, nullptr);
-        p2.data[i] = keep;
-        const double fd = (up - down) / (2 * h);
-        bad += std::fabs(fd - g2[i]) > 1e-7 * std::max(1.0, std::fabs(g2[i]));
+        bad += std::fabs(central_difference(p2, i, tokens, targets) - g2[i]) > 1e-7 * std::max(1.0, std::fabs(g2[i]));
       }
     CHECK(bad == 0, "prefix 30: %d of %d gradient entries differ from finite differences", bad, n);
   }

@@ -1,7 +1,7 @@
 """Times PyTorch FlexAttention (compiled; block mask built outside the timed region) and SDPA
 with the cuDNN backend on the shapes and masks of bench/bench_attention.cu, in the same run on
 the same GPU, and prints the ratio table against that benchmark's JSON output (one file, or
-several concatenated: each case carries its own T, heads and head dim).
+several concatenated: each case records its own T, heads and head dim).
 
     python3 bench/compare_flex.py bench_attention.json [out.md]
 

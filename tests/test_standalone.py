@@ -71,7 +71,7 @@ logs = os.path.join(ROOT, "tests/fixtures/record_logs")
 names = sorted(os.listdir(logs)) if os.path.isdir(logs) else []
 check("record logs of both formats shipped", sum(n.startswith("2024-11-24_") for n in names) >= 2 and
       sum(n.startswith("2024-12-10_") for n in names) >= 2, str(names))
-check("the record logs carry their license line", "MIT" in open(os.path.join(logs, "README.md")).read() if names else False)
+check("the record logs hold their license line", "MIT" in open(os.path.join(logs, "README.md")).read() if names else False)
 
 # .ci/run: the README's test command, in a temporary clone
 readme_top = open(os.path.join(ROOT, "README.md")).read()

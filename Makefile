@@ -151,6 +151,7 @@ test-gpu: $(GPU_TESTS) attention/attn_run $(BUILD)/model_dump train_gpt
 	$(BUILD)/tests/test_model_gpu
 	$(PYTHON) tests/test_attn_run.py attention/attn_run
 	$(PYTHON_TORCH) tests/torch_model_check.py $(BUILD)
+	$(PYTHON_TORCH) tests/test_torch_peer_gpu.py '$(TEST_TRAIN_DATA)' '$(TEST_VAL_DATA)' ./train_gpt
 	$(PYTHON) tests/test_training_gpu.py '$(TEST_TRAIN_DATA)' '$(TEST_VAL_DATA)' ./train_gpt
 
 bench: $(BUILD)/bench/bench_attention

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Writes a folder of synthetic token shards shaped like FineWeb's for speed measurements:
+documents of exponential length (mean 1000 tokens, as FineWeb's GPT-2 tokenization has), each
+starting with token 50256, the rest uniform in the GPT-2 range. The text is noise, so a run on
+them measures speed only (its loss stays near ln(50257)); the document lengths are what matter,
+because they decide how many attention tiles the document mask cuts and skips.
+
+    python3 bench/synthetic_shards.py OUT_DIR [--train-tokens N] [--val-tokens N] [--mean-doc L] [--seed S]
+
+The format and the manifest are `build/prepare`'s (docs/formats.md): synth_val_000000.bin, then
+synth_train_000001.bin ... of at most --shard-tokens tokens, and manifest.tsv. OUT_DIR must be new
+or empty; the shards are written into a hidden folder beside it that is renamed into place at the
+end, so an interrupted run leaves nothing half-written.
+"""
+import argparse
+import hashlib
+import os
+import shutil
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from tool_errors import ToolError, run  # noqa: E402
+
+MAGIC, VERSION, BOS, VOCAB = 20240520, 1, 50256, 50257
+
+
+def documents(rng, n, mean_doc):
+    """n tokens of whole documents: BOS, then length - 1 uniform non-BOS ids."""
+    out = np.empty(n, dtype=np.uint16)
+    out[:] = rng.integers(0, BOS, size=n, dtype=np.uint16)
+    pos = 0
+    while pos < n:
+        out[pos] = BOS
+        pos += max(2, int(rng.exponential(mean_doc)))
+    return out
+
+
+def write_shard(path, tokens):
+    header = np.zeros(256, dtype="<i4")
+    header[:3] = (MAGIC, VERSION, tokens.size)
+    data = header.tobytes() + tokens.astype("<u2").tobytes()
+    with open(path, "xb") as f:
+        f.write(data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def main(argv):
+    p = argparse.ArgumentParser(prog="synthetic_shards", description=__doc__.split("\n\n")[0])
+    p.add_argument("out_dir")
+    p.add_argument("--train-tokens", type=int, default=20_000_000)
+    p.add_argument("--val-tokens", type=int, default=2_000_000)
+    p.add_argument("--shard-tokens", type=int, default=10_000_000)
+    p.add_argument("--mean-doc", type=float, default=1000.0, help="mean document length in tokens")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    for flag, v in (("--train-tokens", a.train_tokens), ("--val-tokens", a.val_tokens), ("--shard-tokens", a.shard_tokens),
+                    ("--mean-doc", a.mean_doc)):
+        if not v >= 2:
+            p.error(f"{flag} {v}: must be at least 2")
+    out = a.out_dir.rstrip("/") or "/"
+    if os.path.lexists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise ToolError(f"{out}: exists and is not an empty folder: name a new one")
+    tmp = os.path.join(os.path.dirname(os.path.abspath(out)), "." + os.path.basename(out) + ".part")
+    if os.path.lexists(tmp):
+        shutil.rmtree(tmp)
+    os.makedirs(tmp)
+    rng = np.random.default_rng(a.seed)
+    rows = []
+    try:
+        jobs = [("val", 0, a.val_tokens)]
+        left, i = a.train_tokens, 1
+        while left > 0:
+            jobs.append(("train", i, min(left, a.shard_tokens)))
+            left -= a.shard_tokens
+            i += 1
+        for split, index, n in jobs:
+            name = f"synth_{split}_{index:06d}.bin"
+            tokens = documents(rng, n, a.mean_doc)
+            rows.append((name, n, int((tokens == BOS).sum()), write_shard(os.path.join(tmp, name), tokens)))
+        with open(os.path.join(tmp, "manifest.tsv"), "x") as f:
+            f.write("# train_gpt shard manifest v1\nfile\ttokens\tdocuments\tsha256\n")
+            for r in rows:
+                f.write("\t".join(map(str, r)) + "\n")
+        if os.path.isdir(out):
+            os.rmdir(out)
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    docs = sum(r[2] for r in rows)
+    print(f"synthetic_shards: {len(rows)} shards, {sum(r[1] for r in rows)} tokens, {docs} documents in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    run(lambda: main(sys.argv[1:]), "synthetic_shards")

@@ -183,20 +183,29 @@ def build_model(args, torch, F, nn):
             w.uniform_(-1 / math.sqrt(fan_in), 1 / math.sqrt(fan_in), generator=gen)
         return nn.Parameter(w)
 
+    class Block(nn.Module):
+        def __init__(self, gen):
+            super().__init__()
+            self.wq, self.wk, self.wv = (linear_weight(C, C, False, gen) for _ in range(3))
+            self.wo = linear_weight(C, C, True, gen)
+            self.wfc = linear_weight(C, args.hidden, False, gen)
+            self.wproj = linear_weight(args.hidden, C, True, gen)
+            self.lambdas = nn.Parameter(torch.tensor([1.0, 0.0]))
+            self.attn_lambdas = nn.Parameter(torch.tensor([0.5, 0.5]))
+
+        def matrices(self):
+            return [self.wq, self.wk, self.wv, self.wo, self.wfc, self.wproj]
+
+        def scalars(self):
+            return [self.lambdas, self.attn_lambdas]
+
     class GPT(nn.Module):
         def __init__(self, seed):
             super().__init__()
             gen = torch.Generator().manual_seed(seed)
             self.embed = nn.Parameter(torch.randn(V, C, generator=gen))
             self.value_embeds = nn.ParameterList([nn.Parameter(torch.randn(V, C, generator=gen)) for _ in range(L // 2)])
-            mats = []
-            for _ in range(L):
-                mats += [linear_weight(C, C, False, gen), linear_weight(C, C, False, gen), linear_weight(C, C, False, gen),
-                         linear_weight(C, C, True, gen), linear_weight(C, args.hidden, False, gen),
-                         linear_weight(args.hidden, C, True, gen)]
-            self.matrices = nn.ParameterList(mats)  # per layer: wq, wk, wv, wo, wfc, wproj
-            self.lambdas = nn.ParameterList([nn.Parameter(torch.tensor([1.0, 0.0])) for _ in range(L)])
-            self.attn_lambdas = nn.ParameterList([nn.Parameter(torch.tensor([0.5, 0.5])) for _ in range(L)])
+            self.blocks = nn.ModuleList([Block(gen) for _ in range(L)])
             self.skip = nn.Parameter(torch.ones(L // 2))
             self.head = linear_weight(C, V, True, gen)
             half = D // 2
@@ -214,17 +223,17 @@ def build_model(args, torch, F, nn):
             x = norm(F.embedding(idx, self.embed).to(bf16))
             x0 = x
             pushed = []
-            for i in range(L):
-                wq, wk, wv, wo, wfc, wproj = (m.to(bf16) for m in self.matrices[6 * i:6 * i + 6])
+            ve = [F.embedding(idx, t).to(bf16) for t in self.value_embeds]
+            for i, blk in enumerate(self.blocks):
+                wq, wk, wv, wo, wfc, wproj = (m.to(bf16) for m in blk.matrices())
                 if i >= L // 2:
                     x = x + self.skip[i - L // 2].to(bf16) * pushed.pop()
-                lam = self.lambdas[i].to(bf16)
+                lam = blk.lambdas.to(bf16)
                 x = lam[0] * x + lam[1] * x0
                 h = norm(x)
                 q, k, v = F.linear(h, wq), F.linear(h, wk), F.linear(h, wv)
-                table = i if i < L // 2 else L - 1 - i
-                al = self.attn_lambdas[i].to(bf16)
-                v = al[0] * v + al[1] * F.embedding(idx, self.value_embeds[table]).to(bf16)
+                al = blk.attn_lambdas.to(bf16)
+                v = al[0] * v + al[1] * ve[i if i < L // 2 else L - 1 - i]
                 q, k, v = q.view(1, T, H, D), k.view(1, T, H, D), v.view(1, T, H, D)
                 q, k = self.rotary(norm(q)), self.rotary(norm(k))
                 y = flex_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), block_mask=block_mask,
@@ -406,7 +415,7 @@ def train(a):
 
     model = build_model(a, torch, F, nn)(a.seed).to(dev)
     embeds = [model.embed, *model.value_embeds]
-    scalars = [*model.lambdas, *model.attn_lambdas, model.skip]
+    scalars = [p for b in model.blocks for p in b.scalars()] + [model.skip]
     if a.numerics == "record":  # the record: model.bfloat16(), then the linear layers back to fp32
         for p in embeds + scalars:
             p.data = p.data.to(torch.bfloat16)
@@ -414,8 +423,8 @@ def train(a):
     for g in groups:
         g["base_lr"] = g["lr"]
     adam = torch.optim.Adam(groups, betas=(0.8, 0.95), eps=1e-8, fused=True)
-    muon = Muon(model.matrices, torch.compile(newton_schulz) if a.compile else newton_schulz)
-    fwd = torch.compile(model) if a.compile else model
+    muon = Muon([p for b in model.blocks for p in b.matrices()], torch.compile(newton_schulz) if a.compile else newton_schulz)
+    fwd = torch.compile(model, fullgraph=True) if a.compile else model  # one graph, as the record's; a break is an error
     lr_mult, momentum, window_sched = schedules(a.steps)
     n_params = sum(p.numel() for p in model.parameters())
     log.event({"event": "config", "trainer": "torch_peer", "run_id": run_id, "train_data": a.train_data, "val_data": a.val_data,

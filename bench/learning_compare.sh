@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Learning of train_gpt against its PyTorch peer (bench/torch_peer.py) at the speedrun preset:
+# RUNS seeds of each, the same data, schedules and validation, logs named VARIANT_g1_rI.txt
+# (run I uses seed SEED0 + I in every variant) for scripts/ab_report.py:
+#   LOG_DIR=logs/learn bash bench/learning_compare.sh
+#   python3 scripts/ab_report.py --logs-dir logs/learn --out docs/learning_gap/repeating
+# Runs share the GPU, PARALLEL at a time (an H200 holds three of them): this measures learning
+# only, never step times. A run whose log reaches its final validation is kept, so the same
+# command resumes an interrupted comparison; a partial log is moved into LOG_DIR/incomplete/.
+# Variables: LOG_DIR (required), STEPS (150), VAL_EVERY (25), VAL_TOKENS (655360), RUNS (3),
+# SEED0 (0), DATA (gcide: the shards of `make data`, 30 steps' worth, so 150 steps repeat them
+# five times; or a glob prefix DIR/NAME for DIR/NAME_train_*.bin and DIR/NAME_val_*.bin),
+# VARIANTS ("train_gpt peer"; also peer_fp32: the peer with fp32 masters), JOBS (default every
+# VARIANT:I; a subset such as "peer:0 train_gpt:1" runs only those), PARALLEL (3),
+# PYTHON_TORCH (python3).
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+LOG_DIR=${LOG_DIR:?set LOG_DIR to the comparison\'s folder}
+STEPS=${STEPS:-150}; VAL_EVERY=${VAL_EVERY:-25}; VAL_TOKENS=${VAL_TOKENS:-655360}; RUNS=${RUNS:-3}; SEED0=${SEED0:-0}
+DATA=${DATA:-gcide}; VARIANTS=${VARIANTS:-train_gpt peer}; PARALLEL=${PARALLEL:-3}; PYTHON_TORCH=${PYTHON_TORCH:-python3}
+for v in STEPS VAL_EVERY VAL_TOKENS RUNS SEED0 PARALLEL; do
+  case "${!v}" in ''|*[!0-9]*) echo "learning_compare: $v must be a whole number" >&2; exit 2;; esac
+done
+[ "$DATA" = gcide ] && DATA=data/gcide/gcide
+ls $DATA"_train_"*.bin >/dev/null 2>&1 || { echo "learning_compare: DATA $DATA: no ${DATA}_train_*.bin (make data writes the GCIDE shards)" >&2; exit 2; }
+for v in $VARIANTS; do
+  case $v in train_gpt|peer|peer_fp32) ;; *) echo "learning_compare: VARIANTS: unknown variant $v" >&2; exit 2;; esac
+done
+if [ -z "${JOBS:-}" ]; then
+  JOBS=""; for i in $(seq 0 $((RUNS - 1))); do for v in $VARIANTS; do JOBS="$JOBS $v:$i"; done; done
+fi
+mkdir -p "$LOG_DIR/incomplete"
+common=(--train-data "${DATA}_train_*.bin" --val-data "${DATA}_val_*.bin" --steps "$STEPS" --val-every "$VAL_EVERY" --val-tokens "$VAL_TOKENS")
+one() {  # VARIANT I
+  local v=$1 i=$2 log="$LOG_DIR/${1}_g1_r${2}.txt"
+  if [ -f "$log" ] && grep -q "^step:$STEPS/$STEPS val_loss" "$log"; then echo "kept: $log"; return 0; fi
+  for f in "$log" "${log%.txt}.jsonl"; do [ -e "$f" ] && mv "$f" "$LOG_DIR/incomplete/$(basename "$f").$(date +%s)"; done
+  local cmd
+  case $v in
+    train_gpt) cmd=(./train_gpt --preset speedrun);;
+    peer) cmd=("$PYTHON_TORCH" bench/torch_peer.py --numerics record);;
+    peer_fp32) cmd=("$PYTHON_TORCH" bench/torch_peer.py --numerics fp32);;
+  esac
+  echo "start: $v run $i, seed $((SEED0 + i)) ($(date +%T))"
+  "${cmd[@]}" "${common[@]}" --seed $((SEED0 + i)) --log-file "$log" > "$LOG_DIR/${v}_g1_r${i}.out" 2>&1
+  local rc=$?
+  echo "end: $v run $i: exit $rc, $(grep "^step:$STEPS/$STEPS val_loss" "$log" 2>/dev/null || echo 'no final validation') ($(date +%T))"
+  return $rc
+}
+failed=0
+for job in $JOBS; do
+  v=${job%%:*}; i=${job#*:}
+  case "$i" in ''|*[!0-9]*) echo "learning_compare: JOBS: $job is not VARIANT:RUN" >&2; exit 2;; esac
+  case $v in train_gpt|peer|peer_fp32) ;; *) echo "learning_compare: JOBS: unknown variant in $job" >&2; exit 2;; esac
+  while [ "$(jobs -rp | wc -l)" -ge "$PARALLEL" ]; do wait -n || failed=1; done
+  one "$v" "$i" &
+done
+while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
+wait
+exit $failed

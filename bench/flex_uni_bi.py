@@ -25,8 +25,6 @@ import statistics
 import sys
 
 import numpy as np
-import torch
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_peer as peer  # noqa: E402
@@ -41,6 +39,15 @@ p.add_argument("--json", default="")
 a = p.parse_args()
 if a.window_blocks < 1 or a.rounds < 1 or a.seq_len % 128 or a.seq_len < 128:
     p.error("--window-blocks and --rounds must be at least 1, --seq-len a multiple of 128")
+try:
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+except ImportError as e:
+    sys.exit(f"flex_uni_bi: error: PyTorch with FlexAttention is needed ({e})")
+if not torch.cuda.is_available():
+    sys.exit("flex_uni_bi: error: no CUDA GPU visible to PyTorch")
+if a.json and os.path.lexists(a.json):
+    sys.exit(f"flex_uni_bi: error: --json {a.json} exists: name a new file")
 dev = torch.device("cuda")
 T, H, D, N = a.seq_len, a.heads, a.head_dim, a.window_blocks
 torch.manual_seed(0)

@@ -29,6 +29,10 @@ done
 if [ -z "${JOBS:-}" ]; then
   JOBS=""; for i in $(seq 0 $((RUNS - 1))); do for v in $VARIANTS; do JOBS="$JOBS $v:$i"; done; done
 fi
+for job in $JOBS; do
+  case "${job#*:}" in ''|*[!0-9]*) echo "learning_compare: JOBS: $job is not VARIANT:RUN" >&2; exit 2;; esac
+  case ${job%%:*} in train_gpt|peer|peer_fp32) ;; *) echo "learning_compare: JOBS: unknown variant in $job" >&2; exit 2;; esac
+done
 mkdir -p "$LOG_DIR/incomplete"
 common=(--train-data "${DATA}_train_*.bin" --val-data "${DATA}_val_*.bin" --steps "$STEPS" --val-every "$VAL_EVERY" --val-tokens "$VAL_TOKENS")
 one() {  # VARIANT I
@@ -50,8 +54,6 @@ one() {  # VARIANT I
 failed=0
 for job in $JOBS; do
   v=${job%%:*}; i=${job#*:}
-  case "$i" in ''|*[!0-9]*) echo "learning_compare: JOBS: $job is not VARIANT:RUN" >&2; exit 2;; esac
-  case $v in train_gpt|peer|peer_fp32) ;; *) echo "learning_compare: JOBS: unknown variant in $job" >&2; exit 2;; esac
   while [ "$(jobs -rp | wc -l)" -ge "$PARALLEL" ]; do wait -n || failed=1; done
   one "$v" "$i" &
 done

@@ -16,13 +16,12 @@ LOG_DIR=${LOG_DIR:-logs/peer-$(date +%Y%m%d-%H%M%S)}
 case "$STEPS" in ''|*[!0-9]*) echo "peer_compare: STEPS must be a whole number" >&2; exit 2;; esac
 [ "$STEPS" -ge 12 ] || { echo "peer_compare: STEPS must be at least 12 (steps 1-10 are not timed)" >&2; exit 2; }
 case "$DATA" in
-  synthetic)
-    [ -d data/synthetic ] || python3 bench/synthetic_shards.py data/synthetic || exit 1
-    TRAIN="data/synthetic/synth_train_*.bin"; VAL="data/synthetic/synth_val_*.bin";;
+  synthetic) TRAIN="data/synthetic/synth_train_*.bin"; VAL="data/synthetic/synth_val_*.bin";;
   gcide) TRAIN="data/gcide/gcide_train_*.bin"; VAL="data/gcide/gcide_val_*.bin";;
-  *) echo "peer_compare: DATA must be synthetic or gcide" >&2; exit 2;;
+  *) echo "peer_compare: DATA must be synthetic or gcide, got '$DATA'" >&2; exit 2;;
 esac
 [ -e "$LOG_DIR" ] && { echo "peer_compare: $LOG_DIR exists: name a new LOG_DIR" >&2; exit 2; }
+if [ "$DATA" = synthetic ] && [ ! -d data/synthetic ]; then python3 bench/synthetic_shards.py data/synthetic || exit 1; fi
 mkdir -p "$LOG_DIR"
 echo "== build ($(date +%T))"
 make -j"$(nproc)" ${GIT_COMMIT:+GIT_COMMIT=$GIT_COMMIT} train_gpt > "$LOG_DIR/build.log" 2>&1 || { tail -20 "$LOG_DIR/build.log"; exit 1; }
@@ -41,7 +40,7 @@ d, record = sys.argv[1], float(sys.argv[2])
 def read(name):
     ev = [json.loads(l) for l in open(f"{d}/{name}.jsonl")]
     steps = [e for e in ev if e.get("event") == "step"]
-    times = [b["train_time_ms"] - a["train_time_ms"] for a, b in zip(steps, steps[1:]) if b["step"] > 11]
+    times = [b["train_time_ms"] - a["train_time_ms"] for a, b in zip(steps, steps[1:]) if b["step"] > 10]
     summ = next(e for e in ev if e.get("event") == "summary")
     start = next(e["startup_s"] for e in ev if e.get("event") == "startup")
     return statistics.median(times), summ["peak_memory_mib"] / 1024, start, len(times)

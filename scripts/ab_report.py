@@ -2,8 +2,10 @@
 """Comparison report for an ablation: per variant and GPU count, the mean, standard deviation and
 95% confidence interval of final validation loss, training time and step average; Welch's t-test
 of each variant against the first; whether paired runs (same run index, hence same seed) give
-identical loss sequences; a markdown table and two PNG plots (validation loss with a +-1 std
-band; step-time distributions). Works for any flag: a variant is just a name.
+identical loss sequences; the validation loss at every validation step, with the same test; a
+markdown table and two PNG plots (validation loss with a +-1 std band; step-time distributions).
+Works for any flag: a variant is just a name. --loss-only leaves the times out, for runs that
+shared a GPU.
 
     python3 scripts/ab_report.py --logs-dir logs/mask --out docs/mask_ablation
         (logs named VARIANT_gN_rI.txt, as scripts/ab_run.py writes them)
@@ -121,11 +123,39 @@ def detectability(runs_by_group, values, metrics, by_gpus, differences):
     return lines
 
 
-def build(groups, out_dir, title, differences=(0.2, 0.4)):
+def val_steps_table(runs, by_gpus):
+    """Validation loss at every step that all complete runs of a GPU count validated at: each
+    variant's mean and standard deviation, and Welch's test of each variant against the first."""
+    lines = ["", "Validation loss at each validation step (mean +- standard deviation over the runs; Welch's two-sided p "
+             "of each variant against the first).", ""]
+    for gpus, variants in by_gpus.items():
+        curves = {v: [dict((s, x) for s, x, _ in r.val) for _, r in runs[(v, gpus)] if r.complete and math.isfinite(r.final_val_loss)]
+                  for v in variants}
+        every = [set(c) for cs in curves.values() for c in cs]
+        if not every:
+            continue
+        steps = sorted(set.intersection(*every))
+        base = variants[0]
+        lines += [f"| GPUs | step | " + " | ".join(variants) + " | " + " | ".join(f"{v} - {base} (p)" for v in variants[1:]) + " |",
+                  "|" + " --- |" * (2 + 2 * len(variants) - 1)]
+        for s in steps:
+            vals = {v: [c[s] for c in curves[v]] for v in variants}
+            cells = [f"{fmt(st.mean(x))} +- {fmt(st.std(x))}" if x else "-" for x in vals.values()]
+            diffs = []
+            for v in variants[1:]:
+                x, y = vals[v], vals[base]
+                diffs.append(f"{fmt(st.mean(x) - st.mean(y))} ({fmt(st.welch(x, y)[2], 3)})" if x and y else "-")
+            lines.append(f"| {gpus} | {s} | " + " | ".join(cells + diffs) + " |")
+    return lines
+
+
+def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False):
     os.makedirs(out_dir, exist_ok=True)
     runs = OrderedDict((key, [(i, speedrun_logs.parse(p)) for i, p in items]) for key, items in groups.items())
     metrics = [("final val loss", lambda r: r.final_val_loss, 4), ("train time (s)", lambda r: r.train_time_ms / 1e3, 2),
                ("step avg (ms)", lambda r: r.step_avg_ms, 2)]
+    if loss_only:  # runs that shared a GPU, or otherwise not timed alone: their times say nothing
+        metrics = metrics[:1]
     lines = [f"# {title}", "", "Per variant and GPU count, over complete runs (mean, standard deviation, half-width of the 95% "
              "confidence interval of the mean).", "",
              "| variant | GPUs | runs (complete) | " + " | ".join(f"{m} mean | std | 95% CI" for m, _, _ in metrics) + " |",
@@ -138,7 +168,7 @@ def build(groups, out_dir, title, differences=(0.2, 0.4)):
             if not r.complete:
                 left_out.append(f"| {variant} | {gpus} | {r.path} | incomplete: no final validation (stopped at step "
                                 f"{r.train[-1][0] if r.train else 0} of {r.total_steps}) |")
-            elif not all(math.isfinite(x) for x in (r.final_val_loss, r.train_time_ms, r.step_avg_ms)):
+            elif not all(math.isfinite(x) for x in ((r.final_val_loss,) if loss_only else (r.final_val_loss, r.train_time_ms, r.step_avg_ms))):
                 left_out.append(f"| {variant} | {gpus} | {r.path} | final val loss {r.final_val_loss}, train time "
                                 f"{r.train_time_ms} ms: not finite (diverged?) |")
             else:
@@ -173,10 +203,11 @@ def build(groups, out_dir, title, differences=(0.2, 0.4)):
             for i in sorted(set(a) & set(b)):
                 same = loss_sequence(a[i]) == loss_sequence(b[i]) and bool(loss_sequence(a[i]))
                 identical_rows.append(f"| {gpus} | {base} vs {other} | {i} | {'yes' if same else 'no'} |")
+    lines += val_steps_table(runs, by_gpus)
     lines += detectability(runs, values, metrics, by_gpus, differences)
     lines += ["", "Loss sequences, paired by run index (same seed): identical to the bit?", "",
               "| GPUs | variants | run | identical |", "| --- | --- | --- | --- |"] + identical_rows
-    plots = make_plots(runs, out_dir)
+    plots = make_plots(runs, out_dir, times=not loss_only)
     if plots:
         lines += [""] + [f"![{name}]({name})" for name in plots]
     text = "\n".join(lines) + "\n"
@@ -185,7 +216,7 @@ def build(groups, out_dir, title, differences=(0.2, 0.4)):
     return text
 
 
-def make_plots(runs, out_dir):
+def make_plots(runs, out_dir, times=True):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -212,6 +243,8 @@ def make_plots(runs, out_dir):
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "val_loss.png"), dpi=110)
     plt.close(fig)
+    if not times:
+        return ["val_loss.png"]
     fig, ax = plt.subplots(figsize=(8, 5))
     data, labels = [], []
     for (variant, gpus), rs in runs.items():
@@ -238,6 +271,8 @@ def main(argv=None):
     ap.add_argument("--title", default="Ablation report")
     ap.add_argument("--difference", type=float, action="append",
                     help="a difference, in %% of the mean, to say how many runs would find (repeatable; default 0.2 and 0.4)")
+    ap.add_argument("--loss-only", action="store_true",
+                    help="compare losses only: for runs that were not timed alone (several sharing a GPU)")
     a = ap.parse_args(argv)
     if bool(a.logs_dir) == bool(a.group):
         ap.error("give exactly one of --logs-dir or --group")
@@ -249,7 +284,7 @@ def main(argv=None):
     diffs = a.difference or [0.2, 0.4]
     if any(not (math.isfinite(d) and 0 < d < 100) for d in diffs):
         raise ToolError(f"--difference wants percentages between 0 and 100, got {diffs}")
-    print(build(groups, a.out, a.title, diffs))
+    print(build(groups, a.out, a.title, diffs, a.loss_only))
     return 0
 
 

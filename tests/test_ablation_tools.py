@@ -181,6 +181,18 @@ with tempfile.TemporaryDirectory() as d:
     check("report: plots", os.path.exists(os.path.join(out, "val_loss.png")) and os.path.exists(os.path.join(out, "step_times.png")))
     check("report: what the runs can see, per metric, with 15 a side and the runs for 0.2% and 0.4%",
           "How much these runs can see" in rep and "runs for 0.2%" in rep and "| 1 | bi | step avg (ms) | 3 |" in rep, rep)
+    # the loss at each validation step: seeds 1000..1002 give final losses 5/21 + 1.000..1.002 (std 0.001), the
+    # same in both variants under causal, so the difference is 0 and Welch's p is 1
+    check("report: validation loss per step, mean +- std, difference and p",
+          f"| 1 | 20 | {5 / 21 + 1.001:.4f} +- 0.0010 | {5 / 21 + 1.001:.4f} +- 0.0010 | 0.0000 (1.000) |" in rep, rep)
+    out_lo = os.path.join(d, "report_loss_only")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_report.py"), "--logs-dir", camp, "--out", out_lo,
+                        "--loss-only"], capture_output=True, text=True)
+    rep_lo = open(os.path.join(out_lo, "report.md")).read() if r.returncode == 0 else ""
+    check("report --loss-only: the loss without times or the step-time plot",
+          "final val loss" in rep_lo and "train time" not in rep_lo and "step avg" not in rep_lo and
+          os.path.exists(os.path.join(out_lo, "val_loss.png")) and not os.path.exists(os.path.join(out_lo, "step_times.png")),
+          r.stderr + rep_lo)
     # causal off: bi shifts the loss, sequences differ
     camp2 = os.path.join(d, "camp2")
     base2 = [a if a != camp else camp2 for a in base]

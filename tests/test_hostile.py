@@ -509,6 +509,23 @@ check("mask_ablation.sh GPUS=x: nothing written", not os.path.exists(path("camp_
 case("prefix_ablation.sh PREFIX=x", ["bash", os.path.join(ROOT, "bench", "prefix_ablation.sh")], 2, ["PREFIX"],
      env=dict(os.environ, PREFIX="x", CAMPAIGN=path("camp_bad2")))
 check("prefix_ablation.sh PREFIX=x: nothing written", not os.path.exists(path("camp_bad2")))
+PC = ["bash", os.path.join(ROOT, "bench", "peer_compare.sh")]
+case("peer_compare.sh STEPS=abc", PC, 2, ["STEPS"], env=dict(os.environ, STEPS="abc"))
+case("peer_compare.sh STEPS=5 (nothing timed)", PC, 2, ["STEPS"], env=dict(os.environ, STEPS="5"))
+case("peer_compare.sh DATA=bogus", PC, 2, ["DATA", "bogus"], env=dict(os.environ, DATA="bogus"))
+case("peer_compare.sh into a LOG_DIR that exists", PC, 2, ["LOG_DIR"], env=dict(os.environ, LOG_DIR=T, DATA="gcide"), keep=[A_FILE])
+LC = ["bash", os.path.join(ROOT, "bench", "learning_compare.sh")]
+write_shard(os.path.join(T, "sh_train_000001.bin"), [1, 2, 3])
+case("learning_compare.sh without LOG_DIR", LC, (1, 2), ["LOG_DIR"], env={k: v for k, v in os.environ.items() if k != "LOG_DIR"})
+case("learning_compare.sh RUNS=x", LC, 2, ["RUNS"], env=dict(os.environ, LOG_DIR=path("lc"), RUNS="x"))
+case("learning_compare.sh VARIANTS=bogus", LC, 2, ["bogus"], env=dict(os.environ, LOG_DIR=path("lc"), VARIANTS="bogus",
+                                                                    DATA=os.path.join(T, "sh")))
+case("learning_compare.sh DATA without shards", LC, 2, ["DATA"], env=dict(os.environ, LOG_DIR=path("lc"), DATA=path("nothing")))
+case("learning_compare.sh JOBS=peer:x", LC, 2, ["peer:x"], env=dict(os.environ, LOG_DIR=path("lc"), JOBS="peer:x",
+                                                                   DATA=os.path.join(T, "sh")))
+check("learning_compare.sh refusals: nothing written", not os.path.exists(path("lc")))
+case("flex_uni_bi.py --window-blocks 0", [sys.executable, os.path.join(ROOT, "bench", "flex_uni_bi.py"), "--window-blocks", "0"], 2,
+     ["--window-blocks"])
 
 print("\nWhat was tried and how it ended:")
 for line in summary:

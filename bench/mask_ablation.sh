@@ -7,6 +7,10 @@
 # on) for STEPS steps (default 200), validation every 50 steps on 65536 GCIDE tokens.
 #   TRAIN=... VAL=... (shard patterns)  GPUS=1,2  RUNS=5  STEPS=200  CAMPAIGN=logs/mask
 #   bash bench/mask_ablation.sh && python3 scripts/ab_report.py --logs-dir logs/mask/causal ...
+# At the speedrun's size (docs/mask_ablation/speedrun/): PRESET=speedrun, with VAL_EVERY and
+# VAL_TOKENS given, and NONCAUSAL=0 to skip the causal-off pair:
+#   PRESET=speedrun STEPS=20 VAL_EVERY=10 VAL_TOKENS=655360 GPUS=1 NONCAUSAL=0 CAMPAIGN=logs/mask_speedrun \
+#     bash bench/mask_ablation.sh
 set -eu -o pipefail
 set -f  # the patterns go to train_gpt as they are
 TRAIN=${TRAIN:-data/gcide/gcide_train_*.bin}
@@ -16,9 +20,15 @@ RUNS=${RUNS:-5}
 STEPS=${STEPS:-200}
 CAMPAIGN=${CAMPAIGN:-logs/mask}
 PY=${PYTHON:-python3}
-COMMON=(--preset default --steps "$STEPS" --train-data "$TRAIN" --val-data "$VAL")
+PRESET=${PRESET:-default}
+NONCAUSAL=${NONCAUSAL:-1}
+case "$PRESET" in default|speedrun|tiny) ;; *) echo "mask_ablation: PRESET must be default, speedrun or tiny" >&2; exit 2;; esac
+COMMON=(--preset "$PRESET" --steps "$STEPS" --train-data "$TRAIN" --val-data "$VAL")
+[ -n "${VAL_EVERY:-}" ] && COMMON+=(--val-every "$VAL_EVERY")
+[ -n "${VAL_TOKENS:-}" ] && COMMON+=(--val-tokens "$VAL_TOKENS")
 export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1} OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
 $PY scripts/ab_run.py --campaign "$CAMPAIGN/causal" --gpus "$GPUS" --runs "$RUNS" \
   --variant uni='--window-mask uni' --variant bi='--window-mask bi' -- "${COMMON[@]}" --causal 1
+[ "$NONCAUSAL" = 0 ] && exit 0
 $PY scripts/ab_run.py --campaign "$CAMPAIGN/noncausal" --gpus 1 --runs 1 \
   --variant uni='--window-mask uni' --variant bi='--window-mask bi' -- "${COMMON[@]}" --causal 0

@@ -179,6 +179,11 @@ def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False):
             values[(variant, gpus, name)] = xs
             row += [fmt(st.mean(xs), d) if xs else "-", fmt(st.std(xs), d) if xs else "-", fmt(st.ci95(xs), d) if xs else "-"]
         lines.append("| " + " | ".join(row) + " |")
+    if not loss_only:
+        n_json = sum(r.times_from_json for rs in runs.values() for _, r in rs)
+        n_all = sum(len(rs) for rs in runs.values())
+        lines += ["", f"Times: {n_json} of {n_all} runs from their JSON lines (to the microsecond), the rest from the text "
+                      "log (whole milliseconds)."]
     if left_out:
         lines += ["", f"**{len(left_out)} run(s) left out of the statistics:**", "", "| variant | GPUs | log | why |",
                   "| --- | --- | --- | --- |"] + left_out

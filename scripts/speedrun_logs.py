@@ -53,6 +53,7 @@ class Run:
     config: dict = field(default_factory=dict)
     peak_memory_mib: float = math.nan
     run_id: str = ""
+    times_from_json: bool = False  # training times to the microsecond, from the JSON lines
 
     @property
     def complete(self):
@@ -131,12 +132,32 @@ def parse(path):
                         configs.append(ev if isinstance(ev, dict) else {})
             if len(configs) > 1:
                 raise LogError(f"{side}: {len(configs)} configuration lines: the file holds more than one run")
+            _times_from_json(run, side)
             run.config = configs[0] if configs else {}
             cid = run.config.get("run_id")
             if cid and run.run_id and cid != run.run_id:
                 raise LogError(f"{side}: run_id {cid} is not the run of {path} ({run.run_id})")
             break
     return run
+
+
+def _times_from_json(run, side):
+    """The text log prints whole milliseconds; train_gpt's JSON lines hold the same times to the
+    microsecond. Where they do, the training times and step averages are taken from them, so that
+    single step times (differences of consecutive train_time values) are not rounded."""
+    times = {}
+    with open(side, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                ev = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(ev, dict) and ev.get("event") == "step" and isinstance(ev.get("train_time_ms"), (int, float)):
+                times[ev.get("step")] = float(ev["train_time_ms"])
+    if not times or any(s not in times or abs(times[s] - tt) > 1.0 for s, tt, _, _ in run.train if not math.isnan(tt)):
+        return  # no times there, or not this log's: keep the printed ones
+    run.train = [(s, times[s], times[s] / (s - 10) if s > 10 else avg, loss) for s, tt, avg, loss in run.train]
+    run.times_from_json = True
 
 
 def write_csv(runs, out):

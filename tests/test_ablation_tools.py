@@ -91,6 +91,29 @@ with tempfile.TemporaryDirectory() as d:
         f.write('{"event": "config", "run_id": "cccc"}\n')
     r = speedrun_logs.parse(one)
     check("one run with its id: parsed, id read", r.run_id == "cccc" and r.complete and r.config.get("run_id") == "cccc")
+    # step times to the microsecond from the JSON lines, where the text log rounds to whole ms:
+    # steps 11, 12, 13 end at 1000.4, 2001.2, 3000.9 ms (printed 1000, 2001, 3001)
+    times = os.path.join(d, "times.txt")
+    ends = {11: 1000.4, 12: 2001.2, 13: 3000.9}
+    with open(times, "w") as f:
+        f.write("step:0/13 val_loss:5.0 train_time:0ms step_avg:nanms\n")
+        for s in range(1, 14):
+            t = ends.get(s, 0.0)
+            f.write(f"step:{s}/13 train_time:{t:.0f}ms step_avg:{t / (s - 10) if s > 10 else float('nan'):.2f}ms\n")
+        f.write("step:13/13 val_loss:4.0 train_time:3001ms step_avg:1000.30ms\n")
+    with open(os.path.join(d, "times.jsonl"), "w") as f:
+        f.write('{"event": "config"}\n' + "".join(json.dumps({"event": "step", "step": s, "train_time_ms": ends.get(s, 0.0)}) + "\n"
+                                                for s in range(1, 14)))
+    r = speedrun_logs.parse(times)
+    got = [round(x, 6) for x in r.step_times_ms()]
+    check("step times from the JSON lines' full precision: 1000.8 and 999.7 ms (the text says 1001 and 1000)",
+          r.times_from_json and got == [1000.8, 999.7] and abs(r.step_avg_ms - 3000.9 / 3) < 1e-9, f"{got} {r.step_avg_ms}")
+    with open(os.path.join(d, "times.jsonl"), "w") as f:  # times of another run: not used
+        f.write('{"event": "config"}\n' + "".join(json.dumps({"event": "step", "step": s, "train_time_ms": 5 * ends.get(s, 0.0)}) + "\n"
+                                                for s in range(1, 14)))
+    r = speedrun_logs.parse(times)
+    check("JSON times that disagree with the text log are not used", not r.times_from_json and r.step_times_ms() == [1001.0, 1000.0],
+          str(r.step_times_ms()))
 
 # the 2024-11-24 line form, with train_loss
 with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:

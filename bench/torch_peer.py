@@ -249,10 +249,12 @@ def build_model(args, torch, F, nn):
     return GPT
 
 
-def newton_schulz(G):
-    """Muon's orthogonalisation (docs/model.md): five quintic iterations in bf16 on the wide side."""
+def newton_schulz(G, dtype="bfloat16"):
+    """Muon's orthogonalisation (docs/model.md): five quintic iterations on the wide side, in bf16
+    as the record computes them (tests/torch_model_check.py runs the same code in fp64, dtype None,
+    against the fp64 reference optimiser)."""
     import torch
-    X = G.to(torch.bfloat16)
+    X = G.to(getattr(torch, dtype)) if dtype else G
     X = X / (X.norm() + 1e-7)
     tall = X.size(0) > X.size(1)
     if tall:

@@ -18,6 +18,9 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import check, finish  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+import torch_peer  # noqa: E402
+
 build = sys.argv[1]
 with tempfile.TemporaryDirectory() as d:
     subprocess.run([os.path.join(build, "model_dump"), d], check=True, capture_output=True)
@@ -104,7 +107,7 @@ for t in m["tensors"]:
     check(f"grad {t['name']} ({err:.1e})", err < 1e-9 and np.abs(r).max() > 0)
 
 # three optimiser steps from docs/model.md, optimisation: torch.optim.Adam for the embeddings, head and scalars;
-# Muon written here
+# Muon: the iteration is bench/torch_peer.py's (so the peer's is checked here too), the update written here
 sch = m["schedule"]
 
 
@@ -118,14 +121,7 @@ def momentum(step):
 
 
 def newton_schulz(g):
-    x = g / (g.norm() + 1e-7)
-    tall = x.size(0) > x.size(1)
-    if tall:
-        x = x.T
-    for _ in range(5):
-        a = x @ x.T
-        x = 3.4445 * x + (-4.7750 * a + 2.0315 * a @ a) @ x
-    return x.T if tall else x
+    return torch_peer.newton_schulz(g, dtype=None)  # the peer's iteration, here in fp64
 
 
 Q = {k: torch.tensor(v.detach().numpy().copy(), requires_grad=True) for k, v in P.items()}

@@ -315,15 +315,16 @@ static int load_checkpoint(const Options& o, const train::Checkpoint& ck, gpt::M
   return (int)ck.step;
 }
 
-// Sequence k of a stream as a micro-step's batch (model/batch.h: inputs, targets, document ids,
-// kept targets), built once.
+// Sequence k of a stream as a micro-step's batch at this step's window (model/batch.h: inputs,
+// targets, document ids, kept targets, stream index, kept pairs), built once.
 struct SequenceReader {
   std::vector<uint16_t> seq;
   model::MaskConfig mask;
   SequenceReader(int T, const model::MaskConfig& m) : seq(T + 1), mask(m) {}
-  void load(data::TokenStream& s, uint64_t k, model::Batch& batch) {
+  void load(data::TokenStream& s, uint64_t k, int window, model::Batch& batch) {
     s.sequence(k, seq.data());
-    batch.build(seq.data(), mask);
+    mask.window = window;
+    batch.build(seq.data(), mask, k);
   }
 };
 
@@ -335,9 +336,8 @@ struct FlopCounter {
     for (auto& t : layout.tensors)
       if (model::group_of(t) == model::ParamGroup::kMatrix) matmul_weights += (double)t.size();
   }
-  double sequence(const Options& o, const model::MaskConfig& mask, const model::Batch& b, int window) const {
-    const long long pairs = attn::kept_pairs(attn::make_bounds(model::attention_mask(mask, window, b.doc_ids.data()), o.seq_len));
-    return 6.0 * matmul_weights * o.seq_len + 12.0 * o.width * o.layers * (double)pairs;
+  double sequence(const Options& o, const model::Batch& b) const {
+    return 6.0 * matmul_weights * o.seq_len + 12.0 * o.width * o.layers * (double)b.kept_pairs;
   }
 };
 
@@ -479,10 +479,10 @@ static int run_training(const Options& o, const dist::Context& ctx) {
   };
 
   // validation: the mean loss over every rank's share of the validation sequences
-  auto validate = [&](int step) {
+  auto validate = [&](int step, int window) {
     double vl[2] = {0, (double)data.val_seqs.size()};
     for (uint64_t k : data.val_seqs) {
-      reader.load(data.val, k, batch);
+      reader.load(data.val, k, window, batch);
       vl[0] += model.forward(batch);
     }
     dist::sum(ctx, vl, 2);
@@ -501,8 +501,8 @@ static int run_training(const Options& o, const dist::Context& ctx) {
     double tl[2] = {0, (double)micro};
     for (int m = 0; m < micro; m++) {
       const bool last = m == micro - 1;
-      reader.load(data.train, data.schedule.sequence_index(step, m), batch);
-      if (timed) timing.flops += flops.sequence(o, cfg.mask, batch, window), timing.targets += batch.kept_targets;
+      reader.load(data.train, data.schedule.sequence_index(step, m), window, batch);
+      if (timed) timing.flops += flops.sequence(o, batch), timing.targets += batch.kept_targets;
       tl[0] += model.forward(batch, grad_scale(batch));
       if (dp && last) dp->ready(o.layers);  // the head's gradient is final
       if (dp && last) model.backward([&](int point) { dp->ready(point); });
@@ -537,7 +537,7 @@ static int run_training(const Options& o, const dist::Context& ctx) {
   for (int step = start_step; step <= o.steps; step++) {
     const int window = window_at(o, sched, step);
     model.set_window(window);
-    if (step % o.val_every == 0 || step == o.steps) validate(step);
+    if (step % o.val_every == 0 || step == o.steps) validate(step, window);
     if (step == o.steps) break;
     inject_fault(o, ctx, step + 1);
     const double train_loss = train_step(step, window);

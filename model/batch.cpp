@@ -1,4 +1,4 @@
-// model/batch.h: a micro-step's inputs, targets, document ids and kept-target count.
+// model/batch.h: a micro-step's inputs, targets, document ids, kept targets, stream index and kept pairs.
 #include "model/batch.h"
 
 #include <stdexcept>
@@ -7,13 +7,16 @@
 
 namespace model {
 
-void Batch::build(const std::vector<int>& inputs, const std::vector<int>& next, const MaskConfig& mask) {
+void Batch::build(const std::vector<int>& inputs, const std::vector<int>& next, const MaskConfig& mask, uint64_t sequence_) {
   const int n = (int)inputs.size();
   if ((int)next.size() != n) throw std::invalid_argument("Batch: want as many targets as inputs");
   tokens = inputs;
   targets = next;
+  sequence = sequence_;
+  window = mask.window;
   doc_ids.resize(n);
   attn::doc_ids_from_tokens(tokens.data(), n, doc_ids.data(), mask.bos);
+  kept_pairs = attn::kept_pairs(attn::make_bounds(attention_mask(mask, window, doc_ids.data()), n));
   kept_targets = n;
   if (mask.prefix <= 0) return;
   int start = 0;  // the first position of position i's document
@@ -27,10 +30,10 @@ void Batch::build(const std::vector<int>& inputs, const std::vector<int>& next, 
   }
 }
 
-void Batch::build(const uint16_t* seq, const MaskConfig& mask) {
+void Batch::build(const uint16_t* seq, const MaskConfig& mask, uint64_t sequence_) {
   const int n = T();
   std::vector<int> in(seq, seq + n), nx(seq + 1, seq + n + 1);
-  build(in, nx, mask);
+  build(in, nx, mask, sequence_);
 }
 
 }  // namespace model

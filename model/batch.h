@@ -1,10 +1,15 @@
 // One micro-step's sequence as the model consumes it, built once from its tokens: the inputs,
-// the targets, the document ids and the number of targets the loss counts.
+// the targets, the document ids, the number of targets the loss counts, where the sequence came
+// from and how many attention pairs its mask keeps.
 //
 //   tokens[i]  = input at position i                       (T of them)
 //   targets[i] = the token at position i + 1, or kIgnoreTarget where the prefix-LM rule drops it
 //   doc_ids[i] = number of BOS tokens at positions <= i   (attention/mask.h doc_ids_from_tokens;
 //                the one place document ids are computed)
+//   sequence   = the sequence's index in its stream (data/dataloader.h), for messages
+//   window     = mask.window, the attention window of the step it was built for
+//   kept_pairs = the (q, k) pairs the attention keeps at that window (attention/mask.h
+//                kept_pairs: the sum of the rows' interval lengths), for the FLOP count
 //
 // The prefix-LM loss rule (docs/masks.md): with a prefix of P tokens the first P positions of
 // each document see each other both ways, so a position there can see its own next token;
@@ -28,16 +33,19 @@ constexpr int kIgnoreTarget = -1;  // layers/softcap_ce.cuh's: loss 0, gradient 
 struct Batch {
   std::vector<int> tokens, targets;
   std::vector<int32_t> doc_ids;
-  int kept_targets = 0;  // targets not dropped
+  int kept_targets = 0;      // targets not dropped
+  uint64_t sequence = 0;     // index in its stream
+  int window = 0;            // the attention window it was built for (MaskConfig::window)
+  long long kept_pairs = 0;  // attention pairs kept at that window
 
   Batch() = default;
   explicit Batch(int T) : tokens(T), targets(T), doc_ids(T) {}
   int T() const { return (int)tokens.size(); }
 
   // From inputs and next tokens given apart (targets[i]: the token after tokens[i]).
-  void build(const std::vector<int>& inputs, const std::vector<int>& next, const MaskConfig& mask);
+  void build(const std::vector<int>& inputs, const std::vector<int>& next, const MaskConfig& mask, uint64_t sequence = 0);
   // From T + 1 consecutive tokens of a stream: inputs seq[0, T), targets seq[1, T].
-  void build(const uint16_t* seq, const MaskConfig& mask);
+  void build(const uint16_t* seq, const MaskConfig& mask, uint64_t sequence = 0);
 };
 
 // The attention kernels' description of the mask at one step (its window), with the document

@@ -148,6 +148,9 @@ class Model {
     const std::vector<int>& tokens = batch.tokens;
     if (batch.T() != T || (int)batch.targets.size() != T || (int)batch.doc_ids.size() != T)
       throw std::invalid_argument("forward: want a batch of T tokens");
+    if (batch.window != cfg_.mask.window)
+      throw std::invalid_argument("forward: the batch was built for window " + std::to_string(batch.window) + ", the model is at " +
+                                  std::to_string(cfg_.mask.window) + " (set_window)");
     const size_t TC = (size_t)T * C;
     for (int t = 0; t < T; t++)
       if (tokens[t] < 0 || tokens[t] >= V) throw std::invalid_argument("forward: token id " + std::to_string(tokens[t]) + " outside the vocabulary");

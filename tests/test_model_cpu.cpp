@@ -135,6 +135,38 @@ int main() {
     CHECK(s.tokens == std::vector<int>({5, 6, 0, 7, 8, 9, 0, 4}) && s.kept_targets == 1 && s.targets[4] == 9,
           "a batch from T + 1 stream tokens");
 
+    // the batch's kept attention pairs against a count of the fp64 reference's keep() over every
+    // (q, k), on random documents, windows in tokens and blocks, uni and bi, with and without
+    // prefixes and documents (exact: both are integers)
+    std::mt19937 rng(5);
+    int bad_pairs = 0, cases = 0;
+    for (int c = 0; c < 60; c++) {
+      const int T = 64 + (int)(rng() % 400);
+      std::vector<uint16_t> stream(T + 1);
+      for (auto& t : stream) t = rng() % 23 == 0 ? 0 : 1 + rng() % 50;
+      model::MaskConfig mc;
+      mc.bos = 0;
+      mc.documents = c % 3 != 0;
+      mc.causal = c % 5 != 4;
+      mc.blocks = c % 2 == 0;
+      mc.bidir = c % 4 < 2;
+      mc.window = c % 6 == 0 ? 0 : mc.blocks ? 1 + (int)(rng() % 3) : 1 + (int)(rng() % 200);
+      mc.prefix = mc.causal && c % 3 == 1 ? 1 + (int)(rng() % 40) : 0;
+      model::Batch bb(T);
+      bb.build(stream.data(), mc, 1000 + c);
+      ref::Mask rm;
+      rm.causal = mc.causal, rm.window = mc.window, rm.bidir = mc.bidir, rm.blocks = mc.blocks, rm.prefix = mc.prefix;
+      rm.doc = mc.documents ? bb.doc_ids.data() : nullptr;
+      long long want = 0;
+      for (int q = 0; q < T; q++)
+        for (int k = 0; k < T; k++) want += ref::keep(rm, q, k);
+      cases++;
+      if (bb.kept_pairs != want || bb.sequence != (uint64_t)(1000 + c) || bb.window != mc.window) {
+        if (++bad_pairs <= 3) std::printf("case %d: kept pairs %lld, by keep() %lld\n", c, bb.kept_pairs, want);
+      }
+    }
+    CHECK(bad_pairs == 0, "the batch's kept pairs, stream index and window: %d of %d masks differ", bad_pairs, cases);
+
     model_ref::Config c2 = cfg;
     c2.mask.prefix = 30;  // documents of 37, 53, 60 and 50 tokens: prefixes of 30 inside each
     model_ref::Params p2(c2);

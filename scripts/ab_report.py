@@ -136,6 +136,8 @@ def val_steps_table(runs, by_gpus):
             continue
         steps = sorted(set.intersection(*every))
         base = variants[0]
+        if lines[-1]:
+            lines.append("")
         lines += [f"| GPUs | step | " + " | ".join(variants) + " | " + " | ".join(f"{v} - {base} (p)" for v in variants[1:]) + " |",
                   "|" + " --- |" * (2 + 2 * len(variants) - 1)]
         for s in steps:
@@ -194,7 +196,7 @@ def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False):
     by_gpus = OrderedDict()
     for variant, gpus in runs:
         by_gpus.setdefault(gpus, []).append(variant)
-    identical_rows = []
+    identical_rows, paired_rows = [], []
     for gpus, variants in by_gpus.items():
         base = variants[0]
         for other in variants[1:]:
@@ -205,9 +207,18 @@ def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False):
                 lines.append(f"| {gpus} | {other} | {base} | {name} | {fmt(diff, d)} | {fmt(t, 2)} | {fmt(p, 4)} |")
             a = dict(runs[(base, gpus)])
             b = dict(runs[(other, gpus)])
+            both = [i for i in sorted(set(a) & set(b)) if a[i].complete and b[i].complete]
+            if len(both) >= 2:
+                m, sd, t, df, p = st.paired([b[i].final_val_loss for i in both], [a[i].final_val_loss for i in both])
+                paired_rows.append(f"| {gpus} | {other} | {base} | {len(both)} | {fmt(m)} | {fmt(sd)} | {fmt(t, 2)} | {fmt(p, 4)} |")
             for i in sorted(set(a) & set(b)):
                 same = loss_sequence(a[i]) == loss_sequence(b[i]) and bool(loss_sequence(a[i]))
                 identical_rows.append(f"| {gpus} | {base} vs {other} | {i} | {'yes' if same else 'no'} |")
+    lines += ["", "Final validation loss paired by run index (the same seed; a fair pairing only where one seed gives both "
+              "variants the same start, as in one trainer with a flag flipped): mean and standard deviation of the "
+              "differences, paired t-test (two-sided p).", "",
+              "| GPUs | variant | vs | pairs | mean difference | std of differences | t | p |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"] + paired_rows
     lines += val_steps_table(runs, by_gpus)
     lines += detectability(runs, values, metrics, by_gpus, differences)
     lines += ["", "Loss sequences, paired by run index (same seed): identical to the bit?", "",

@@ -1,6 +1,6 @@
 """Statistics for comparing runs, on scipy (the t distribution) and statsmodels (power): mean,
 sample standard deviation, the 95% confidence interval of a mean (Student t), Welch's two-sample
-t-test, and how much a comparison of n runs a side can see:
+t-test, the paired t-test (runs of one seed), and how much a comparison of n runs a side can see:
 
   detectable_difference(sd, n): the smallest true difference of means that a two-sided Welch /
       Student test at the 5% level finds with 80% power, with n runs a side and the runs' standard
@@ -56,6 +56,20 @@ def welch(x, y):
     res = stats.ttest_ind(x, y, equal_var=False)
     df = (vx + vy) ** 2 / ((vx ** 2 / (len(x) - 1) if vx else 0) + (vy ** 2 / (len(y) - 1) if vy else 0))
     return float(res.statistic), df, float(res.pvalue)
+
+
+def paired(x, y):
+    """Paired t-test of x[i] against y[i] (runs of the same seed): (mean of x - y, standard
+    deviation of the differences, t, degrees of freedom, two-sided p; scipy's ttest_rel).
+    Identical pairs give p = 1."""
+    if len(x) != len(y) or len(x) < 2:
+        return math.nan, math.nan, math.nan, math.nan, math.nan
+    d = [a - b for a, b in zip(x, y)]
+    m, sd = mean(d), std(d)
+    if sd == 0:
+        return (m, 0.0, 0.0, len(d) - 1, 1.0) if m == 0 else (m, 0.0, math.copysign(math.inf, m), len(d) - 1, 0.0)
+    res = stats.ttest_rel(x, y)
+    return m, sd, float(res.statistic), len(d) - 1, float(res.pvalue)
 
 
 def pooled_std(x, y):

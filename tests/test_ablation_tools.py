@@ -146,6 +146,15 @@ check("Welch t", abs(t + 3.5 / math.sqrt(29 / 12)) < 1e-12, str(t))
 check("Welch df", abs(df - (29 / 12) ** 2 / ((5 / 12) ** 2 / 3 + 1)) < 1e-12, str(df))
 check("Welch p between the df=5 and df=6 table values for t=2.2515", 0.068 < p < 0.075, str(p))
 check("identical samples: p = 1", st.welch([1.0, 1.0], [1.0, 1.0])[2] == 1.0)
+# paired: differences 1, 2, 3 -> mean 2, sd 1, t = 2 / (1 / sqrt 3) = 3.4641, df 2; the t table
+# (df 2) puts t = 2.920 at two-sided 0.10 and 4.303 at 0.05, and 2 * (1 - F(3.4641)) with
+# F(t) = 1/2 + t / (2 sqrt(2 + t^2)) for df 2 gives p = 1 - 3.4641 / sqrt(14) = 0.07418
+m, sd, t, df, p = st.paired([11, 22, 33], [10, 20, 30])
+check("paired t-test against the hand-computed value (df 2 closed form)",
+      abs(m - 2) < 1e-12 and abs(sd - 1) < 1e-12 and abs(t - 2 * math.sqrt(3)) < 1e-9 and df == 2 and
+      abs(p - (1 - 2 * math.sqrt(3) / math.sqrt(14))) < 1e-9, f"{m} {sd} {t} {df} {p}")
+check("paired: identical pairs give p = 1", st.paired([1.0, 2.0], [1.0, 2.0])[4] == 1.0)
+check("paired: unequal lengths give nan", math.isnan(st.paired([1.0, 2.0], [1.0])[4]))
 check("Welch p against the t distribution's tail at Welch's df (scipy's and the formula's agree)",
       abs(p - st.t_sf2(t, df)) < 1e-9, f"{p} {st.t_sf2(t, df)}")
 

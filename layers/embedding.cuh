@@ -3,8 +3,8 @@
 //   backward: dtable[v][:] += sum over t with tokens[t] = v of dout[t][:]    dtable: fp32 [V][C]
 // C a multiple of 8 (16-byte rows of 8 bf16), at most 8192.
 // The backward is deterministic and balanced: the host groups the positions of each distinct
-// token (TokenIndex, a counting sort of the batch, which the host holds anyway) and cuts each
-// token's positions into chunks of at most kChunk. One block sums one chunk's rows in position
+// token and cuts them into chunks (layers/token_index.h, built once a micro-step with the
+// batch, model/batch.h). One block sums one chunk's rows in position
 // order (fp32); a token with one chunk adds that sum to its gradient row directly, a token with
 // several (a frequent one: a space, "the") writes each chunk's sum to a slot, and a second
 // kernel adds its slots in chunk order. No atomics, and no block walks thousands of rows alone.
@@ -14,58 +14,9 @@
 #include <vector>
 
 #include "layers/common.cuh"
+#include "layers/token_index.h"
 
 namespace layers {
-
-struct TokenIndex {
-  static constexpr int kChunk = 64;
-  std::vector<int> unique, offsets, positions;  // CSR: positions[offsets[i] .. offsets[i+1]) hold token unique[i]
-  std::vector<int> chunk_start;                 // chunk j: positions[chunk_start[j] .. chunk_start[j+1])
-  std::vector<int> chunk_token;                 // chunk j belongs to unique[chunk_token[j]]
-  std::vector<int> chunk_slot;                  // -1 (its token's only chunk) or its partial-sum slot
-  std::vector<int> multi_token;                 // tokens of several chunks (index into unique) ...
-  std::vector<int> multi_slot;                  // ... and their slots [multi_slot[m], multi_slot[m+1])
-  TokenIndex(const int* tokens, int T, int V) {
-    std::vector<int> count(V + 1, 0);
-    for (int t = 0; t < T; t++) count[tokens[t] + 1]++;
-    for (int v = 0; v < V; v++) count[v + 1] += count[v];
-    positions.resize(T);
-    std::vector<int> fill(count.begin(), count.end() - 1);
-    for (int t = 0; t < T; t++) positions[fill[tokens[t]]++] = t;
-    for (int v = 0; v < V; v++)
-      if (count[v + 1] > count[v]) {
-        unique.push_back(v);
-        offsets.push_back(count[v]);
-      }
-    offsets.push_back(T);
-    int slots = 0;
-    multi_slot.push_back(0);
-    for (int i = 0; i < (int)unique.size(); i++) {
-      const int b = offsets[i], e = offsets[i + 1], n = (e - b + kChunk - 1) / kChunk;
-      for (int k = 0; k < n; k++) {
-        chunk_start.push_back(b + k * kChunk);
-        chunk_token.push_back(i);
-        chunk_slot.push_back(n == 1 ? -1 : slots++);
-      }
-      if (n > 1) {
-        multi_token.push_back(i);
-        multi_slot.push_back(slots);
-      }
-    }
-    chunk_start.push_back(T);
-  }
-  int slots() const { return multi_slot.back(); }
-  // Every array in one buffer (one upload): the layout view() expects.
-  std::vector<int> packed() const {
-    std::vector<int> p;
-    for (const std::vector<int>* a : {&unique, &positions, &chunk_start, &chunk_token, &chunk_slot, &multi_token, &multi_slot})
-      p.insert(p.end(), a->begin(), a->end());
-    return p;
-  }
-  // Upper bounds for buffers sized once for T tokens: packed() ints and slots().
-  static size_t max_packed(int T) { return 7 * (size_t)T + 2; }
-  static size_t max_slots(int T) { return 2 * (size_t)T / kChunk + 1; }
-};
 
 // Device view of a packed TokenIndex, and the fp32 scratch for partial sums (slots() x C).
 struct TokenIndexView {

@@ -6,6 +6,8 @@
 //   targets[i] = the token at position i + 1, or kIgnoreTarget where the prefix-LM rule drops it
 //   doc_ids[i] = number of BOS tokens at positions <= i   (attention/mask.h doc_ids_from_tokens;
 //                the one place document ids are computed)
+//   token_index = the positions of each distinct token, grouped and chunked (layers/token_index.h),
+//                for the embeddings' backward
 //   sequence   = the sequence's index in its stream (data/dataloader.h), for messages
 //   window     = mask.window, the attention window of the step it was built for
 //   kept_pairs = the (q, k) pairs the attention keeps at that window (attention/mask.h
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "attention/mask.h"
+#include "layers/token_index.h"
 #include "model/config.h"
 
 namespace model {
@@ -34,6 +37,7 @@ struct Batch {
   std::vector<int> tokens, targets;
   std::vector<int32_t> doc_ids;
   int kept_targets = 0;      // targets not dropped
+  layers::TokenIndex token_index;
   uint64_t sequence = 0;     // index in its stream
   int window = 0;            // the attention window it was built for (MaskConfig::window)
   long long kept_pairs = 0;  // attention pairs kept at that window

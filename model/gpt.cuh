@@ -154,7 +154,8 @@ class Model {
     const size_t TC = (size_t)T * C;
     for (int t = 0; t < T; t++)
       if (tokens[t] < 0 || tokens[t] >= V) throw std::invalid_argument("forward: token id " + std::to_string(tokens[t]) + " outside the vocabulary");
-    layers::TokenIndex ix(tokens.data(), T, V);
+    const layers::TokenIndex& ix = batch.token_index;
+    if (ix.positions.size() != (size_t)T) throw std::invalid_argument("forward: the batch has no token index (Batch::build)");
     const std::vector<int> packed = ix.packed();
     cuda_check(cudaMemcpy(tokens_, tokens.data(), T * sizeof(int), cudaMemcpyHostToDevice), "tokens");
     cuda_check(cudaMemcpy(targets_, batch.targets.data(), T * sizeof(int), cudaMemcpyHostToDevice), "targets");

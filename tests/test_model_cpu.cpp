@@ -8,6 +8,7 @@
 // example, and the reference's gradient with a prefix.
 #include <cmath>
 #include <random>
+#include <stdexcept>
 
 #include "model/batch.h"
 #include "model/reference_model.h"
@@ -166,6 +167,33 @@ int main() {
       }
     }
     CHECK(bad_pairs == 0, "the batch's kept pairs, stream index and window: %d of %d masks differ", bad_pairs, cases);
+
+    // the batch's token index: the positions of each token, grouped in ascending order, chunked
+    // by kChunk, and the same arrays as an index over the whole vocabulary
+    {
+      const int T = 3000;
+      std::vector<uint16_t> stream(T + 1);
+      for (int t = 0; t <= T; t++) stream[t] = t % 3 == 0 ? 220 : rng() % 2 ? 50256 : rng() % 40000;  // 220: one token in 3
+      model::MaskConfig mc;
+      model::Batch bb(T);
+      bb.build(stream.data(), mc);
+      const layers::TokenIndex& ix = bb.token_index;
+      bool grouped = ix.positions.size() == (size_t)T && ix.offsets.back() == T;
+      for (size_t i = 0; grouped && i < ix.unique.size(); i++)
+        for (int j = ix.offsets[i]; j < ix.offsets[i + 1]; j++)
+          grouped = grouped && bb.tokens[ix.positions[j]] == ix.unique[i] && (j == ix.offsets[i] || ix.positions[j] > ix.positions[j - 1]);
+      const layers::TokenIndex full(bb.tokens.data(), T, 50304);
+      CHECK(grouped && ix.packed() == full.packed() && ix.slots() == full.slots() && ix.slots() >= 1000 / layers::TokenIndex::kChunk,
+            "the batch's token index groups every position under its token, as an index over the whole vocabulary does");
+      bool threw = false;
+      try {
+        model::Batch neg;
+        neg.build({1, -2, 3}, {2, 3, 4}, mc);
+      } catch (const std::invalid_argument&) {
+        threw = true;
+      }
+      CHECK(threw, "a negative token id is refused when the batch is built");
+    }
 
     model_ref::Config c2 = cfg;
     c2.mask.prefix = 30;  // documents of 37, 53, 60 and 50 tokens: prefixes of 30 inside each

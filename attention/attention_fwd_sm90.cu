@@ -24,7 +24,7 @@
 
 namespace attn {
 
-constexpr int kF90BlockM = 128, kF90BlockN = 128, kF90Threads = 256;
+constexpr int kF90BlockM = kF90Own, kF90BlockN = kF90Walk, kF90Threads = 256;
 
 template <int D, int kStages>
 constexpr size_t fwd_sm90_smem() {

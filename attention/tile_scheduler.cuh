@@ -22,6 +22,8 @@
 
 namespace attn {
 
+// The sm90 forward's tiles: a block owns kF90Own queries and walks key tiles of kF90Walk.
+constexpr int kF90Own = 128, kF90Walk = 128;
 // The sm90 backward's tiles: a block owns kB90Own keys (64 a warpgroup) and walks query tiles of
 // kB90Walk rows.
 constexpr int kB90Own = 128, kB90Walk = 64;

@@ -24,6 +24,7 @@
 
 #include "attention/attention.h"
 #include "attention/mask.h"
+#include "attention/tile_scheduler.cuh"
 #include "common/cli.h"
 #include "common/cuda_check.h"
 
@@ -79,6 +80,44 @@ static std::vector<BenchCase> table() {
   return t;
 }
 
+// The work a mask gives the sm90 kernels, from the tile walk alone (attention/mask.h TileWalk;
+// no GPU): tiles visited (full and partial) by the forward (a block owns kF90Own queries, walks
+// key tiles of kF90Walk) and the backward (owns kB90Own keys, walks query tiles of kB90Walk), and
+// the kept pairs as a share of the pairs those tiles compute. Two masks with the same share and
+// the same kernel speed per computed pair run at the same useful TFLOP/s.
+struct Geometry {
+  long long fwd_full = 0, fwd_partial = 0, bwd_full = 0, bwd_partial = 0;
+  double fwd_useful = 0, bwd_useful = 0;
+};
+static Geometry geometry(const attn::MaskBounds& b, long long pairs) {
+  Geometry g;
+  auto walk = [&](int own, int step, bool queries, long long& full, long long& partial) {
+    for (int f0 = 0; f0 < b.T; f0 += own) {
+      const attn::TileWalk w(attn::range_ends(b, f0, f0 + own, queries), step, b.T);
+      attn::TileKind k;
+      for (int i = w.next(w.begin, k); i < w.end; i = w.next(i + 1, k)) (k == attn::kFull ? full : partial)++;
+    }
+  };
+  walk(attn::kF90Own, attn::kF90Walk, true, g.fwd_full, g.fwd_partial);
+  walk(attn::kB90Own, attn::kB90Walk, false, g.bwd_full, g.bwd_partial);
+  const double fwd_area = (double)(g.fwd_full + g.fwd_partial) * attn::kF90Own * attn::kF90Walk;
+  const double bwd_area = (double)(g.bwd_full + g.bwd_partial) * attn::kB90Own * attn::kB90Walk;
+  g.fwd_useful = fwd_area > 0 ? pairs / fwd_area : 0;
+  g.bwd_useful = bwd_area > 0 ? pairs / bwd_area : 0;
+  return g;
+}
+
+static attn::MaskDesc mask_of(const BenchCase& c, const int32_t* doc) {
+  attn::MaskDesc m;
+  m.causal = c.causal;
+  m.window = c.window;
+  m.window_blocks = c.blocks;
+  m.window_bidir = c.bidir;
+  m.prefix = c.prefix;
+  m.doc_ids = c.docs ? doc : nullptr;
+  return m;
+}
+
 static int run(int argc, char** argv) {
   int T = 65536, H = 6, D = 128, causal = 1, window = 0, docs = 0, prefix = 0;
   std::string json_path = "bench_attention.json", window_mask = "uni", granularity = "token", name;
@@ -95,6 +134,8 @@ static int run(int argc, char** argv) {
       cli::integer(app, "--docs", docs, 0, 1, "1: documents of mean length 1000"),
       cli::integer(app, "--prefix", prefix, 0, 1 << 22, "prefix-LM length (needs --causal 1)"),
       app.add_option("--name", name, "the case's name in the output")};
+  bool geometry_only = false;
+  app.add_flag("--geometry", geometry_only, "print each mask's tile geometry for the sm90 kernels (no GPU needed) and exit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -116,6 +157,21 @@ static int run(int argc, char** argv) {
     cases.push_back(c);
   } else {
     cases = table();
+  }
+  if (geometry_only) {
+    const std::vector<int32_t> doc = bench_docs(T);
+    std::printf("T=%d; tiles of the sm90 kernels: forward %dx%d, backward %dx%d; useful = kept pairs / pairs in visited tiles\n", T,
+                attn::kF90Own, attn::kF90Walk, attn::kB90Own, attn::kB90Walk);
+    std::printf("%-44s %12s %8s %9s %8s %7s %9s %8s %7s\n", "mask", "kept pairs", "density", "fwd tiles", "partial", "useful",
+                "bwd tiles", "partial", "useful");
+    for (const auto& c : cases) {
+      const attn::MaskBounds b = attn::make_bounds(mask_of(c, doc.data()), T);
+      const long long pairs = attn::kept_pairs(b);
+      const Geometry g = geometry(b, pairs);
+      std::printf("%-44s %12lld %8.5f %9lld %8lld %7.4f %9lld %8lld %7.4f\n", c.name.c_str(), pairs, (double)pairs / ((double)T * T),
+                  g.fwd_full + g.fwd_partial, g.fwd_partial, g.fwd_useful, g.bwd_full + g.bwd_partial, g.bwd_partial, g.bwd_useful);
+    }
+    return 0;
   }
   const int kSets = 3, kWarm = 3, kReps = 20;
   if (const char* k = std::getenv("ATTN_KERNELS"); k && std::string(k) == "sm80") {  // to compare the two families
@@ -158,13 +214,7 @@ static int run(int argc, char** argv) {
   const char* only = std::getenv("BENCH_ONLY");
   for (const auto& c : cases) {
     if (only && std::string(only) != c.name) continue;
-    attn::MaskDesc m;
-    m.causal = c.causal;
-    m.window = c.window;
-    m.window_blocks = c.blocks;
-    m.window_bidir = c.bidir;
-    m.prefix = c.prefix;
-    m.doc_ids = c.docs ? doc.data() : nullptr;
+    attn::MaskDesc m = mask_of(c, doc.data());
     const double pairs = (double)attn::kept_pairs(attn::make_bounds(m, T)), fwd_flops = 4.0 * D * pairs * H;
     m.doc_ids = c.docs ? ddoc : nullptr;
     auto time_it = [&](bool backward) {

@@ -184,4 +184,20 @@ with tempfile.TemporaryDirectory() as d:
     check("check-data: a shard of the manifest that is missing is named", rc == 1 and "toy_train_000003.bin: listed" in err, err)
 
 shutil.rmtree(SHARDS, ignore_errors=True)
+# bench_attention --geometry: the sm90 kernels' tile walk without a GPU, on a mask worked by hand.
+# Dense causal at T = 1024: the forward's 8 query tiles of 128 walk 1, 2, ..., 8 key tiles of 128
+# (36, the 8 diagonal ones partial); the backward's 8 key blocks of 128 walk 16 - 2j query tiles
+# of 64 (72, two partial each: 16); kept pairs 1024 * 1025 / 2 = 524800, of 36 * 128 * 128 =
+# 72 * 128 * 64 = 589824 computed: 0.8898.
+rc, out, err = run(os.path.join(build, "bench", "bench_attention"), "--geometry", "--T", "1024", "--causal", "1")
+row = next((l.split() for l in out.splitlines() if l.startswith("causal ")), [])
+check("bench_attention --geometry: dense causal at T = 1024 as worked by hand",
+      rc == 0 and row[1:] == ["524800", "0.50049", "36", "8", "0.8898", "72", "16", "0.8898"], out + err)
+rc, out, err = run(os.path.join(build, "bench", "bench_attention"), "--geometry", "--T", "4096", "--window", "8",
+                   "--window-granularity", "block", "--window-mask", "bi", "--docs", "1")
+rc2, out2, _ = run(os.path.join(build, "bench", "bench_attention"), "--geometry", "--T", "4096", "--window", "8",
+                   "--window-granularity", "block", "--window-mask", "uni", "--docs", "1")
+check("bench_attention --geometry: uni and bi windows give the same tiles under causal",
+      rc == 0 and rc2 == 0 and out.splitlines()[-1].split()[-8:] == out2.splitlines()[-1].split()[-8:], out + out2)
+
 finish("cli")

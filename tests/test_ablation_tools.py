@@ -276,4 +276,34 @@ with tempfile.TemporaryDirectory() as d:
           r.returncode == 0 and "left out of the statistics" in rep and "bi_g1_r0.txt" in rep and "bi_g1_r0.txt" in r.stderr and
           "| bi | 1 | 3 (2) |" in rep, rep + r.stderr)
 
+# ------------------------------------------------------------------ bench/mask_pairs.py
+with tempfile.TemporaryDirectory() as d:
+    def case(name, prefix, window, docs, tf, tfb, D=128):
+        return json.dumps({"case": name, "T": 65536, "H": 6, "D": D, "causal": 1, "window": window, "blocks": 0, "bidir": 0,
+                           "docs": docs, "prefix": prefix, "fwd_tflops": tf, "fwdbwd_tflops": tfb}) + "\n"
+    rounds = []
+    for r, (a, b) in enumerate([(220, 221), (222, 223), (224, 225)]):
+        path = os.path.join(d, f"r{r}.json")
+        with open(path, "w") as f:
+            f.write(case("causal + prefix 256 + 1024 uni + docs", 256, 1024, 1, a, 200.0 + r))
+            f.write(case("causal + 1024 uni + docs", 0, 1024, 1, b, 200.0 + r))
+            f.write(case("causal + prefix 256 + 1024 uni + docs", 256, 1024, 1, 1.0, 1.0, D=64))  # no partner at D 64
+            f.write(case("causal + 128 uni", 0, 128, 0, 100.0, 90.0))
+        rounds.append(path)
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "mask_pairs.py")] + rounds, capture_output=True, text=True)
+    rows = [l for l in r.stdout.splitlines() if l.startswith("| 65536")]
+    from scipy import stats as sps
+    p_fwd = sps.ttest_ind([220, 222, 224], [221, 223, 225], equal_var=False).pvalue
+    check("mask_pairs: one pair (the prefix case without a partner left out), both directions",
+          r.returncode == 0 and len(rows) == 2 and "| 3 | forward |" in rows[0] and "222.0 +- 2.0 | 223.0 +- 2.0" in rows[0] and
+          f"{222 / 223:.4f}" in rows[0] and f"{p_fwd:.3f}" in rows[0] and "| 1.0000 | 1.000 |" in rows[1], r.stdout + r.stderr)
+    bad = os.path.join(d, "bad.json")
+    open(bad, "w").write("{not json\n")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "mask_pairs.py"), bad], capture_output=True, text=True)
+    check("mask_pairs: a file that is not the benchmark's is refused naming it", r.returncode == 1 and "bad.json:1" in r.stderr and
+          "Traceback" not in r.stderr, r.stderr)
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "mask_pairs.py"), rounds[0], "--out", rounds[1]],
+                       capture_output=True, text=True)
+    check("mask_pairs: --out onto an existing file is refused", r.returncode == 1 and "Traceback" not in r.stderr, r.stderr)
+
 finish("ablation-tools")

@@ -524,6 +524,9 @@ case("learning_compare.sh DATA without shards", LC, 2, ["DATA"], env=dict(os.env
 case("learning_compare.sh JOBS=peer:x", LC, 2, ["peer:x"], env=dict(os.environ, LOG_DIR=path("lc"), JOBS="peer:x",
                                                                    DATA=os.path.join(T, "sh")))
 check("learning_compare.sh refusals: nothing written", not os.path.exists(path("lc")))
+case("prefix_parity.sh ROUNDS=0", ["bash", os.path.join(ROOT, "bench", "prefix_parity.sh")], 2, ["ROUNDS"], env=dict(os.environ, ROUNDS="0"))
+case("prefix_parity.sh into a LOG_DIR that exists", ["bash", os.path.join(ROOT, "bench", "prefix_parity.sh")], 2, ["LOG_DIR"],
+     env=dict(os.environ, LOG_DIR=T), keep=[A_FILE])
 case("flex_uni_bi.py --window-blocks 0", [sys.executable, os.path.join(ROOT, "bench", "flex_uni_bi.py"), "--window-blocks", "0"], 2,
      ["--window-blocks"])
 

@@ -70,6 +70,7 @@ static std::vector<BenchCase> table() {
   };
   for (int w : {128, 1024, 1792}) add(w, false, false, false), add(w, false, false, true);
   add(0, false, false, false);
+  add(0, false, false, true);
   add(8, true, false, true);
   add(8, true, true, true);
   add(512, false, true, false, 0, false);
@@ -77,6 +78,7 @@ static std::vector<BenchCase> table() {
   add(1024, false, true, true, 256);
   add(8, true, false, true, 256);
   add(0, false, false, true, 256);
+  add(1024, false, false, false, 256);  // every prefix case but the bi one has its partner without the prefix above
   return t;
 }
 

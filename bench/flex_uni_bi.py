@@ -61,13 +61,6 @@ while pos < T:
 docs = torch.from_numpy(peer.doc_ids(tokens)).to(dev)
 
 
-def mask_mod_of(bi):
-    def mod(b, h, q, k):
-        d = q // 128 - k // 128
-        return (k <= q) & (docs[q] == docs[k]) & ((d.abs() if bi else d) < N)
-    return mod
-
-
 def cuda_ms(fn, reps=20, warm=3):
     out = []
     for i in range(reps + warm):
@@ -81,7 +74,7 @@ def cuda_ms(fn, reps=20, warm=3):
     return statistics.median(out)
 
 
-mods = {"uni": mask_mod_of(False), "bi": mask_mod_of(True)}
+mods = {"uni": peer.mask_mod_of(docs, N, False, T), "bi": peer.mask_mod_of(docs, N, True, T)}  # the peer's, per element
 builders = {
     "create_block_mask uni": lambda: create_block_mask(mods["uni"], 1, 1, T, T, device=dev, _compile=True),
     "create_block_mask bi": lambda: create_block_mask(mods["bi"], 1, 1, T, T, device=dev, _compile=True),

@@ -23,15 +23,12 @@ for v in STEPS VAL_EVERY VAL_TOKENS RUNS SEED0 PARALLEL; do
 done
 [ "$DATA" = gcide ] && DATA=data/gcide/gcide
 ls $DATA"_train_"*.bin >/dev/null 2>&1 || { echo "learning_compare: DATA $DATA: no ${DATA}_train_*.bin (make data writes the GCIDE shards)" >&2; exit 2; }
-for v in $VARIANTS; do
-  case $v in train_gpt|peer|peer_fp32) ;; *) echo "learning_compare: VARIANTS: unknown variant $v" >&2; exit 2;; esac
-done
 if [ -z "${JOBS:-}" ]; then
   JOBS=""; for i in $(seq 0 $((RUNS - 1))); do for v in $VARIANTS; do JOBS="$JOBS $v:$i"; done; done
 fi
 for job in $JOBS; do
   case "${job#*:}" in ''|*[!0-9]*) echo "learning_compare: JOBS: $job is not VARIANT:RUN" >&2; exit 2;; esac
-  case ${job%%:*} in train_gpt|peer|peer_fp32) ;; *) echo "learning_compare: JOBS: unknown variant in $job" >&2; exit 2;; esac
+  case ${job%%:*} in train_gpt|peer|peer_fp32) ;; *) echo "learning_compare: unknown variant in $job (VARIANTS, JOBS)" >&2; exit 2;; esac
 done
 mkdir -p "$LOG_DIR/incomplete"
 common=(--train-data "${DATA}_train_*.bin" --val-data "${DATA}_val_*.bin" --steps "$STEPS" --val-every "$VAL_EVERY" --val-tokens "$VAL_TOKENS")

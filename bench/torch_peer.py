@@ -141,6 +141,19 @@ def block_classes(docs, window_blocks, bidirectional, T):
     return any_, full
 
 
+def mask_mod_of(docs, window_blocks, bidirectional, T):
+    """The mask per element as FlexAttention's mask_mod: causal AND same document AND the block
+    window (no window when window_blocks is 0)."""
+    import torch
+    window = torch.tensor(window_blocks if window_blocks > 0 else T, device=docs.device)
+
+    def mask_mod(b, h, q, k):
+        dist = q // BLOCK - k // BLOCK
+        dist = dist.abs() if bidirectional else dist
+        return (k <= q) & (docs[q] == docs[k]) & (dist < window)
+    return mask_mod
+
+
 def make_block_mask(docs, window_blocks, bidirectional, T):
     """FlexAttention's BlockMask for one sequence: partial blocks evaluate mask_mod per element,
     full blocks skip it."""
@@ -148,12 +161,7 @@ def make_block_mask(docs, window_blocks, bidirectional, T):
     from torch.nn.attention.flex_attention import BlockMask
     any_, full = block_classes(docs, window_blocks, bidirectional, T)
     partial = any_ & ~full
-    window = torch.tensor(window_blocks if window_blocks > 0 else T, device=docs.device)
-
-    def mask_mod(b, h, q, k):
-        dist = q // BLOCK - k // BLOCK
-        dist = dist.abs() if bidirectional else dist
-        return (k <= q) & (docs[q] == docs[k]) & (dist < window)
+    mask_mod = mask_mod_of(docs, window_blocks, bidirectional, T)
 
     def indices(m):
         return (m.sum(-1, dtype=torch.int32)[None, None].contiguous(),

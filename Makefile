@@ -137,7 +137,7 @@ $(BUILD)/tests/test_attention_gpu.o: tests/test_attention_gpu.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -Xcompiler -fopenmp -c $< -o $@
 
-test: train_gpt $(TOOLS) $(CPU_TESTS) attention/attn_run $(BUILD)/model_dump $(BUILD)/bench/bench_attention
+test: train_gpt $(TOOLS) $(CPU_TESTS) attention/attn_run $(BUILD)/model_dump $(BUILD)/bench/bench_attention $(BUILD)/bench/bench_matmul
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) VOCAB_DIR=$(VOCAB_DIR) GCIDE_DIR=$(GCIDE_DIR) bash tests/run_cpu_tests.sh
 
 test-gpu: $(GPU_TESTS) attention/attn_run $(BUILD)/model_dump train_gpt
@@ -154,12 +154,16 @@ test-gpu: $(GPU_TESTS) attention/attn_run $(BUILD)/model_dump train_gpt
 	$(PYTHON_TORCH) tests/test_torch_peer_gpu.py '$(TEST_TRAIN_DATA)' '$(TEST_VAL_DATA)' ./train_gpt
 	$(PYTHON) tests/test_training_gpu.py '$(TEST_TRAIN_DATA)' '$(TEST_VAL_DATA)' ./train_gpt
 
-bench: $(BUILD)/bench/bench_attention
+bench: $(BUILD)/bench/bench_attention $(BUILD)/bench/bench_matmul
 	@nvidia-smi -L >/dev/null 2>&1 || { echo "bench: no GPU on this machine"; exit 1; }
 	$(BUILD)/bench/bench_attention
+	$(BUILD)/bench/bench_matmul
 
 $(BUILD)/bench/bench_attention: $(BUILD)/bench/bench_attention.o $(ATTN_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@
+
+$(BUILD)/bench/bench_matmul: $(BUILD)/bench/bench_matmul.o
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS)
 
 # ---------------------------------------------------------------------------- data
 data: data/gcide/manifest.tsv

@@ -8,7 +8,8 @@
 // (x, dy, trans_a). cuBLASLt is column-major, so the call computes C^T = op(B)^T op(A)^T.
 // Errors come back as a message naming the shape, never as a raw status code. Each shape's
 // descriptors and algorithm are chosen once and cached (the same choice every call, so results
-// do not change between calls).
+// do not change between calls). The algorithm is cuBLASLt's first heuristic choice; a benchmark
+// (bench/bench_matmul.cu) may ask for the rank-th instead, and algorithm() says which it is.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -23,7 +24,9 @@ namespace layers {
 
 class Matmul {
  public:
-  explicit Matmul(size_t workspace_bytes = 32u << 20) : ws_bytes_(workspace_bytes) {
+  // rank: which of cuBLASLt's heuristic choices to use, 0 = its first (benchmarks try others)
+  explicit Matmul(size_t workspace_bytes = 32u << 20, int rank = 0) : ws_bytes_(workspace_bytes), rank_(rank) {
+    if (rank < 0 || rank >= kMaxRank) throw std::invalid_argument("matmul: heuristic rank must lie in [0, " + std::to_string(kMaxRank) + ")");
     check(cublasLtCreate(&handle_), "cublasLtCreate");
     if (cudaMalloc(&workspace_, ws_bytes_) != cudaSuccess) throw std::runtime_error("matmul: cannot allocate the cuBLASLt workspace");
   }
@@ -52,6 +55,20 @@ class Matmul {
     (*this)(x, dy, dW, in, out, rows, true, false, true, true);
   }
 
+  // The algorithm the shape of operator() runs: cuBLASLt's id, tile, stages and split-K, and how
+  // many choices its heuristic offered. Throws when it offers fewer than rank + 1.
+  std::string algorithm(int m, int n, int k, bool trans_a, bool trans_b, bool c_fp32) {
+    const Plan& p = plan(m, n, k, trans_a, trans_b, c_fp32);
+    int id = 0, tile = 0, stages = 0, splitk = 0;
+    size_t w = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&p.algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof(stages), &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof(splitk), &w);
+    return "algo " + std::to_string(id) + " tile " + std::to_string(tile) + " stages " + std::to_string(stages) + " split-K " +
+           std::to_string(splitk) + " (rank " + std::to_string(rank_) + " of " + std::to_string(p.offered) + ")";
+  }
+
   void operator()(const __nv_bfloat16* A, const __nv_bfloat16* B, void* C, int m, int n, int k, bool trans_a, bool trans_b,
                   bool accumulate = false, bool c_fp32 = false, cudaStream_t stream = 0) {
     if (((uintptr_t)A | (uintptr_t)B | (uintptr_t)C) % 16)
@@ -78,7 +95,9 @@ class Matmul {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t lx, ly, lz;
     cublasLtMatmulAlgo_t algo;
+    int offered;  // heuristic choices cuBLASLt gave
   };
+  static constexpr int kMaxRank = 16;
   static std::string shape_name(int m, int n, int k) {
     return "matmul m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k);
   }
@@ -99,15 +118,18 @@ class Matmul {
     cublasLtMatmulPreference_t pref;
     check(cublasLtMatmulPreferenceCreate(&pref), shape);
     check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes_, sizeof(ws_bytes_)), shape);
-    cublasLtMatmulHeuristicResult_t heur;
+    cublasLtMatmulHeuristicResult_t heur[kMaxRank];
     int found = 0;
-    check(cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.lx, p.ly, p.lz, p.lz, pref, 1, &heur, &found), shape);
+    check(cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.lx, p.ly, p.lz, p.lz, pref, rank_ + 1, heur, &found), shape);
     cublasLtMatmulPreferenceDestroy(pref);
-    if (!found) {
+    if (found <= rank_) {
       destroy(p);
-      throw std::runtime_error(shape + ": cuBLASLt has no algorithm for this shape (dimensions must be multiples of 8)");
+      throw std::runtime_error(shape + (found ? ": cuBLASLt offers " + std::to_string(found) + " algorithms, fewer than rank " +
+                                                    std::to_string(rank_) + " needs"
+                                              : ": cuBLASLt has no algorithm for this shape (dimensions must be multiples of 8)"));
     }
-    p.algo = heur.algo;
+    p.algo = heur[rank_].algo;
+    p.offered = found;
     return plans_.emplace(key, p).first->second;
   }
   static void destroy(Plan& p) {
@@ -123,6 +145,7 @@ class Matmul {
   cublasLtHandle_t handle_;
   void* workspace_ = nullptr;
   size_t ws_bytes_;
+  int rank_;
 };
 
 }  // namespace layers

@@ -165,9 +165,9 @@ class Model {
     cuda_check(cudaMemset(bad_, 0, sizeof(int)), "flag");
     const float eps = (float)cfg_.eps;
 
-    prof_.mark(Profiler::kEmbed);
+    prof_.mark(Profiler::kEmbed, "embedding");
     ok(layers::embedding_forward(W(at_.embed), tokens_, emb_, T, C));
-    prof_.mark(Profiler::kNormMix);
+    prof_.mark(Profiler::kNormMix, "norm of the embedding");
     ok(layers::rmsnorm_forward(emb_, x0_, rstd_e_, T, C, eps));
     // The residual stream is written by the matmuls' adds (D = C + AB) straight into the tensor
     // that keeps it, never copied: layer i < L/2 writes its output into pushed_[i] (the U-net
@@ -177,47 +177,55 @@ class Model {
     for (int i = 0; i < L; i++) {
       const LayerParams& lp = at_.layer[i];
       Acts& a = acts_[i];
-      if (i >= L / 2) ok(layers::skip_add(a.x_in_own, x, pushed_[L - 1 - i], S(at_.skip), i - L / 2, TC));
+      if (i >= L / 2) {
+        prof_.mark(Profiler::kNormMix, "U-net skip add");
+        ok(layers::skip_add(a.x_in_own, x, pushed_[L - 1 - i], S(at_.skip), i - L / 2, TC));
+      }
       a.x_in = i >= L / 2 ? a.x_in_own : x;
+      prof_.mark(Profiler::kNormMix, "lambda mix + norm");
       ok(layers::mix_rmsnorm_forward(a.x_in, x0_, S(lp.lambda), a.x_mix, a.h, a.rstd_h, T, C, eps));
-      prof_.mark(Profiler::kMatmul);
+      prof_.mark(Profiler::kMatmul, "q, k, v = h W (3 x C x C)");
       mm_.xW(a.h, W(lp.wq), a.q, T, C, C);
       mm_.xW(a.h, W(lp.wk), a.k, T, C, C);
       mm_.xW(a.h, W(lp.wv), a.v_lin, T, C, C);
-      prof_.mark(Profiler::kNormMix);
+      prof_.mark(Profiler::kNormMix, "value embedding mix");
       ok(layers::value_embed_mix(a.v_lin, W(lp.value_embed), tokens_, a.v, S(lp.attn_lambda), T, C));
+      prof_.mark(Profiler::kNormMix, "q, k norm + rotary");
       ok(layers::qk_norm_rotary_forward(a.q, a.qn, a.rstd_q, rot_, T, H, Dh, eps));
       ok(layers::qk_norm_rotary_forward(a.k, a.kn, a.rstd_k, rot_, T, H, Dh, eps));
       prof_.mark(Profiler::kAttnFwd);
       ok(attn::attention_forward(a.qn, a.kn, a.v, a.y, a.lse, T, H, Dh, mask()));
-      prof_.mark(Profiler::kMatmul);
+      prof_.mark(Profiler::kMatmul, "x + y Wo (C x C)");
       mm_.xW_plus(a.y, W(lp.wo), a.x_mix, a.x_attn, T, C, C);  // x_attn = x_mix + y Wo
-      prof_.mark(Profiler::kNormMix);
+      prof_.mark(Profiler::kNormMix, "norm before the MLP");
       ok(layers::rmsnorm_forward(a.x_attn, a.h2, a.rstd_h2, T, C, eps));
-      prof_.mark(Profiler::kMatmul);
+      prof_.mark(Profiler::kMatmul, "u = h Wfc (C x 4C)");
       mm_.xW(a.h2, W(lp.wfc), dr_, T, C, F);  // u: dr_ is free until the backward
-      prof_.mark(Profiler::kNormMix);
+      prof_.mark(Profiler::kNormMix, "ReLU^2");
       ok(layers::relu2_forward(dr_, a.r, (size_t)T * F));  // only r is kept
-      prof_.mark(Profiler::kMatmul);
+      prof_.mark(Profiler::kMatmul, "x + r Wproj (4C x C)");
       bf16* out = i < L / 2 ? pushed_[i] : x_;
       mm_.xW_plus(a.r, W(lp.wproj), a.x_attn, out, T, F, C);  // x_attn + r Wproj
-      prof_.mark(Profiler::kNormMix);
       x = out;
     }
+    prof_.mark(Profiler::kNormMix, "final norm");
     ok(layers::rmsnorm_forward(x, hf_, rstd_f_, T, C, eps));  // x is x_ (L is even, at least 2)
-    prof_.mark(Profiler::kHead);
     if (z_out) z_out->resize((size_t)T * V);
     for (int r0 = 0; r0 < T; r0 += chunk_) {
       const int rows = std::min(chunk_, T - r0);
+      prof_.mark(Profiler::kHead, "z = h Whead");
       mm_.xW(hf_ + (size_t)r0 * C, W(at_.head), z_, rows, C, V);
       if (z_out) {
         std::vector<bf16> zh((size_t)rows * V);
         cuda_check(cudaMemcpy(zh.data(), z_, zh.size() * sizeof(bf16), cudaMemcpyDeviceToHost), "z");
         for (size_t i = 0; i < zh.size(); i++) (*z_out)[(size_t)r0 * V + i] = __bfloat162float(zh[i]);
       }
+      prof_.mark(Profiler::kHead, "softcapped cross-entropy");
       ok(layers::softcap_ce(z_, targets_ + r0, grad_scale != 0.f ? z_ : nullptr, loss_ + r0, rows, V, grad_scale, bad_));
       if (grad_scale != 0.f) {  // the head's backward for this chunk; z_ now holds dz
+        prof_.mark(Profiler::kHead, "head dX");
         mm_.dX(z_, W(at_.head), dhf_ + (size_t)r0 * C, rows, C, V);
+        prof_.mark(Profiler::kHead, "head dW");
         mm_.dW(hf_ + (size_t)r0 * C, z_, G(at_.head), rows, C, V);
       }
     }
@@ -247,62 +255,72 @@ class Model {
   void backward(const std::function<void(int)>& ready = {}) {
     const int T = T_, C = cfg_.width, H = cfg_.heads, Dh = cfg_.head_dim(), L = cfg_.layers, F = cfg_.hidden;
     const size_t TC = (size_t)T * C;
-    prof_.mark(Profiler::kNormMix);
+    prof_.mark(Profiler::kNormMix, "final norm backward");
     ok(layers::rmsnorm_backward(x_, rstd_f_, dhf_, dx_, T, C, false));
+    prof_.mark(Profiler::kNormMix, "zeroing dx0 and the skip gradients");
     cuda_check(cudaMemsetAsync(dx0_, 0, TC * sizeof(bf16)), "dx0");
     for (auto& p : dpushed_) cuda_check(cudaMemsetAsync(p, 0, TC * sizeof(bf16)), "dpushed");
     for (int i = L - 1; i >= 0; i--) {
       const LayerParams& lp = at_.layer[i];
       Acts& a = acts_[i];
-      if (i < L / 2) ok(layers::skip_add(dx_, dpushed_[i], one_, 0, TC));
+      if (i < L / 2) {
+        prof_.mark(Profiler::kNormMix, "U-net skip add backward");
+        ok(layers::skip_add(dx_, dpushed_[i], one_, 0, TC));
+      }
       // MLP: x = x_attn + relu(norm(x_attn) Wfc)^2 Wproj
-      prof_.mark(Profiler::kMatmul);
+      prof_.mark(Profiler::kMatmul, "Wproj dX (4C x C)");
       mm_.dX(dx_, W(lp.wproj), dr_, T, F, C);
+      prof_.mark(Profiler::kMatmul, "Wproj dW (4C x C)");
       mm_.dW(a.r, dx_, G(lp.wproj), T, F, C);
-      prof_.mark(Profiler::kNormMix);
+      prof_.mark(Profiler::kNormMix, "ReLU^2 backward");
       ok(layers::relu2_backward_from_r(a.r, dr_, du_, (size_t)T * F));
-      prof_.mark(Profiler::kMatmul);
+      prof_.mark(Profiler::kMatmul, "Wfc dX (C x 4C)");
       mm_.dX(du_, W(lp.wfc), dh_, T, C, F);
+      prof_.mark(Profiler::kMatmul, "Wfc dW (C x 4C)");
       mm_.dW(a.h2, du_, G(lp.wfc), T, C, F);
-      prof_.mark(Profiler::kNormMix);
+      prof_.mark(Profiler::kNormMix, "norm before the MLP backward");
       ok(layers::rmsnorm_backward(a.x_attn, a.rstd_h2, dh_, dx_, T, C, true));
       // attention: x_attn = x_mix + y Wo
-      prof_.mark(Profiler::kMatmul);
+      prof_.mark(Profiler::kMatmul, "Wo dX (C x C)");
       mm_.dX(dx_, W(lp.wo), dy_, T, C, C);
+      prof_.mark(Profiler::kMatmul, "Wo dW (C x C)");
       mm_.dW(a.y, dx_, G(lp.wo), T, C, C);
       prof_.mark(Profiler::kAttnBwd);
       ok(attn::attention_backward(a.qn, a.kn, a.v, a.y, dy_, a.lse, t1_, t2_, dv_, ws_, T, H, Dh, mask()));
-      prof_.mark(Profiler::kNormMix);
+      prof_.mark(Profiler::kNormMix, "value embedding mix backward");
       // v = a0 v_lin + a1 ve (ve gathered from its table again): dv_ becomes d v_lin, dk_ d ve
       ok(layers::mix_backward_gather(dv_, a.v_lin, W(lp.value_embed), tokens_, T, C, dk_, false, S(lp.attn_lambda), G(lp.attn_lambda),
                                      partial_));
-      prof_.mark(Profiler::kEmbed);
+      prof_.mark(Profiler::kEmbed, "value embedding backward");
       ok(layers::embedding_backward(dk_, ixv_, G(lp.value_embed), C));
-      prof_.mark(Profiler::kNormMix);
+      prof_.mark(Profiler::kNormMix, "q, k norm + rotary backward");
       ok(layers::qk_norm_rotary_backward(a.q, a.rstd_q, t1_, dq_, rot_, T, H, Dh));
       ok(layers::qk_norm_rotary_backward(a.k, a.rstd_k, t2_, dk_, rot_, T, H, Dh));
       // q, k, v = h Wq, h Wk, h Wv
-      prof_.mark(Profiler::kMatmul);
+      prof_.mark(Profiler::kMatmul, "Wq, Wk, Wv dX (3 x C x C)");
       mm_.dX(dq_, W(lp.wq), dh_, T, C, C);
       mm_.dX(dk_, W(lp.wk), dh_, T, C, C, /*accumulate=*/true);
       mm_.dX(dv_, W(lp.wv), dh_, T, C, C, /*accumulate=*/true);
+      prof_.mark(Profiler::kMatmul, "Wq, Wk, Wv dW (3 x C x C)");
       mm_.dW(a.h, dq_, G(lp.wq), T, C, C);
       mm_.dW(a.h, dk_, G(lp.wk), T, C, C);
       mm_.dW(a.h, dv_, G(lp.wv), T, C, C);
-      prof_.mark(Profiler::kNormMix);
+      prof_.mark(Profiler::kNormMix, "lambda mix + norm backward");
       // h = norm(x_mix), x_mix = l0 x_in + l1 x0: dx_ becomes d x_in, dx0_ gathers d x0
       ok(layers::rmsnorm_mix_backward(a.x_mix, a.rstd_h, dh_, dx_, a.x_in, x0_, dx0_, S(lp.lambda), G(lp.lambda), T, C, partial_));
       // x_in = x_prev + s_j pushed
       if (i >= L / 2) {
+        prof_.mark(Profiler::kNormMix, "U-net skip add backward");
         const int j = i - L / 2, src = L - 1 - i;
         ok(layers::dot(dx_, pushed_[src], TC, G(at_.skip) + j, partial_, true));
         ok(layers::skip_add(dpushed_[src], dx_, S(at_.skip), j, TC));
       }
       if (ready) ready(i);
     }
+    prof_.mark(Profiler::kNormMix, "norm of the embedding backward");
     ok(layers::skip_add(dx_, dx0_, one_, 0, TC));
     ok(layers::rmsnorm_backward(emb_, rstd_e_, dx_, t1_, T, C, false));
-    prof_.mark(Profiler::kEmbed);
+    prof_.mark(Profiler::kEmbed, "embedding backward");
     ok(layers::embedding_backward(t1_, ixv_, G(at_.embed), C));
     if (ready) ready(-1);
     prof_.mark(Profiler::kHost);

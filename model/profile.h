@@ -1,12 +1,15 @@
-// Where a training step's GPU time goes, by category, from CUDA events recorded at section
-// boundaries on the compute stream (train_gpt --profile). The time between one mark and the next
-// belongs to the first mark's category; a kHost mark before a point where the host waits (a
-// loss read back, the next sequence loaded) counts the GPU's idle time there as host time.
-// Marks are no-ops when the profiler is off, so the normal run pays nothing.
+// Where a training step's GPU time goes, by category and by operation, from CUDA events recorded
+// at section boundaries on the compute stream (train_gpt --profile). The time between one mark
+// and the next belongs to the first mark's category and operation (a fixed label such as
+// "ReLU^2"); a kHost mark before a point where the host waits (a loss read back, the next
+// sequence loaded) counts the GPU's idle time there as host time. Marks are no-ops when the
+// profiler is off, so the normal run pays nothing.
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -25,28 +28,36 @@ class Profiler {
   ~Profiler() {
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
   }
-  void mark(int cat) {
+  // op: a string literal naming the operation (its address is kept); nullptr: the category's name
+  void mark(int cat, const char* op = nullptr) {
     if (!on) return;
     if (used_ == events_.size()) {
       cudaEvent_t e;
       if (cudaEventCreate(&e) != cudaSuccess) return;
       events_.push_back(e);
-      cats_.push_back(0);
+      marks_.push_back({});
     }
     cudaEventRecord(events_[used_], 0);
-    cats_[used_++] = cat;
+    marks_[used_++] = {cat, op ? op : name(cat)};
   }
   // After the stream is synchronised: adds the marks' intervals to the totals.
   void collect() {
     if (!on) return;
     for (size_t i = 1; i < used_; i++) {
       float ms = 0;
-      if (cudaEventElapsedTime(&ms, events_[i - 1], events_[i]) == cudaSuccess) ms_[cats_[i - 1]] += ms;
+      if (cudaEventElapsedTime(&ms, events_[i - 1], events_[i]) != cudaSuccess) continue;
+      const Mark& m = marks_[i - 1];
+      ms_[m.cat] += ms;
+      auto it = std::find_if(ops_.begin(), ops_.end(), [&](const Op& o) { return o.cat == m.cat && !std::strcmp(o.name, m.op); });
+      if (it == ops_.end()) it = ops_.insert(ops_.end(), Op{m.cat, m.op, 0, 0});
+      it->ms += ms;
+      it->calls++;
     }
     used_ = 0;
     steps_++;
   }
-  // The table: milliseconds per step and share, by category.
+  // The table: milliseconds per step and share, by category; then each category's operations,
+  // largest first, with their calls per step.
   std::string table() const {
     double total = 0;
     for (double m : ms_) total += m;
@@ -57,12 +68,32 @@ class Profiler {
       s += b;
     }
     std::snprintf(b, sizeof(b), "  %-34s %9.2f ms\n", "total", steps_ ? total / steps_ : 0.0);
-    return s + b;
+    s += b;
+    s += "profile: GPU time per step by operation (calls a step)\n";
+    std::vector<Op> ops = ops_;
+    std::stable_sort(ops.begin(), ops.end(), [](const Op& a, const Op& b) { return a.cat != b.cat ? a.cat < b.cat : a.ms > b.ms; });
+    for (const Op& o : ops) {
+      std::snprintf(b, sizeof(b), "  %-34s %-34s %9.2f ms %7.1f\n", name(o.cat), o.name, steps_ ? o.ms / steps_ : 0.0,
+                    steps_ ? (double)o.calls / steps_ : 0.0);
+      s += b;
+    }
+    return s;
   }
 
  private:
+  struct Mark {
+    int cat;
+    const char* op;
+  };
+  struct Op {
+    int cat;
+    const char* name;
+    double ms;
+    long long calls;
+  };
   std::vector<cudaEvent_t> events_;
-  std::vector<int> cats_;
+  std::vector<Mark> marks_;
+  std::vector<Op> ops_;
   size_t used_ = 0;
   int steps_ = 0;
   double ms_[kCount] = {};

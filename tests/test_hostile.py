@@ -493,6 +493,11 @@ case("model_dump on a full disk (file size limit)", [MD, path("dump_full")], 1, 
 if shutil.which("nvidia-smi") is None:
     case("bench_attention without a GPU: a message, not a crash", [os.path.join(BUILD, "bench", "bench_attention"), path("b.json")], 1,
          ["bench_attention: error"])
+BM = os.path.join(BUILD, "bench", "bench_matmul")
+case("bench_matmul with a width cuBLASLt cannot take", [BM, "--width", "100"], 2, ["multiple of 8", "100"])
+case("bench_matmul --ranks 17", [BM, "--ranks", "17"], 2, ["--ranks"])
+if shutil.which("nvidia-smi") is None:
+    case("bench_matmul without a GPU: a message, not a crash", [BM], 1, ["bench_matmul: "])
 
 # the GPU scripts check their inputs before they build or need a GPU
 GB = ["bash", os.path.join(ROOT, "bench", "gpu_bench.sh")]

@@ -87,6 +87,39 @@ rc, out_a, a = train("a", "--steps", "30", "--val-every", "10", "--seed", "7", "
 check("30-step run: exit 0, every step logged", rc == 0 and all(s in a for s in range(31)), out_a[-2000:])
 check("the run prints MFU, tokens/s and peak memory", "MFU" in out_a and "tokens/s" in out_a and "peak GPU memory" in out_a, out_a[-1500:])
 check("--profile prints the per-category table", "profile: GPU time per step" in out_a and "attention backward" in out_a, out_a[-1500:])
+
+
+def profile_sums(out):
+    """(per-category ms, per-category sum of its operations' ms, operations per category) from
+    --profile's two tables."""
+    cats, ops, n, part = {}, {}, {}, None
+    for line in out.splitlines():
+        if line.startswith("profile: GPU time per step by category"):
+            part = "cat"
+        elif line.startswith("profile: GPU time per step by operation"):
+            part = "op"
+        elif part and line.startswith("  "):
+            m = re.match(r"  (.{34}) (?:(.{34}) )?\s*([0-9.]+) ms", line)
+            if not m:
+                continue
+            name, ms = m.group(1).strip(), float(m.group(3))
+            if part == "cat" and name != "total":
+                cats[name] = ms
+            elif part == "op":
+                ops[name] = ops.get(name, 0.0) + ms
+                n[name] = n.get(name, 0) + 1
+        else:
+            part = None
+    return cats, ops, n
+
+
+# each figure is printed rounded to 0.005 ms: a category and the sum of its k operations differ by at
+# most 0.005 (k + 1)
+cats, ops, n_ops = profile_sums(out_a)
+check("--profile's operations add up to their categories (to the table's rounding)",
+      len(cats) >= 8 and set(ops) <= set(cats) and
+      all(abs(ops.get(c, 0.0) - ms) <= 0.005 * (n_ops.get(c, 0) + 1) + 1e-9 for c, ms in cats.items()) and
+      "ReLU^2 backward" in out_a and "Wfc dW (C x 4C)" in out_a, out_a[-3000:])
 check("checkpoints at 10, 20 and at the end", all(os.path.exists(os.path.join(TMP, "ck_a", f"ckpt_{s:06d}.bin")) for s in (10, 20, 30)))
 rc, _, c = train("c", "--steps", "30", "--val-every", "10", "--seed", "7")
 check("same seed, same flags: the same losses to the bit", rc == 0 and train_losses(c, range(1, 31)) == train_losses(a, range(1, 31)))

@@ -5,11 +5,12 @@
 //                   [--docs 0|1] [--prefix P] [--name NAME]
 // With no mask flag it runs the table of masks in bench/RESULTS.md at the given shape (by
 // default the speedrun's: T = 65536, 6 heads of 128); with any mask flag, that one mask.
-// Times with CUDA events (3 warm-up calls, median of 20, three input sets rotated so that L2
-// does not hold the inputs), and reports useful TFLOP/s counting only kept pairs (mask.h
-// kept_pairs): forward 4 D pairs H, backward 2.5x that. So masks of different density compare
-// by TFLOP/s. Writes one JSON object per case to OUT.json (default bench_attention.json) for
-// bench/compare_flex.py, which times FlexAttention on exactly the same cases.
+// Inputs are random (bench/fill.cuh, unit variance). Times with CUDA events (3 warm-up calls,
+// median of 20, three input sets rotated so that L2 does not hold the inputs), and reports
+// useful TFLOP/s counting only kept pairs (mask.h kept_pairs): forward 4 D pairs H, backward
+// 2.5x that. So masks of different density compare by TFLOP/s. Writes one JSON object per case
+// to OUT.json (default bench_attention.json) for bench/compare_flex.py, which times
+// FlexAttention on exactly the same cases.
 // Documents (mean length 1000): lengths 500 + (i * 7919) % 1001, the same rule as compare_flex.py.
 // ATTN_KERNELS=sm80 runs the sm80 family (to compare the two); BENCH_ONLY=NAME runs one case of
 // the table (for profiling).
@@ -18,13 +19,13 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstdio>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "attention/attention.h"
 #include "attention/mask.h"
 #include "attention/tile_scheduler.cuh"
+#include "bench/fill.cuh"
 #include "common/cli.h"
 #include "common/cuda_check.h"
 
@@ -185,14 +186,11 @@ static int run(int argc, char** argv) {
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const size_t n = (size_t)T * H * D;
   struct Set { bf16 *q, *k, *v, *o, *dout, *dq, *dk, *dv; float* lse; void* ws; } sets[kSets];
-  std::mt19937 rng(1);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  std::vector<bf16> host(n);
+  unsigned seed = 1;
   for (auto& s : sets) {
     for (bf16** p : {&s.q, &s.k, &s.v, &s.dout}) {
-      for (auto& e : host) e = __float2bfloat16(nd(rng));
       CUDA_CHECK(cudaMalloc(p, n * sizeof(bf16)));
-      CUDA_CHECK(cudaMemcpy(*p, host.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+      CUDA_CHECK(bench::fill_random(*p, n, seed++));
     }
     for (bf16** p : {&s.o, &s.dq, &s.dk, &s.dv}) CUDA_CHECK(cudaMalloc(p, n * sizeof(bf16)));
     CUDA_CHECK(cudaMalloc(&s.lse, (size_t)H * T * sizeof(float)));

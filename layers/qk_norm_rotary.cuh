@@ -1,32 +1,45 @@
-// The per-head RMS norm of q and k followed by the rotary embedding (docs/model.md), fused:
+// The per-head RMS norm of q and k followed by the rotary embedding (docs/model.md), fused, for
+// q and k in one pass:
 //   forward:  n = x * rstd, rstd = 1 / sqrt(mean(x^2) + eps) over each head's D dims;
 //             y1 = n1 cos + n2 sin, y2 = -n1 sin + n2 cos  (halves n1 = [0, D/2), n2 = [D/2, D),
 //             angle t f_j as in layers/rotary.cuh, from its fp64-built table [T][D/2])
 //   backward: dn1 = dy1 cos - dy2 sin, dn2 = dy1 sin + dy2 cos  (the rotation's transpose), then
 //             dx = rstd dn - rstd^3 x (dn . x) / D
-//   x, y, dy, dx: bf16 [T][H][D]; rstd: fp32 [T * H]. D = 64 or 128.
+//   x, y, dy, dx: bf16 [T][H][D], one each for q and k; rstd: fp32 [T * H] each. D = 64 or 128.
 // One row (t, h) is D / 8 lanes of a warp, 8 elements (16 bytes) a lane: lane l < D/16 holds
 // dims [8l, 8l + 8) of the first half and its partner l + D/16 the same dims of the second, so
 // the rotation pairs are one shuffle apart. The normalised values stay in fp32 between the two
-// steps (the unfused kernels rounded them to bf16 in between). One read and one write of the
+// steps (the unfused kernels rounded them to bf16 in between). One read and one write of each
 // tensor, against two of each for rmsnorm then rotary.
+// The D / 8 lanes of a token take all 2H rows of that token (q's heads, then k's), four at a
+// time with their loads issued together: the lane's 8 angles are read from the table once for
+// the 2H rows (a kernel per tensor and row read them 2H times, mostly from L2, and ran at half
+// the memory bandwidth), and four loads are in flight per lane. The arithmetic of a row is the
+// same as with one row a lane group, so the bits are too.
 // CPU reference: model/reference_layers.h, rmsnorm then rotary (and their backwards).
 #pragma once
+#include <initializer_list>
+
 #include "layers/common.cuh"
 
 namespace layers {
 
+template <typename P>
+struct QK {  // one pointer for q, one for k
+  P q, k;
+};
+
 template <int D>
-struct QkRow {
-  static constexpr int kLanes = D / 8, kHalf = kLanes / 2;
-  size_t row;
-  int lane;  // within the row
+struct QkToken {
+  static constexpr int kLanes = D / 8, kHalf = kLanes / 2, kBatch = 4;  // rows whose loads go out together
+  size_t t;
+  int lane;  // within the token's lane group
   bool valid;
-  __device__ __forceinline__ QkRow(size_t rows) {
+  __device__ __forceinline__ explicit QkToken(int T) {
     const size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    row = g / kLanes;
+    t = g / kLanes;
     lane = (int)(g % kLanes);
-    valid = row < rows;
+    valid = t < (size_t)T;
   }
   __device__ __forceinline__ static float row_sum(float v) {
 #pragma unroll
@@ -34,8 +47,7 @@ struct QkRow {
     return v;
   }
   // cos and sin of this lane's 8 angles
-  __device__ __forceinline__ void angles(const float2* table, int H, float* c, float* s) const {
-    const size_t t = row / H;
+  __device__ __forceinline__ void angles(const float2* table, float* c, float* s) const {
     const float4* p = reinterpret_cast<const float4*>(table + t * (D / 2) + (lane % kHalf) * 8);
 #pragma unroll
     for (int k = 0; k < 4; k++) {
@@ -43,80 +55,114 @@ struct QkRow {
       c[2 * k] = v.x, s[2 * k] = v.y, c[2 * k + 1] = v.z, s[2 * k + 1] = v.w;
     }
   }
+  // row j of the token's 2H (q's heads, then k's): its offset in the tensor and which tensor
+  __device__ __forceinline__ size_t at(int j, int H) const { return (t * H + (j < H ? j : j - H)) * D + lane * 8; }
 };
 
 template <int D>
-__global__ void qk_norm_rotary_forward_kernel(const bf16* __restrict__ x, bf16* __restrict__ y, float* __restrict__ rstd,
-                                              const float2* __restrict__ table, size_t rows, int H, float eps) {
-  using R = QkRow<D>;
-  const R q(rows);
-  const Pack8 v = q.valid ? load8(x + q.row * D + q.lane * 8) : Pack8{};  // every lane takes part in the shuffles
-  float f[8], ss = 0.f;
-#pragma unroll
-  for (int k = 0; k < 8; k++) f[k] = v.get(k), ss += f[k] * f[k];
-  const float r = rsqrtf(R::row_sum(ss) / D + eps);
-  float p[8];
-#pragma unroll
-  for (int k = 0; k < 8; k++) f[k] *= r;
-#pragma unroll
-  for (int k = 0; k < 8; k++) p[k] = __shfl_xor_sync(0xffffffff, f[k], R::kHalf);
-  if (!q.valid) return;
+__global__ void qk_norm_rotary_forward_kernel(QK<const bf16*> x, QK<bf16*> y, QK<float*> rstd, const float2* __restrict__ table, int T,
+                                              int H, float eps) {
+  using R = QkToken<D>;
+  const R q(T);
   float c[8], s[8];
-  q.angles(table, H, c, s);
+  if (q.valid) q.angles(table, c, s);
   const bool first = q.lane < R::kHalf;
-  Pack8 o;
+  for (int j0 = 0; j0 < 2 * H; j0 += R::kBatch) {  // j0, j: the same in every lane (the shuffles need the whole warp)
+    Pack8 v[R::kBatch];
 #pragma unroll
-  for (int k = 0; k < 8; k++) o.set(k, first ? f[k] * c[k] + p[k] * s[k] : -p[k] * s[k] + f[k] * c[k]);
-  store8(y + q.row * D + q.lane * 8, o);
-  if (q.lane == 0) rstd[q.row] = r;
+    for (int u = 0; u < R::kBatch; u++) {
+      const int j = j0 + u;
+      v[u] = q.valid && j < 2 * H ? load8((j < H ? x.q : x.k) + q.at(j, H)) : Pack8{};
+    }
+#pragma unroll
+    for (int u = 0; u < R::kBatch; u++) {
+      const int j = j0 + u;
+      if (j >= 2 * H) break;
+      float f[8], ss = 0.f;
+#pragma unroll
+      for (int k = 0; k < 8; k++) f[k] = v[u].get(k), ss += f[k] * f[k];
+      const float r = rsqrtf(R::row_sum(ss) / D + eps);
+      float p[8];
+#pragma unroll
+      for (int k = 0; k < 8; k++) f[k] *= r;
+#pragma unroll
+      for (int k = 0; k < 8; k++) p[k] = __shfl_xor_sync(0xffffffff, f[k], R::kHalf);
+      if (!q.valid) continue;
+      Pack8 o;
+#pragma unroll
+      for (int k = 0; k < 8; k++) o.set(k, first ? f[k] * c[k] + p[k] * s[k] : -p[k] * s[k] + f[k] * c[k]);
+      store8((j < H ? y.q : y.k) + q.at(j, H), o);
+      if (q.lane == 0) (j < H ? rstd.q : rstd.k)[q.t * H + (j < H ? j : j - H)] = r;
+    }
+  }
 }
 
 template <int D>
-__global__ void qk_norm_rotary_backward_kernel(const bf16* __restrict__ x, const float* __restrict__ rstd, const bf16* __restrict__ dy,
-                                               bf16* __restrict__ dx, const float2* __restrict__ table, size_t rows, int H) {
-  using R = QkRow<D>;
-  const R q(rows);
-  const size_t at = q.row * D + q.lane * 8;
-  const Pack8 gv = q.valid ? load8(dy + at) : Pack8{}, xv = q.valid ? load8(x + at) : Pack8{};
-  float g[8], p[8], c[8], s[8];
-#pragma unroll
-  for (int k = 0; k < 8; k++) g[k] = gv.get(k);
-#pragma unroll
-  for (int k = 0; k < 8; k++) p[k] = __shfl_xor_sync(0xffffffff, g[k], R::kHalf);
-  if (q.valid) q.angles(table, H, c, s);
+__global__ void qk_norm_rotary_backward_kernel(QK<const bf16*> x, QK<const float*> rstd, QK<const bf16*> dy, QK<bf16*> dx,
+                                               const float2* __restrict__ table, int T, int H) {
+  using R = QkToken<D>;
+  const R q(T);
+  float c[8], s[8];
+  if (q.valid) q.angles(table, c, s);
   const bool first = q.lane < R::kHalf;
-  float dot = 0.f;
+  for (int j0 = 0; j0 < 2 * H; j0 += R::kBatch) {
+    Pack8 gv[R::kBatch], xv[R::kBatch];
 #pragma unroll
-  for (int k = 0; k < 8; k++) {
-    if (q.valid) g[k] = first ? g[k] * c[k] - p[k] * s[k] : p[k] * s[k] + g[k] * c[k];  // dn
-    dot += g[k] * xv.get(k);
+    for (int u = 0; u < R::kBatch; u++) {
+      const int j = j0 + u;
+      const bool in = q.valid && j < 2 * H;
+      gv[u] = in ? load8((j < H ? dy.q : dy.k) + q.at(j, H)) : Pack8{};
+      xv[u] = in ? load8((j < H ? x.q : x.k) + q.at(j, H)) : Pack8{};
+    }
+#pragma unroll
+    for (int u = 0; u < R::kBatch; u++) {
+      const int j = j0 + u;
+      if (j >= 2 * H) break;
+      float g[8], p[8];
+#pragma unroll
+      for (int k = 0; k < 8; k++) g[k] = gv[u].get(k);
+#pragma unroll
+      for (int k = 0; k < 8; k++) p[k] = __shfl_xor_sync(0xffffffff, g[k], R::kHalf);
+      float dot = 0.f;
+#pragma unroll
+      for (int k = 0; k < 8; k++) {
+        if (q.valid) g[k] = first ? g[k] * c[k] - p[k] * s[k] : p[k] * s[k] + g[k] * c[k];  // dn
+        dot += g[k] * xv[u].get(k);
+      }
+      dot = R::row_sum(dot);
+      if (!q.valid) continue;
+      const float r = (j < H ? rstd.q : rstd.k)[q.t * H + (j < H ? j : j - H)], cc = r * r * r * dot / D;
+      Pack8 o;
+#pragma unroll
+      for (int k = 0; k < 8; k++) o.set(k, r * g[k] - cc * xv[u].get(k));
+      store8((j < H ? dx.q : dx.k) + q.at(j, H), o);
+    }
   }
-  dot = R::row_sum(dot);
-  if (!q.valid) return;
-  const float r = rstd[q.row], cc = r * r * r * dot / D;
-  Pack8 o;
-#pragma unroll
-  for (int k = 0; k < 8; k++) o.set(k, r * g[k] - cc * xv.get(k));
-  store8(dx + at, o);
 }
 
-inline cudaError_t qk_norm_rotary_forward(const bf16* x, bf16* y, float* rstd, const float2* table, int T, int H, int D, float eps,
-                                          cudaStream_t st = 0) {
-  if ((D != 64 && D != 128) || T < 0 || H < 0 || ((uintptr_t)x | (uintptr_t)y | (uintptr_t)table) % 16) return cudaErrorInvalidValue;
-  const size_t rows = (size_t)T * H, threads = rows * (D / 8);
-  if (!rows) return cudaSuccess;
-  if (D == 128) qk_norm_rotary_forward_kernel<128><<<(unsigned)((threads + 255) / 256), 256, 0, st>>>(x, y, rstd, table, rows, H, eps);
-  else qk_norm_rotary_forward_kernel<64><<<(unsigned)((threads + 255) / 256), 256, 0, st>>>(x, y, rstd, table, rows, H, eps);
+inline bool qk_aligned(std::initializer_list<const void*> ptrs) {
+  uintptr_t a = 0;
+  for (const void* p : ptrs) a |= (uintptr_t)p;
+  return a % 16 == 0;
+}
+inline cudaError_t qk_norm_rotary_forward(QK<const bf16*> x, QK<bf16*> y, QK<float*> rstd, const float2* table, int T, int H, int D,
+                                          float eps, cudaStream_t st = 0) {
+  if ((D != 64 && D != 128) || T < 0 || H < 0 || !qk_aligned({x.q, x.k, y.q, y.k, table})) return cudaErrorInvalidValue;
+  const size_t threads = (size_t)T * (D / 8);
+  if (!threads || !H) return cudaSuccess;
+  const unsigned blocks = (unsigned)((threads + 255) / 256);
+  if (D == 128) qk_norm_rotary_forward_kernel<128><<<blocks, 256, 0, st>>>(x, y, rstd, table, T, H, eps);
+  else qk_norm_rotary_forward_kernel<64><<<blocks, 256, 0, st>>>(x, y, rstd, table, T, H, eps);
   return cudaGetLastError();
 }
-inline cudaError_t qk_norm_rotary_backward(const bf16* x, const float* rstd, const bf16* dy, bf16* dx, const float2* table, int T, int H,
-                                           int D, cudaStream_t st = 0) {
-  if ((D != 64 && D != 128) || T < 0 || H < 0 || ((uintptr_t)x | (uintptr_t)dy | (uintptr_t)dx | (uintptr_t)table) % 16)
-    return cudaErrorInvalidValue;
-  const size_t rows = (size_t)T * H, threads = rows * (D / 8);
-  if (!rows) return cudaSuccess;
-  if (D == 128) qk_norm_rotary_backward_kernel<128><<<(unsigned)((threads + 255) / 256), 256, 0, st>>>(x, rstd, dy, dx, table, rows, H);
-  else qk_norm_rotary_backward_kernel<64><<<(unsigned)((threads + 255) / 256), 256, 0, st>>>(x, rstd, dy, dx, table, rows, H);
+inline cudaError_t qk_norm_rotary_backward(QK<const bf16*> x, QK<const float*> rstd, QK<const bf16*> dy, QK<bf16*> dx, const float2* table,
+                                           int T, int H, int D, cudaStream_t st = 0) {
+  if ((D != 64 && D != 128) || T < 0 || H < 0 || !qk_aligned({x.q, x.k, dy.q, dy.k, dx.q, dx.k, table})) return cudaErrorInvalidValue;
+  const size_t threads = (size_t)T * (D / 8);
+  if (!threads || !H) return cudaSuccess;
+  const unsigned blocks = (unsigned)((threads + 255) / 256);
+  if (D == 128) qk_norm_rotary_backward_kernel<128><<<blocks, 256, 0, st>>>(x, rstd, dy, dx, table, T, H);
+  else qk_norm_rotary_backward_kernel<64><<<blocks, 256, 0, st>>>(x, rstd, dy, dx, table, T, H);
   return cudaGetLastError();
 }
 

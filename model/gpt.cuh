@@ -191,8 +191,7 @@ class Model {
       prof_.mark(Profiler::kNormMix, "value embedding mix");
       ok(layers::value_embed_mix(a.v_lin, W(lp.value_embed), tokens_, a.v, S(lp.attn_lambda), T, C));
       prof_.mark(Profiler::kNormMix, "q, k norm + rotary");
-      ok(layers::qk_norm_rotary_forward(a.q, a.qn, a.rstd_q, rot_, T, H, Dh, eps));
-      ok(layers::qk_norm_rotary_forward(a.k, a.kn, a.rstd_k, rot_, T, H, Dh, eps));
+      ok(layers::qk_norm_rotary_forward({a.q, a.k}, {a.qn, a.kn}, {a.rstd_q, a.rstd_k}, rot_, T, H, Dh, eps));
       prof_.mark(Profiler::kAttnFwd);
       ok(attn::attention_forward(a.qn, a.kn, a.v, a.y, a.lse, T, H, Dh, mask()));
       prof_.mark(Profiler::kMatmul, "x + y Wo (C x C)");
@@ -294,8 +293,7 @@ class Model {
       prof_.mark(Profiler::kEmbed, "value embedding backward");
       ok(layers::embedding_backward(dk_, ixv_, G(lp.value_embed), C));
       prof_.mark(Profiler::kNormMix, "q, k norm + rotary backward");
-      ok(layers::qk_norm_rotary_backward(a.q, a.rstd_q, t1_, dq_, rot_, T, H, Dh));
-      ok(layers::qk_norm_rotary_backward(a.k, a.rstd_k, t2_, dk_, rot_, T, H, Dh));
+      ok(layers::qk_norm_rotary_backward({a.q, a.k}, {a.rstd_q, a.rstd_k}, {t1_, t2_}, {dq_, dk_}, rot_, T, H, Dh));
       // q, k, v = h Wq, h Wk, h Wv
       prof_.mark(Profiler::kMatmul, "Wq, Wk, Wv dX (3 x C x C)");
       mm_.dX(dq_, W(lp.wq), dh_, T, C, C);

@@ -148,40 +148,59 @@ static void test_rmsnorm() {
   CHECK(layers::rmsnorm_forward(nullptr, nullptr, nullptr, 4, 100, 0.f) == cudaErrorInvalidValue, "n not a multiple of 8 accepted");
 }
 
-// ---- q/k norm + rotary, fused (layers/qk_norm_rotary.cuh), against rmsnorm then rotary in
-// fp64 (model/reference_layers.h), and its backward against rotary^T then rmsnorm_bwd; at the
-// speedrun's length (angles up to 65535 rad), H = 3 so rows do not align with warps.
+// ---- q/k norm + rotary, fused (layers/qk_norm_rotary.cuh), q and k in one call, each against
+// rmsnorm then rotary in fp64 (model/reference_layers.h), and its backward against rotary^T
+// then rmsnorm_bwd; at the speedrun's length (angles up to 65535 rad), H = 3 so that a token's
+// 2H = 6 rows are not a multiple of the kernel's batch of 4 and rows do not align with warps.
+// q and k hold different values (a swap of the two would show).
 // Tolerances: bf16 outputs rounded once from fp32 math, 4e-3 relative (rms); rstd fp32, 1e-5.
 static void test_qk_norm_rotary() {
   for (int D : {128, 64}) {
     const int T = 65536, H = 3;
-    const size_t n = (size_t)T * H * D;
+    const size_t n = (size_t)T * H * D, rows = (size_t)T * H;
     const double eps = 1.0 / 128;
-    std::vector<double> x = random_bf16(n, 3.0), dy = random_bf16(n), nrm(n), y(n), rstd((size_t)T * H), dn(n), dx(n, 0.0);
-    model_ref::rmsnorm(x.data(), nrm.data(), rstd.data(), T * H, D, eps);
-    model_ref::rotary(nrm.data(), y.data(), T, H, D, 1.0);
-    model_ref::rotary(dy.data(), dn.data(), T, H, D, -1.0);
-    model_ref::rmsnorm_bwd(x.data(), rstd.data(), dn.data(), dx.data(), T * H, D);
     auto table = layers::rotary_table(T, D);
     float2* dt;
-    float* drstd;
     CUDA_CHECK(cudaMalloc(&dt, table.size() * sizeof(float2)));
     CUDA_CHECK(cudaMemcpy(dt, table.data(), table.size() * sizeof(float2), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMalloc(&drstd, (size_t)T * H * sizeof(float)));
-    CUDA_CHECK(cudaMemset(drstd, 0xFF, (size_t)T * H * sizeof(float)));
-    bf16 *dxin = to_device(x), *ddy = to_device(dy), *dyo = poisoned(n), *ddx = poisoned(n);
-    CUDA_CHECK(layers::qk_norm_rotary_forward(dxin, dyo, drstd, dt, T, H, D, (float)eps));
-    CUDA_CHECK(layers::qk_norm_rotary_backward(dxin, drstd, ddy, ddx, dt, T, H, D));
-    std::vector<float> hr((size_t)T * H);
+    struct One {  // q or k: inputs, references, device buffers
+      std::vector<double> x, dy, y, rstd, dx;
+      bf16 *dx_in, *ddy, *dyo, *ddx;
+      float* drstd;
+    } t[2];
+    for (int w = 0; w < 2; w++) {
+      One& o = t[w];
+      o.x = random_bf16(n, w ? 1.0 : 3.0), o.dy = random_bf16(n), o.y.resize(n), o.rstd.resize(rows), o.dx.assign(n, 0.0);
+      std::vector<double> nrm(n), dn(n);
+      model_ref::rmsnorm(o.x.data(), nrm.data(), o.rstd.data(), T * H, D, eps);
+      model_ref::rotary(nrm.data(), o.y.data(), T, H, D, 1.0);
+      model_ref::rotary(o.dy.data(), dn.data(), T, H, D, -1.0);
+      model_ref::rmsnorm_bwd(o.x.data(), o.rstd.data(), dn.data(), o.dx.data(), T * H, D);
+      o.dx_in = to_device(o.x), o.ddy = to_device(o.dy), o.dyo = poisoned(n), o.ddx = poisoned(n);
+      CUDA_CHECK(cudaMalloc(&o.drstd, rows * sizeof(float)));
+      CUDA_CHECK(cudaMemset(o.drstd, 0xFF, rows * sizeof(float)));
+    }
+    CUDA_CHECK(layers::qk_norm_rotary_forward({t[0].dx_in, t[1].dx_in}, {t[0].dyo, t[1].dyo}, {t[0].drstd, t[1].drstd}, dt, T, H, D,
+                                              (float)eps));
+    CUDA_CHECK(layers::qk_norm_rotary_backward({t[0].dx_in, t[1].dx_in}, {t[0].drstd, t[1].drstd}, {t[0].ddy, t[1].ddy},
+                                               {t[0].ddx, t[1].ddx}, dt, T, H, D));
     CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(hr.data(), drstd, hr.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    double rerr = 0;
-    for (size_t i = 0; i < hr.size(); i++) rerr = std::max(rerr, std::fabs(hr[i] - rstd[i]) / rstd[i]);
-    const double ey = rel_err(from_device(dyo, n), y), ex = rel_err(from_device(ddx, n), dx);
-    CHECK(rerr < 1e-5 && ey < 4e-3 && ex < 4e-3, "qk norm+rotary D=%d: rstd %.2e y %.2e dx %.2e", D, rerr, ey, ex);
-    std::printf("qk norm+rotary T=%d H=%d D=%d: rstd %.1e, y %.2e, dx %.2e\n", T, H, D, rerr, ey, ex);
-    CHECK(layers::qk_norm_rotary_forward(dxin, dyo, drstd, dt, T, H, 96, 0.f) == cudaErrorInvalidValue, "qk norm+rotary: D=96 accepted");
-    for (void* q : {(void*)dt, (void*)drstd, (void*)dxin, (void*)ddy, (void*)dyo, (void*)ddx}) CUDA_CHECK(cudaFree(q));
+    for (int w = 0; w < 2; w++) {
+      One& o = t[w];
+      std::vector<float> hr(rows);
+      CUDA_CHECK(cudaMemcpy(hr.data(), o.drstd, hr.size() * sizeof(float), cudaMemcpyDeviceToHost));
+      double rerr = 0;
+      for (size_t i = 0; i < hr.size(); i++) rerr = std::max(rerr, std::fabs(hr[i] - o.rstd[i]) / o.rstd[i]);
+      const double ey = rel_err(from_device(o.dyo, n), o.y), ex = rel_err(from_device(o.ddx, n), o.dx);
+      CHECK(rerr < 1e-5 && ey < 4e-3 && ex < 4e-3, "qk norm+rotary D=%d %s: rstd %.2e y %.2e dx %.2e", D, w ? "k" : "q", rerr, ey, ex);
+      std::printf("qk norm+rotary T=%d H=%d D=%d, %s: rstd %.1e, y %.2e, dx %.2e\n", T, H, D, w ? "k" : "q", rerr, ey, ex);
+    }
+    CHECK(layers::qk_norm_rotary_forward({t[0].dx_in, t[1].dx_in}, {t[0].dyo, t[1].dyo}, {t[0].drstd, t[1].drstd}, dt, T, H, 96, 0.f) ==
+              cudaErrorInvalidValue,
+          "qk norm+rotary: D=96 accepted");
+    CUDA_CHECK(cudaFree(dt));
+    for (One& o : t)
+      for (void* q : {(void*)o.drstd, (void*)o.dx_in, (void*)o.ddy, (void*)o.dyo, (void*)o.ddx}) CUDA_CHECK(cudaFree(q));
   }
 }
 
@@ -433,6 +452,54 @@ static void test_matmul() {
       CUDA_CHECK(cudaFree(dA));
       CUDA_CHECK(cudaFree(dB));
     }
+  }
+}
+
+// ---- matmul's tuned choice (layers/matmul.cuh): at the model's shapes, where cuBLASLt offers
+// several algorithms, the tuned Matmul gives exactly the first choice's bits (bitwise equality,
+// no tolerance: that is the rule the tuning keeps), and its first call, which runs the trials,
+// adds into an in-place output once (an extra addition would change the bits). Each shape is
+// run twice through a fresh tuned Matmul, so the call that tunes and a later one are both seen.
+static void test_matmul_tuned() {
+  struct Shape { const char* name; int m, n, k; bool ta, tb, acc, f32, add; } shapes[] = {
+      {"x W (C x C)", 8192, 768, 768, false, false, false, false, false},
+      {"dX = dy W^T, 4C x C", 8192, 3072, 768, false, true, false, false, false},
+      {"dX += dy W^T (in place)", 8192, 768, 768, false, true, true, false, false},
+      {"x + r Wproj (add, out of place)", 8192, 768, 3072, false, false, false, false, true},
+      {"dW += x^T dy (fp32, in place)", 768, 3072, 8192, true, false, true, true, false}};
+  for (const Shape& sh : shapes) {
+    const size_t nc = (size_t)sh.m * sh.n, esize = sh.f32 ? 4 : 2;
+    std::vector<double> A = random_bf16((size_t)sh.m * sh.k), B = random_bf16((size_t)sh.k * sh.n), C0 = random_bf16(nc);
+    bf16 *dA = to_device(A), *dB = to_device(B), *dC0 = to_device(C0);
+    void *out[2], *start;  // the first choice's output, the tuned one's; the starting output
+    std::vector<float> C0f(C0.begin(), C0.end());
+    CUDA_CHECK(cudaMalloc(&start, nc * esize));
+    if (sh.f32)
+      CUDA_CHECK(cudaMemcpy(start, C0f.data(), nc * 4, cudaMemcpyHostToDevice));
+    else
+      CUDA_CHECK(cudaMemcpy(start, dC0, nc * 2, cudaMemcpyDeviceToDevice));
+    std::vector<std::vector<unsigned char>> got[2];
+    std::string algo;
+    for (int which = 0; which < 2; which++) {
+      layers::Matmul mm(32u << 20, which == 0 ? 0 : layers::Matmul::kTuned);
+      CUDA_CHECK(cudaMalloc(&out[which], nc * esize));
+      for (int call = 0; call < 2; call++) {
+        CUDA_CHECK(cudaMemcpy(out[which], start, nc * esize, cudaMemcpyDeviceToDevice));
+        if (sh.add)
+          mm.add(dA, dB, dC0, (bf16*)out[which], sh.m, sh.n, sh.k, sh.ta, sh.tb);
+        else
+          mm(dA, dB, out[which], sh.m, sh.n, sh.k, sh.ta, sh.tb, sh.acc, sh.f32);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        got[which].emplace_back(nc * esize);
+        CUDA_CHECK(cudaMemcpy(got[which].back().data(), out[which], nc * esize, cudaMemcpyDeviceToHost));
+      }
+      if (which == 1) algo = mm.algorithm(sh.m, sh.n, sh.k, sh.ta, sh.tb, sh.f32, sh.acc || sh.add);
+    }
+    const bool same = got[1][0] == got[0][0] && got[1][1] == got[0][0] && got[0][1] == got[0][0];
+    CHECK(same && algo.find("first's bits") != std::string::npos, "matmul tuned %s: the first choice's bits %s (%s)", sh.name,
+          same ? "kept" : "NOT kept", algo.c_str());
+    std::printf("matmul tuned, %s: bitwise the first choice's; runs %s\n", sh.name, algo.c_str());
+    for (void* p : {(void*)dA, (void*)dB, (void*)dC0, out[0], out[1], start}) CUDA_CHECK(cudaFree(p));
   }
 }
 
@@ -762,6 +829,7 @@ int main() {
   test_rotary();
   test_relu2();
   test_matmul();
+  test_matmul_tuned();
   test_softcap_ce();
   test_embedding();
   test_adam();

@@ -8,18 +8,18 @@
 // (x, dy, trans_a). cuBLASLt is column-major, so the call computes C^T = op(B)^T op(A)^T.
 // Errors come back as a message naming the shape, never as a raw status code.
 //
-// Which algorithm. Each shape's descriptors and algorithm are chosen at its first call and
-// kept, so every later call runs the same kernel. cuBLASLt's heuristic ranks its algorithms;
-// its first choice is not always its fastest (up to 1.3x slower on the model's shapes, by
-// bench/bench_matmul.cu). By default (kTuned) the first call times the heuristic's first
-// kCandidates choices on the call's own operands and keeps the fastest of those whose output
-// has the same bits as the first choice's (the 64-bit checksum of layers/checksum.cuh over the
-// whole output; an algorithm that sums in another order, such as another split-K, differs in
-// almost every output and is left out). So the numbers a run computes are the first choice's
-// whichever algorithm wins, and runs stay bit-reproducible even though timings vary. The first
-// call's output is written exactly once: where the call adds into its output in place, the
-// output is saved before the trials and restored before the real call. A rank >= 0 (benchmarks)
-// takes that heuristic choice untimed; algorithm() says which algorithm a shape runs.
+// Which algorithm. Each shape's descriptors and algorithm are chosen once and kept, so every
+// later call runs the same kernel. cuBLASLt's heuristic ranks its algorithms; its first choice
+// is not always its fastest (up to 1.3x slower on the model's shapes, by bench/bench_matmul.cu).
+// By default (kTuned) the first call of a shape whose product is not all zero times those of
+// the heuristic's first kCandidates choices that do the first choice's arithmetic (the same
+// algorithm id, split-K count and reduction scheme) on the call's own operands, and keeps the
+// fastest whose output has the same bits as the first choice's (the 64-bit checksum of
+// layers/checksum.cuh over the whole output). So the numbers a run computes are the first
+// choice's whichever candidate wins, and runs stay bit-reproducible though timings vary. The
+// tuning call's output is written once: where the call adds into its output in place, the
+// output is saved before the trials and restored before the real call (tune() says more). A
+// rank >= 0 (benchmarks) takes that heuristic choice untimed; algorithm() says which runs.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -35,6 +35,14 @@
 
 namespace layers {
 
+// *flag = 1 when some 32-bit word of d differs from c's (c == nullptr: from zero)
+__global__ void differs_kernel(const uint32_t* __restrict__ d, const uint32_t* __restrict__ c, size_t n, unsigned long long* flag) {
+  bool diff = false;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n && !diff; i += (size_t)gridDim.x * blockDim.x)
+    diff = d[i] != (c ? c[i] : 0u);
+  if (__any_sync(0xffffffffu, diff) && (threadIdx.x & 31) == 0) *flag = 1;
+}
+
 class Matmul {
  public:
   static constexpr int kTuned = -1, kCandidates = 10;
@@ -45,14 +53,14 @@ class Matmul {
       throw std::invalid_argument("matmul: heuristic rank must lie in [0, " + std::to_string(kCandidates) + ") or be kTuned");
     check(cublasLtCreate(&handle_), "cublasLtCreate");
     if (cudaMalloc(&workspace_, ws_bytes_) != cudaSuccess) throw std::runtime_error("matmul: cannot allocate the cuBLASLt workspace");
-    if (cudaMalloc(&sum_, sizeof(unsigned long long)) != cudaSuccess) throw std::runtime_error("matmul: cannot allocate 8 bytes");
+    if (cudaMalloc(&scratch_, 2 * sizeof(unsigned long long)) != cudaSuccess) throw std::runtime_error("matmul: cannot allocate 16 bytes");
     cudaEventCreate(&e0_);
     cudaEventCreate(&e1_);
   }
   ~Matmul() {
     for (auto& kv : plans_) destroy(kv.second);
     cudaFree(workspace_);
-    cudaFree(sum_);
+    cudaFree(scratch_);
     cudaEventDestroy(e0_);
     cudaEventDestroy(e1_);
     cublasLtDestroy(handle_);
@@ -112,7 +120,8 @@ class Matmul {
     cublasLtMatmulAlgo_t choices[kCandidates];  // the heuristic's, best first
     int offered;                                // how many it gave
     int rank;                                   // which of them runs
-    bool tuned = false;                         // chosen by timing (kTuned, at the first call)
+    bool tuned = false;                         // chosen (kTuned: by timing, at the first call with a nonzero product)
+    int attempts = 0;                           // calls that tried to tune it
     int same_bits = 0;                          // choices that gave the first choice's bits
   };
   static std::string shape_name(int m, int n, int k) {
@@ -171,16 +180,23 @@ class Matmul {
               cudaStream_t stream, const std::string& what) {
     check(try_launch(p, algo, A, B, C, D, beta, stream), what);
   }
-  // The first call of a shape (kTuned): each candidate runs from the same starting output, three
-  // times, timed by CUDA events; its output's checksum after the last run is compared with the
-  // first choice's. The fastest with equal checksums is kept. An in-place add (beta != 0 and
-  // C == D) saves the output first and restores it before every run and before the real call;
-  // when that copy cannot be allocated the first choice is kept untimed.
+  // The tuning of a shape (kTuned), at its first call whose product is not all zero: the first
+  // choice runs once from the starting output, and if the output comes back unchanged (beta = 0:
+  // all zero; otherwise equal to C) the product carried no information -- the model's zero-
+  // initialised projections make every gradient product of the first step zero, and on zeros
+  // every algorithm gives the same bits -- so the call runs untuned and a later one tries again
+  // (up to kTuneAttempts calls, then the first choice stays). Otherwise each candidate of the
+  // same arithmetic as the first choice (cuBLASLt's algorithm id, split-K count and reduction
+  // scheme: a split-K other than the first choice's sums in another order) runs from the same
+  // starting output, three times, timed by CUDA events; its output's checksum after the last
+  // run is compared with the first choice's, and the fastest with equal checksums is kept. An
+  // in-place add (beta != 0 and C == D) saves the output first and restores it before every
+  // run and before the real call; when that copy cannot be allocated the first choice is kept.
+  static constexpr int kTuneAttempts = 1000;
   void tune(Plan& p, const void* A, const void* B, const void* C, void* D, int m, int n, int k, float beta, bool c_fp32,
             cudaStream_t stream) {
-    p.tuned = true;
-    if (p.offered < 2) {
-      p.same_bits = 1;  // the only choice
+    if (p.offered < 2 || ++p.attempts > kTuneAttempts) {
+      p.tuned = true, p.same_bits = 1;  // the first choice, untimed
       return;
     }
     const std::string shape = shape_name(m, n, k);
@@ -190,6 +206,7 @@ class Matmul {
     if (in_place) {  // stream-ordered: no device-wide synchronisation (other streams may be exchanging gradients)
       if (cudaMallocAsync(&saved, bytes, stream) != cudaSuccess) {
         cudaGetLastError();  // the allocation's error is not sticky; clear it
+        p.tuned = true, p.same_bits = 1;
         return;
       }
       cuda_ok(cudaMemcpyAsync(saved, D, bytes, cudaMemcpyDeviceToDevice, stream), shape);
@@ -197,9 +214,17 @@ class Matmul {
     auto restore = [&] {
       if (in_place) cuda_ok(cudaMemcpyAsync(D, saved, bytes, cudaMemcpyDeviceToDevice, stream), shape);
     };
+    auto done = [&] {
+      restore();
+      if (saved) cuda_ok(cudaFreeAsync(saved, stream), shape);
+    };
+    launch(p, p.choices[0], A, B, C, D, beta, stream, shape);
+    if (!changed(D, in_place ? saved : beta != 0.f ? C : nullptr, bytes, stream, shape)) return done();  // a zero product
+    p.tuned = true;
     unsigned long long first = 0;
     float best_ms = 0;
     for (int i = 0; i < p.offered; i++) {
+      if (!same_arithmetic(p.choices[i], p.choices[0])) continue;
       float ms = 1e30f;
       bool ok = true;
       for (int rep = 0; rep < 3 && ok; rep++) {
@@ -217,16 +242,37 @@ class Matmul {
         continue;
       }
       unsigned long long sum = 0;
-      cuda_ok(checksum(D, bytes, sum_, stream), shape);
-      cuda_ok(cudaMemcpyAsync(&sum, sum_, sizeof(sum), cudaMemcpyDeviceToHost, stream), shape);
+      cuda_ok(checksum(D, bytes, scratch_, stream), shape);
+      cuda_ok(cudaMemcpyAsync(&sum, scratch_, sizeof(sum), cudaMemcpyDeviceToHost, stream), shape);
       cuda_ok(cudaStreamSynchronize(stream), shape);
       if (i == 0) first = sum;
       if (sum != first) continue;
       p.same_bits++;
       if (i == 0 || ms < best_ms) best_ms = ms, p.algo = p.choices[i], p.rank = i;
     }
-    restore();
-    if (saved) cuda_ok(cudaFreeAsync(saved, stream), shape);
+    done();
+  }
+  // whether a and b (same id, split-K and reduction scheme) sum in the same order
+  static bool same_arithmetic(const cublasLtMatmulAlgo_t& a, const cublasLtMatmulAlgo_t& b) {
+    for (cublasLtMatmulAlgoConfigAttributes_t at :
+         {CUBLASLT_ALGO_CONFIG_ID, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME}) {
+      uint32_t va = 0, vb = 0;
+      size_t w = 0;
+      cublasLtMatmulAlgoConfigGetAttribute(&a, at, &va, sizeof(va), &w);
+      cublasLtMatmulAlgoConfigGetAttribute(&b, at, &vb, sizeof(vb), &w);
+      if (va != vb) return false;
+    }
+    return true;
+  }
+  // whether the bytes at d differ from those at c (c == nullptr: from zero)
+  bool changed(const void* d, const void* c, size_t bytes, cudaStream_t stream, const std::string& what) {
+    unsigned long long flag = 0;
+    cuda_ok(cudaMemsetAsync(scratch_ + 1, 0, sizeof(flag), stream), what);
+    differs_kernel<<<264, 256, 0, stream>>>((const uint32_t*)d, (const uint32_t*)c, bytes / 4, scratch_ + 1);
+    cuda_ok(cudaGetLastError(), what);
+    cuda_ok(cudaMemcpyAsync(&flag, scratch_ + 1, sizeof(flag), cudaMemcpyDeviceToHost, stream), what);
+    cuda_ok(cudaStreamSynchronize(stream), what);
+    return flag != 0;
   }
   static void cuda_ok(cudaError_t e, const std::string& what) {
     if (e != cudaSuccess) throw std::runtime_error(what + ": " + cudaGetErrorString(e));
@@ -245,7 +291,7 @@ class Matmul {
   void* workspace_ = nullptr;
   size_t ws_bytes_;
   int rank_;
-  unsigned long long* sum_ = nullptr;  // the checksum's device word
+  unsigned long long* scratch_ = nullptr;  // two device words: a checksum, a flag
   cudaEvent_t e0_ = nullptr, e1_ = nullptr;
 };
 

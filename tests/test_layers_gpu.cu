@@ -458,8 +458,11 @@ static void test_matmul() {
 // ---- matmul's tuned choice (layers/matmul.cuh): at the model's shapes, where cuBLASLt offers
 // several algorithms, the tuned Matmul gives exactly the first choice's bits (bitwise equality,
 // no tolerance: that is the rule the tuning keeps), and its first call, which runs the trials,
-// adds into an in-place output once (an extra addition would change the bits). Each shape is
-// run twice through a fresh tuned Matmul, so the call that tunes and a later one are both seen.
+// adds into an in-place output once (an extra addition would change the bits). A fresh tuned
+// Matmul first gets a zero A (as the model's first backward does: its projections start at
+// zero), which must leave the output as a zero product does and must not tune (on zeros every
+// algorithm agrees, a split-K one too); then two calls on random A, the one that tunes and a
+// later one, each with the first choice's bits.
 static void test_matmul_tuned() {
   struct Shape { const char* name; int m, n, k; bool ta, tb, acc, f32, add; } shapes[] = {
       {"x W (C x C)", 8192, 768, 768, false, false, false, false, false},
@@ -478,28 +481,43 @@ static void test_matmul_tuned() {
       CUDA_CHECK(cudaMemcpy(start, C0f.data(), nc * 4, cudaMemcpyHostToDevice));
     else
       CUDA_CHECK(cudaMemcpy(start, dC0, nc * 2, cudaMemcpyDeviceToDevice));
+    bf16* dZero;  // a zero A
+    CUDA_CHECK(cudaMalloc(&dZero, A.size() * sizeof(bf16)));
+    CUDA_CHECK(cudaMemset(dZero, 0, A.size() * sizeof(bf16)));
     std::vector<std::vector<unsigned char>> got[2];
-    std::string algo;
+    std::string algo, algo_after_zero;
+    auto call = [&](layers::Matmul& mm, const bf16* a, void* o) {
+      CUDA_CHECK(cudaMemcpy(o, start, nc * esize, cudaMemcpyDeviceToDevice));
+      if (sh.add)
+        mm.add(a, dB, dC0, (bf16*)o, sh.m, sh.n, sh.k, sh.ta, sh.tb);
+      else
+        mm(a, dB, o, sh.m, sh.n, sh.k, sh.ta, sh.tb, sh.acc, sh.f32);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      std::vector<unsigned char> h(nc * esize);
+      CUDA_CHECK(cudaMemcpy(h.data(), o, h.size(), cudaMemcpyDeviceToHost));
+      return h;
+    };
+    std::vector<unsigned char> zero_product(nc * esize, 0), start_bytes(nc * esize);
+    CUDA_CHECK(cudaMemcpy(start_bytes.data(), start, start_bytes.size(), cudaMemcpyDeviceToHost));
+    bool zero_ok = false;
     for (int which = 0; which < 2; which++) {
       layers::Matmul mm(32u << 20, which == 0 ? 0 : layers::Matmul::kTuned);
       CUDA_CHECK(cudaMalloc(&out[which], nc * esize));
-      for (int call = 0; call < 2; call++) {
-        CUDA_CHECK(cudaMemcpy(out[which], start, nc * esize, cudaMemcpyDeviceToDevice));
-        if (sh.add)
-          mm.add(dA, dB, dC0, (bf16*)out[which], sh.m, sh.n, sh.k, sh.ta, sh.tb);
-        else
-          mm(dA, dB, out[which], sh.m, sh.n, sh.k, sh.ta, sh.tb, sh.acc, sh.f32);
-        CUDA_CHECK(cudaDeviceSynchronize());
-        got[which].emplace_back(nc * esize);
-        CUDA_CHECK(cudaMemcpy(got[which].back().data(), out[which], nc * esize, cudaMemcpyDeviceToHost));
+      if (which == 1) {
+        const std::vector<unsigned char> z = call(mm, dZero, out[which]);
+        zero_ok = z == (sh.acc || sh.add ? start_bytes : zero_product);  // add(): C0 = start
+        algo_after_zero = mm.algorithm(sh.m, sh.n, sh.k, sh.ta, sh.tb, sh.f32, sh.acc || sh.add);
       }
+      for (int c = 0; c < 2; c++) got[which].push_back(call(mm, dA, out[which]));
       if (which == 1) algo = mm.algorithm(sh.m, sh.n, sh.k, sh.ta, sh.tb, sh.f32, sh.acc || sh.add);
     }
     const bool same = got[1][0] == got[0][0] && got[1][1] == got[0][0] && got[0][1] == got[0][0];
+    CHECK(zero_ok && algo_after_zero.find("first's bits") == std::string::npos, "matmul tuned %s: after a zero A: output %s, plan %s",
+          sh.name, zero_ok ? "right" : "WRONG", algo_after_zero.c_str());
     CHECK(same && algo.find("first's bits") != std::string::npos, "matmul tuned %s: the first choice's bits %s (%s)", sh.name,
           same ? "kept" : "NOT kept", algo.c_str());
-    std::printf("matmul tuned, %s: bitwise the first choice's; runs %s\n", sh.name, algo.c_str());
-    for (void* p : {(void*)dA, (void*)dB, (void*)dC0, out[0], out[1], start}) CUDA_CHECK(cudaFree(p));
+    std::printf("matmul tuned, %s: a zero product left untuned; bitwise the first choice's; runs %s\n", sh.name, algo.c_str());
+    for (void* p : {(void*)dA, (void*)dB, (void*)dC0, (void*)dZero, out[0], out[1], start}) CUDA_CHECK(cudaFree(p));
   }
 }
 

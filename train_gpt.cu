@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -420,144 +421,189 @@ static void report(const Options& o, const dist::Context& ctx, const cudaDeviceP
 }
 
 // ----------------------------------------------------------------------------------- training
-static int run_training(const Options& o, const dist::Context& ctx) {
-  // everything that can be checked without a GPU is checked first
-  train::Checkpoint resume_from;
-  if (!o.resume.empty()) {
-    resume_from = train::read_checkpoint(o.resume);
-    train::check_same_config(resume_from, train::fingerprint(o), o.resume);
+// One training run, piece by piece: the constructor makes everything a step needs (checking
+// what can be checked before the GPU is touched), and each method does one job of the loop in
+// run_training below.
+class Trainer {
+ public:
+  Trainer(const Options& o, const dist::Context& ctx)
+      : o_(o), ctx_(ctx), resume_from_(before_the_gpu(o, ctx)), data_(o, ctx), prop_(open_gpu(ctx)), cfg_(model_config(o)),
+        sched_(schedule(o)), model_(cfg_, o.seq_len), opt_(model_.layout()), reader_(o.seq_len, cfg_.mask), batch_(o.seq_len),
+        flops_(o, model_.layout()) {
+    model_.load(model::init_values(model_.layout(), o.seed));
+    if (ctx.world > 1) {
+      const bool overlap = o.grad_sync == "overlap";
+      dp_ = std::make_unique<train::DataParallel>(ctx, train::grad_buckets(model_.layout(), o.layers, overlap), model_.grads(), overlap,
+                                                  o.timeout);
+    }
+    start_step_ = o.resume.empty() ? 0 : load_checkpoint(o, resume_from_, model_, opt_);
+    last_checkpoint_ = o.resume.empty() ? "none" : o.resume;
+    const std::string run_id = train::RunLog::new_run_id();
+    log_.emplace(o.log_file, ctx.rank == 0, run_id, kGitCommit);  // once the run can start: a failure before leaves no log
+    log_->config(train::config_json(o, run_id, ctx.world, prop_.name, kGitCommit));
+    log_->note("train_gpt: " + std::string(prop_.name) + " x " + std::to_string(ctx.world) + ", " + std::to_string(model_.layout().size()) +
+              " parameters, " + std::to_string(o.steps) + " steps of " + std::to_string((long long)o.seq_len * o.seqs_per_step) +
+              " tokens (" + std::to_string(micro()) + " micro-step(s) of one sequence per GPU)");
+    if (start_step_) log_->note("train_gpt: resumed from " + o.resume + " at step " + std::to_string(start_step_));
+    if (o.check_replicas) gpt::cuda_check(cudaMalloc(&d_sum_, sizeof(unsigned long long)), "checksum");
   }
-  if (!o.checkpoint_dir.empty() && ctx.rank == 0) {
-    std::error_code ec;
-    std::filesystem::create_directories(o.checkpoint_dir, ec);
-    if (ec) throw std::runtime_error(o.checkpoint_dir + ": cannot create the checkpoint directory (--checkpoint-dir): " + ec.message());
+  ~Trainer() {
+    if (d_sum_) cudaFree(d_sum_);
   }
-  Data data(o, ctx);
-  const cudaDeviceProp prop = open_gpu(ctx);
+  int start_step() const { return start_step_; }
 
-  const model::Config cfg = model_config(o);
-  const model::Schedule sched = schedule(o);
-  gpt::Model model(cfg, o.seq_len);
-  model.load(model::init_values(model.layout(), o.seed));
-  Optimizer opt(model.layout());
-  layers::Matmul mm;
-  std::unique_ptr<train::DataParallel> dp;
-  if (ctx.world > 1) {
-    const bool overlap = o.grad_sync == "overlap";
-    dp = std::make_unique<train::DataParallel>(ctx, train::grad_buckets(model.layout(), o.layers, overlap), model.grads(), overlap,
-                                               o.timeout);
+  // the attention window of step (0-based), set on the model
+  int window(int step) {
+    const int w = window_at(o_, sched_, step);
+    model_.set_window(w);
+    return w;
   }
-  const int start_step = o.resume.empty() ? 0 : load_checkpoint(o, resume_from, model, opt);
-  std::string last_checkpoint = o.resume.empty() ? "none" : o.resume;
-
-  const std::string run_id = train::RunLog::new_run_id();
-  train::RunLog log(o.log_file, ctx.rank == 0, run_id, kGitCommit);
-  log.config(train::config_json(o, run_id, ctx.world, prop.name, kGitCommit));
-  const int micro = data.schedule.micro_steps();
-  log.note("train_gpt: " + std::string(prop.name) + " x " + std::to_string(ctx.world) + ", " + std::to_string(model.layout().size()) +
-           " parameters, " + std::to_string(o.steps) + " steps of " + std::to_string((long long)o.seq_len * o.seqs_per_step) +
-           " tokens (" + std::to_string(micro) + " micro-step(s) of one sequence per GPU)");
-  if (start_step) log.note("train_gpt: resumed from " + o.resume + " at step " + std::to_string(start_step));
-
-  SequenceReader reader(o.seq_len, cfg.mask);
-  model::Batch batch(o.seq_len);
-  const FlopCounter flops(o, model.layout());
-  Timing timing;
-  gpt::Profiler& prof = model.profiler();
-  // the step's loss is the mean of its sequences' mean losses over their kept targets (all T
-  // without a prefix), as the record's cross-entropy per micro-step, averaged over micro-steps
-  // and ranks; a sequence that keeps no target adds nothing
-  auto grad_scale = [&](const model::Batch& b) { return 1.f / ((float)std::max(b.kept_targets, 1) * o.seqs_per_step); };
-  auto sync = [&](const std::string& what) {
-    if (dp) dp->sync(what);
-    else gpt::cuda_check(cudaDeviceSynchronize(), what.c_str());
-  };
-  auto fail_if_not_finite = [&](const char* what, double loss, int step) {
-    if (!std::isfinite(loss))
-      throw std::runtime_error(std::string(what) + " loss is " + std::to_string(loss) + " at step " + std::to_string(step) +
-                               "; last checkpoint: " + last_checkpoint);
-  };
 
   // validation: the mean loss over every rank's share of the validation sequences
-  auto validate = [&](int step, int window) {
-    double vl[2] = {0, (double)data.val_seqs.size()};
-    for (uint64_t k : data.val_seqs) {
-      reader.load(data.val, k, window, batch);
-      vl[0] += model.forward(batch);
+  void validate(int step, int window) {
+    double vl[2] = {0, (double)data_.val_seqs.size()};
+    for (uint64_t k : data_.val_seqs) {
+      reader_.load(data_.val, k, window, batch_);
+      vl[0] += model_.forward(batch_);
     }
-    dist::sum(ctx, vl, 2);
-    log.step(step, o.steps, timing.train_ms, vl[0] / vl[1]);
+    dist::sum(ctx_, vl, 2);
+    log_->step(step, o_.steps, timing_.train_ms, vl[0] / vl[1]);
     fail_if_not_finite("validation", vl[0] / vl[1], step);
-  };
+  }
 
-  // one optimisation step: forward and backward of each micro-step's sequence (the gradients of
-  // the last one averaged over the ranks while its backward runs), then the optimiser
-  auto train_step = [&](int step, int window) {
+  // one optimisation step (0-based step): forward and backward of each micro-step's sequence (the
+  // gradients of the last one averaged over the ranks while its backward runs), then the
+  // optimiser; returns the step's loss, the mean of its sequences' mean losses over their kept
+  // targets (all T without a prefix), as the record's cross-entropy per micro-step, averaged over
+  // micro-steps and ranks (a sequence that keeps no target adds nothing)
+  double train_step(int step, int window) {
     sync("step " + std::to_string(step + 1));
     const bool timed = step >= 10;  // steps 11, 12, ... (1-based) are timed, as in the record
-    prof.on = o.profile > 0 && timed && step < 10 + o.profile;
+    gpt::Profiler& prof = model_.profiler();
+    prof.on = o_.profile > 0 && timed && step < 10 + o_.profile;
     const auto t0 = std::chrono::steady_clock::now();
-    model.zero_grad();
-    double tl[2] = {0, (double)micro};
-    for (int m = 0; m < micro; m++) {
-      const bool last = m == micro - 1;
-      reader.load(data.train, data.schedule.sequence_index(step, m), window, batch);
-      if (timed) timing.flops += flops.sequence(o, batch), timing.targets += batch.kept_targets;
-      tl[0] += model.forward(batch, grad_scale(batch));
-      if (dp && last) dp->ready(o.layers);  // the head's gradient is final
-      if (dp && last) model.backward([&](int point) { dp->ready(point); });
-      else model.backward();
+    model_.zero_grad();
+    double tl[2] = {0, (double)micro()};
+    for (int m = 0; m < micro(); m++) {
+      const bool last = m == micro() - 1;
+      reader_.load(data_.train, data_.schedule.sequence_index(step, m), window, batch_);
+      if (timed) timing_.flops += flops_.sequence(o_, batch_), timing_.targets += batch_.kept_targets;
+      tl[0] += model_.forward(batch_, 1.f / ((float)std::max(batch_.kept_targets, 1) * o_.seqs_per_step));
+      if (dp_ && last) dp_->ready(o_.layers);  // the head's gradient is final
+      if (dp_ && last) model_.backward([&](int point) { dp_->ready(point); });
+      else model_.backward();
     }
     prof.mark(gpt::Profiler::kComm);
-    if (dp) dp->wait();
+    if (dp_) dp_->wait();
     prof.mark(gpt::Profiler::kOptimizer);
-    opt.step(model, mm, step, sched, dp.get());
+    opt_.step(model_, mm_, step, sched_, dp_.get());
     prof.mark(gpt::Profiler::kHost);
     sync("optimizer step " + std::to_string(step + 1));
     prof.collect();
     prof.on = false;  // validation is not profiled
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (timed) {
-      timing.train_ms += ms;
-      timing.step_ms.push_back(ms);
+    record_time(timed, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    dist::sum(ctx_, tl, 2);
+    return tl[0] / tl[1];
+  }
+
+  // after step done (1-based): its loss in the logs, the start-up time after the first, the
+  // replica check, a checkpoint when due
+  void after_step(int done, double loss) {
+    fail_if_not_finite("training", loss, done);
+    log_->step(done, o_.steps, timing_.train_ms, NAN, loss);
+    if (done == start_step_ + 1) log_startup(*log_);
+    if (o_.check_replicas) last_sum_ = check_replicas(ctx_, model_, d_sum_, done);
+    const bool due = (o_.checkpoint_every && done % o_.checkpoint_every == 0) || done == o_.steps;
+    if (!o_.checkpoint_dir.empty() && ctx_.rank == 0 && due) save_checkpoint(o_, model_, opt_, done, &last_checkpoint_);
+  }
+
+  // the end of the run: speed, MFU, memory, the all-reduce, the profile, the replicas
+  void finish() {
+    report(o_, ctx_, prop_, timing_, model_, dp_.get(), *log_);
+    char b[160];
+    if (o_.check_replicas) {
+      std::snprintf(b, sizeof(b), "train_gpt: replicas identical on all %d rank(s) after every step (last checksum %016llx)", ctx_.world,
+                    (unsigned long long)last_sum_);
+      log_->note(b);
     }
-    if (dp) {
-      const auto t = dp->times();
-      if (timed) timing.comm_ms += t.allreduce_ms, timing.exposed_ms += t.exposed_ms, timing.bcast_ms += t.broadcast_ms;
+    std::snprintf(b, sizeof(b), "train_gpt: done; peak GPU memory %.0f MiB%s", timing_.peak_mem / (1 << 20),
+                  ctx_.world > 1 ? " (the largest rank's)" : "");
+    log_->note(b);
+  }
+
+ private:
+  // What is checked before the GPU is touched (then the shards, by Data): --resume's file, read
+  // and checked against the flags (returned), and the checkpoint folder, made by rank 0.
+  static train::Checkpoint before_the_gpu(const Options& o, const dist::Context& ctx) {
+    train::Checkpoint ck;
+    if (!o.resume.empty()) {
+      ck = train::read_checkpoint(o.resume);
+      train::check_same_config(ck, train::fingerprint(o), o.resume);
+    }
+    if (!o.checkpoint_dir.empty() && ctx.rank == 0) {
+      std::error_code ec;
+      std::filesystem::create_directories(o.checkpoint_dir, ec);
+      if (ec) throw std::runtime_error(o.checkpoint_dir + ": cannot create the checkpoint directory (--checkpoint-dir): " + ec.message());
+    }
+    return ck;
+  }
+  int micro() const { return data_.schedule.micro_steps(); }
+  void sync(const std::string& what) {
+    if (dp_) dp_->sync(what);
+    else gpt::cuda_check(cudaDeviceSynchronize(), what.c_str());
+  }
+  void fail_if_not_finite(const char* what, double loss, int step) const {
+    if (!std::isfinite(loss))
+      throw std::runtime_error(std::string(what) + " loss is " + std::to_string(loss) + " at step " + std::to_string(step) +
+                               "; last checkpoint: " + last_checkpoint_);
+  }
+  void record_time(bool timed, double ms) {  // the step's time, the all-reduce's, the memory in use
+    if (timed) {
+      timing_.train_ms += ms;
+      timing_.step_ms.push_back(ms);
+    }
+    if (dp_) {  // read every step: reading resets the exchange's per-step records
+      const auto t = dp_->times();
+      if (timed) timing_.comm_ms += t.allreduce_ms, timing_.exposed_ms += t.exposed_ms, timing_.bcast_ms += t.broadcast_ms;
     }
     size_t free_b = 0, total_b = 0;
-    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) timing.peak_mem = std::max(timing.peak_mem, (double)(total_b - free_b));
-    dist::sum(ctx, tl, 2);
-    return tl[0] / tl[1];
-  };
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) timing_.peak_mem = std::max(timing_.peak_mem, (double)(total_b - free_b));
+  }
 
-  unsigned long long* d_sum = nullptr;
-  if (o.check_replicas) gpt::cuda_check(cudaMalloc(&d_sum, sizeof(unsigned long long)), "checksum");
-  uint64_t last_sum = 0;
-  for (int step = start_step; step <= o.steps; step++) {
-    const int window = window_at(o, sched, step);
-    model.set_window(window);
-    if (step % o.val_every == 0 || step == o.steps) validate(step, window);
+  const Options& o_;
+  const dist::Context& ctx_;
+  train::Checkpoint resume_from_;  // members in the order they are made
+  Data data_;
+  cudaDeviceProp prop_;
+  model::Config cfg_;
+  model::Schedule sched_;
+  gpt::Model model_;
+  Optimizer opt_;
+  SequenceReader reader_;
+  model::Batch batch_;
+  FlopCounter flops_;
+  std::optional<train::RunLog> log_;
+  layers::Matmul mm_;
+  std::unique_ptr<train::DataParallel> dp_;
+  Timing timing_;
+  int start_step_ = 0;
+  std::string last_checkpoint_;
+  unsigned long long* d_sum_ = nullptr;
+  uint64_t last_sum_ = 0;
+};
+
+// The training loop: validation at step 0, every --val-every steps and at the end; one step at a
+// time in between.
+static int run_training(const Options& o, const dist::Context& ctx) {
+  Trainer t(o, ctx);
+  for (int step = t.start_step(); step <= o.steps; step++) {
+    const int window = t.window(step);
+    if (step % o.val_every == 0 || step == o.steps) t.validate(step, window);
     if (step == o.steps) break;
     inject_fault(o, ctx, step + 1);
-    const double train_loss = train_step(step, window);
-    fail_if_not_finite("training", train_loss, step + 1);
-    log.step(step + 1, o.steps, timing.train_ms, NAN, train_loss);
-    if (step == start_step) log_startup(log);
-    if (o.check_replicas) last_sum = check_replicas(ctx, model, d_sum, step + 1);
-    const bool checkpoint_due = (o.checkpoint_every && (step + 1) % o.checkpoint_every == 0) || step + 1 == o.steps;
-    if (!o.checkpoint_dir.empty() && ctx.rank == 0 && checkpoint_due) save_checkpoint(o, model, opt, step + 1, &last_checkpoint);
+    t.after_step(step + 1, t.train_step(step, window));
   }
-  report(o, ctx, prop, timing, model, dp.get(), log);
-  char b[160];
-  if (o.check_replicas) {
-    std::snprintf(b, sizeof(b), "train_gpt: replicas identical on all %d rank(s) after every step (last checksum %016llx)", ctx.world,
-                  (unsigned long long)last_sum);
-    log.note(b);
-  }
-  std::snprintf(b, sizeof(b), "train_gpt: done; peak GPU memory %.0f MiB%s", timing.peak_mem / (1 << 20), ctx.world > 1 ? " (the largest rank's)" : "");
-  log.note(b);
-  if (d_sum) cudaFree(d_sum);
+  t.finish();
   return 0;
 }
 

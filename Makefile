@@ -42,7 +42,9 @@ CPU_TESTS := $(BUILD)/tests/test_data $(BUILD)/tests/test_attention_cpu $(BUILD)
              $(BUILD)/tests/test_dist $(BUILD)/tests/test_grad_buckets
 MODEL_OBJS := $(BUILD)/model/config.o $(BUILD)/model/batch.o
 MODEL_REF_OBJS := $(MODEL_OBJS) $(BUILD)/model/reference_model.o $(BUILD)/model/optimizer_reference.o $(BUILD)/attention/reference.o
-GPU_TESTS := $(BUILD)/tests/test_attention_gpu $(BUILD)/tests/test_layers_gpu $(BUILD)/tests/test_model_gpu
+# one test binary a layer (tests/layers/NAME.cu)
+LAYER_TESTS := $(patsubst tests/layers/%.cu,$(BUILD)/tests/layers/%,$(wildcard tests/layers/*.cu))
+GPU_TESTS := $(BUILD)/tests/test_attention_gpu $(LAYER_TESTS) $(BUILD)/tests/test_model_gpu
 
 .PHONY: all test test-gpu test-torch bench data setup clean help
 all: train_gpt $(TOOLS) attention/attn_run
@@ -127,7 +129,7 @@ test-torch: $(BUILD)/model_dump
 $(BUILD)/tests/test_attention_gpu: $(BUILD)/tests/test_attention_gpu.o $(ATTN_OBJS) $(BUILD)/attention/reference.o
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -Xcompiler -fopenmp -lgomp
 
-$(BUILD)/tests/test_layers_gpu: $(BUILD)/tests/test_layers_gpu.o $(MODEL_REF_OBJS)
+$(BUILD)/tests/layers/%: $(BUILD)/tests/layers/%.o $(MODEL_REF_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt -Xcompiler -fopenmp -lgomp
 
 $(BUILD)/tests/test_model_gpu: $(BUILD)/tests/test_model_gpu.o $(ATTN_OBJS) $(MODEL_REF_OBJS)
@@ -147,7 +149,7 @@ test-gpu: $(GPU_TESTS) attention/attn_run $(BUILD)/model_dump train_gpt
 	@if nvidia-smi --query-gpu=compute_cap --format=csv,noheader | grep -q '^9'; then \
 	  echo "$(BUILD)/tests/test_attention_gpu --kernels sm90 --sm90-backward fused"; $(BUILD)/tests/test_attention_gpu --kernels sm90 --sm90-backward fused && \
 	  echo "$(BUILD)/tests/test_attention_gpu --kernels sm90 --sm90-backward two-kernels"; $(BUILD)/tests/test_attention_gpu --kernels sm90 --sm90-backward two-kernels; fi
-	$(BUILD)/tests/test_layers_gpu
+	@for t in $(LAYER_TESTS); do echo $$t; $$t || exit 1; done
 	$(BUILD)/tests/test_model_gpu
 	$(PYTHON) tests/test_attn_run.py attention/attn_run
 	$(PYTHON_TORCH) tests/torch_model_check.py $(BUILD)

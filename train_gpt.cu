@@ -111,7 +111,7 @@ static std::string used_checkpoint_dir(const std::string& dir, const std::string
 // Muon for the block matrices (the same grouping as model/optimizer_reference.cpp). Every rank
 // runs Adam and Muon's momentum on the averaged gradients; matrix j's Newton-Schulz runs only
 // on rank j % world, which broadcasts the result (X, bf16) to the others; then every rank
-// applies every X. With one GPU this is muon_step, stage by stage (tests/test_layers_gpu.cu).
+// applies every X. With one GPU this is muon_step, stage by stage (tests/layers/muon.cu).
 // Adam's state is not sharded (ZeRO-1): see the note in README.md. The optimiser saves and
 // loads its own state in checkpoints.
 struct Optimizer {

@@ -1,5 +1,5 @@
 // fp64 CPU references of the model's elementwise and row-wise layers, shared by the reference
-// model (reference_model.cpp) and the CUDA layer tests (tests/test_layers_gpu.cu).
+// model (reference_model.cpp) and the CUDA layer tests (tests/layers/, one a layer).
 //   rmsnorm:  y = x / sqrt(mean(x^2) + eps) over rows of n;  backward dx += r dy - r^3 x (dy.x) / n
 //   rotary:   on [T][H][Dh], halves x1 = [0, Dh/2), x2 = [Dh/2, Dh), angle t * 10000^(-j/(Dh/2)):
 //             y1 = x1 cos + x2 sin, y2 = -x1 sin + x2 cos; sign = -1 gives the transpose (backward)

@@ -1,4 +1,4 @@
-// Unfused kernels that the model's fused ones are tested against, to the bit (tests/test_layers_gpu.cu).
+// Unfused kernels that the model's fused ones are tested against, to the bit (tests/layers/).
 // The model does not use them; they are the plain form of what a fused kernel must reproduce:
 //   lambda_mix:     out = l[0] x + l[1] x0 (bf16 [n], fp32 math): norm_mix.cuh and value_embed_mix
 //   relu2_backward: du = 2 max(u, 0) dr from u: relu2_backward_from_r (from r = max(u, 0)^2)

@@ -1,0 +1,131 @@
+// The layer test of matmul (tests/layers/gpu_test.h: helpers and tolerances), against a plain fp64 triple loop
+// (CPU references: model/reference_layers.h unless named otherwise).
+// Tolerances: bf16 output 4e-3 (the output rounding dominates fp32 accumulation over k <= 3072);
+// fp32 output 1e-5; the tuned choice bit for bit.
+#include "tests/layers/gpu_test.h"
+#include "layers/matmul.cuh"
+
+// ---- matmul: forward, both backward forms, accumulate, fp32 output
+static void test_matmul() {
+  {
+    layers::Matmul mm;
+    struct Shape { int m, n, k; bool ta, tb, acc, f32; } shapes[] = {
+        {256, 768, 768, false, false, false, false}, {128, 3072, 768, false, true, false, false},
+        {768, 512, 256, true, false, true, false},   {64, 1024, 768, false, false, false, true},
+        {256, 768, 3072, false, false, true, false}};  // the residual add of the MLP's output projection
+    for (auto sh : shapes) {
+      std::vector<double> A = random_bf16((size_t)sh.m * sh.k), B = random_bf16((size_t)sh.k * sh.n), C0 = random_bf16((size_t)sh.m * sh.n);
+      std::vector<double> want = sh.acc ? C0 : std::vector<double>((size_t)sh.m * sh.n, 0.0);
+      auto a = [&](int i, int kk) { return sh.ta ? A[(size_t)kk * sh.m + i] : A[(size_t)i * sh.k + kk]; };
+      auto b = [&](int kk, int j) { return sh.tb ? B[(size_t)j * sh.k + kk] : B[(size_t)kk * sh.n + j]; };
+      for (int i = 0; i < sh.m; i++)
+        for (int kk = 0; kk < sh.k; kk++) {
+          const double av = a(i, kk);
+          for (int j = 0; j < sh.n; j++) want[(size_t)i * sh.n + j] += av * b(kk, j);
+        }
+      bf16 *dA = to_device(A), *dB = to_device(B);
+      double e;
+      if (sh.f32) {
+        float* dC;
+        CUDA_CHECK(cudaMalloc(&dC, want.size() * sizeof(float)));
+        CUDA_CHECK(cudaMemset(dC, 0xFF, want.size() * sizeof(float)));
+        mm(dA, dB, dC, sh.m, sh.n, sh.k, sh.ta, sh.tb, false, true);
+        std::vector<float> h(want.size());
+        CUDA_CHECK(cudaDeviceSynchronize());
+        CUDA_CHECK(cudaMemcpy(h.data(), dC, h.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        e = rel_err(std::vector<double>(h.begin(), h.end()), want);
+        CUDA_CHECK(cudaFree(dC));
+      } else {
+        bf16* dC = sh.acc ? to_device(C0) : poisoned(want.size());
+        mm(dA, dB, dC, sh.m, sh.n, sh.k, sh.ta, sh.tb, sh.acc, false);
+        const std::vector<double> got = from_device(dC, want.size());
+        e = rel_err(got, want);
+        CUDA_CHECK(cudaFree(dC));
+        if (sh.acc) {  // add(): D = C + AB into another buffer (cuBLASLt's out-of-place epilogue: not
+                       // the in-place call's bits on H200), C untouched; same bf16 tolerance
+          bf16 *dCin = to_device(C0), *dD = poisoned(want.size());
+          mm.add(dA, dB, dCin, dD, sh.m, sh.n, sh.k, sh.ta, sh.tb);
+          const double ea = rel_err(from_device(dD, want.size()), want);
+          CHECK(ea < 4e-3 && from_device(dCin, want.size()) == C0, "matmul add m=%d n=%d k=%d: rel err %.2e, or C changed", sh.m, sh.n,
+                sh.k, ea);
+          std::printf("matmul add (D = C + AB, D another buffer) m=%d n=%d k=%d: %.2e\n", sh.m, sh.n, sh.k, ea);
+          CUDA_CHECK(cudaFree(dCin));
+          CUDA_CHECK(cudaFree(dD));
+        }
+      }
+      CHECK(e < (sh.f32 ? 1e-5 : 4e-3), "matmul m=%d n=%d k=%d ta=%d tb=%d acc=%d fp32=%d: rel err %.2e", sh.m, sh.n, sh.k, sh.ta, sh.tb,
+            sh.acc, sh.f32, e);
+      std::printf("matmul m=%d n=%d k=%d ta=%d tb=%d acc=%d fp32=%d: %.2e\n", sh.m, sh.n, sh.k, sh.ta, sh.tb, sh.acc, sh.f32, e);
+      CUDA_CHECK(cudaFree(dA));
+      CUDA_CHECK(cudaFree(dB));
+    }
+  }
+}
+
+// ---- matmul's tuned choice (layers/matmul.cuh): at the model's shapes, where cuBLASLt offers
+// several algorithms, the tuned Matmul gives exactly the first choice's bits (bitwise equality,
+// no tolerance: that is the rule the tuning keeps), and its first call, which runs the trials,
+// adds into an in-place output once (an extra addition would change the bits). A fresh tuned
+// Matmul first gets a zero A (as the model's first backward does: its projections start at
+// zero), which must leave the output as a zero product does and must not tune (on zeros every
+// algorithm agrees, a split-K one too); then two calls on random A, the one that tunes and a
+// later one, each with the first choice's bits.
+static void test_matmul_tuned() {
+  struct Shape { const char* name; int m, n, k; bool ta, tb, acc, f32, add; } shapes[] = {
+      {"x W (C x C)", 8192, 768, 768, false, false, false, false, false},
+      {"dX = dy W^T, 4C x C", 8192, 3072, 768, false, true, false, false, false},
+      {"dX += dy W^T (in place)", 8192, 768, 768, false, true, true, false, false},
+      {"x + r Wproj (add, out of place)", 8192, 768, 3072, false, false, false, false, true},
+      {"dW += x^T dy (fp32, in place)", 768, 3072, 8192, true, false, true, true, false}};
+  for (const Shape& sh : shapes) {
+    const size_t nc = (size_t)sh.m * sh.n, esize = sh.f32 ? 4 : 2;
+    std::vector<double> A = random_bf16((size_t)sh.m * sh.k), B = random_bf16((size_t)sh.k * sh.n), C0 = random_bf16(nc);
+    bf16 *dA = to_device(A), *dB = to_device(B), *dC0 = to_device(C0);
+    void *out[2], *start;  // the first choice's output, the tuned one's; the starting output
+    std::vector<float> C0f(C0.begin(), C0.end());
+    CUDA_CHECK(cudaMalloc(&start, nc * esize));
+    if (sh.f32)
+      CUDA_CHECK(cudaMemcpy(start, C0f.data(), nc * 4, cudaMemcpyHostToDevice));
+    else
+      CUDA_CHECK(cudaMemcpy(start, dC0, nc * 2, cudaMemcpyDeviceToDevice));
+    bf16* dZero;  // a zero A
+    CUDA_CHECK(cudaMalloc(&dZero, A.size() * sizeof(bf16)));
+    CUDA_CHECK(cudaMemset(dZero, 0, A.size() * sizeof(bf16)));
+    std::vector<std::vector<unsigned char>> got[2];
+    std::string algo, algo_after_zero;
+    auto call = [&](layers::Matmul& mm, const bf16* a, void* o) {
+      CUDA_CHECK(cudaMemcpy(o, start, nc * esize, cudaMemcpyDeviceToDevice));
+      if (sh.add)
+        mm.add(a, dB, dC0, (bf16*)o, sh.m, sh.n, sh.k, sh.ta, sh.tb);
+      else
+        mm(a, dB, o, sh.m, sh.n, sh.k, sh.ta, sh.tb, sh.acc, sh.f32);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      std::vector<unsigned char> h(nc * esize);
+      CUDA_CHECK(cudaMemcpy(h.data(), o, h.size(), cudaMemcpyDeviceToHost));
+      return h;
+    };
+    std::vector<unsigned char> zero_product(nc * esize, 0), start_bytes(nc * esize);
+    CUDA_CHECK(cudaMemcpy(start_bytes.data(), start, start_bytes.size(), cudaMemcpyDeviceToHost));
+    bool zero_ok = false;
+    for (int which = 0; which < 2; which++) {
+      layers::Matmul mm(32u << 20, which == 0 ? 0 : layers::Matmul::kTuned);
+      CUDA_CHECK(cudaMalloc(&out[which], nc * esize));
+      if (which == 1) {
+        const std::vector<unsigned char> z = call(mm, dZero, out[which]);
+        zero_ok = z == (sh.acc || sh.add ? start_bytes : zero_product);  // add(): C0 = start
+        algo_after_zero = mm.algorithm(sh.m, sh.n, sh.k, sh.ta, sh.tb, sh.f32, sh.acc || sh.add);
+      }
+      for (int c = 0; c < 2; c++) got[which].push_back(call(mm, dA, out[which]));
+      if (which == 1) algo = mm.algorithm(sh.m, sh.n, sh.k, sh.ta, sh.tb, sh.f32, sh.acc || sh.add);
+    }
+    const bool same = got[1][0] == got[0][0] && got[1][1] == got[0][0] && got[0][1] == got[0][0];
+    CHECK(zero_ok && algo_after_zero.find("first's bits") == std::string::npos, "matmul tuned %s: after a zero A: output %s, plan %s",
+          sh.name, zero_ok ? "right" : "WRONG", algo_after_zero.c_str());
+    CHECK(same && algo.find("first's bits") != std::string::npos, "matmul tuned %s: the first choice's bits %s (%s)", sh.name,
+          same ? "kept" : "NOT kept", algo.c_str());
+    std::printf("matmul tuned, %s: a zero product left untuned; bitwise the first choice's; runs %s\n", sh.name, algo.c_str());
+    for (void* p : {(void*)dA, (void*)dB, (void*)dC0, (void*)dZero, out[0], out[1], start}) CUDA_CHECK(cudaFree(p));
+  }
+}
+
+LAYER_TEST_MAIN("matmul", test_matmul, test_matmul_tuned)

@@ -1,0 +1,109 @@
+// The layer test of muon (tests/layers/gpu_test.h: helpers and tolerances), against model/optimizer_reference.cpp's Newton-Schulz, and a bf16 emulation
+// (CPU references: model/reference_layers.h unless named otherwise).
+// Tolerances: Muon's Newton-Schulz runs in bf16: its update must be within twice the error of a
+// CPU emulation of the same bf16 iteration (each matmul accumulated exactly then rounded to
+// bf16, each stored tensor rounded), plus 1e-3; its staged path (the data-parallel one) must
+// give muon_step's bits.
+#include "tests/layers/gpu_test.h"
+#include "layers/muon.cuh"
+#include "model/optimizer_reference.h"
+
+static double bf(double x) { return (double)ref::round_bf16((float)x); }
+// Newton-Schulz as the GPU runs it, on the CPU: every stored tensor rounded to bf16.
+static std::vector<double> ns5_bf16_emulated(std::vector<double> x, int rows, int cols) {
+  double fro = 0;
+  for (double v : x) fro += v * v;
+  fro = std::sqrt(fro);
+  const bool tall = rows > cols;
+  const int r = tall ? cols : rows, c = tall ? rows : cols;
+  std::vector<double> X((size_t)r * c);
+  for (int i = 0; i < r; i++)
+    for (int j = 0; j < c; j++) X[(size_t)i * c + j] = bf((tall ? x[(size_t)j * cols + i] : x[(size_t)i * c + j]) / (fro + 1e-7));
+  for (int it = 0; it < 5; it++) {
+    std::vector<double> A((size_t)r * r, 0.0), AA((size_t)r * r, 0.0), BX((size_t)r * c, 0.0);
+    for (int i = 0; i < r; i++)
+      for (int k = 0; k < r; k++) {
+        double sum = 0;
+        for (int j = 0; j < c; j++) sum += X[(size_t)i * c + j] * X[(size_t)k * c + j];
+        A[(size_t)i * r + k] = bf(sum);
+      }
+    for (int i = 0; i < r; i++)
+      for (int k = 0; k < r; k++) {
+        double sum = 0;
+        for (int j = 0; j < r; j++) sum += A[(size_t)i * r + j] * A[(size_t)j * r + k];
+        AA[(size_t)i * r + k] = bf(sum);
+      }
+    for (size_t i = 0; i < AA.size(); i++) AA[i] = bf(-4.7750 * A[i] + 2.0315 * AA[i]);
+    for (int i = 0; i < r; i++)
+      for (int k = 0; k < r; k++) {
+        const double b = AA[(size_t)i * r + k];
+        for (int j = 0; j < c; j++) BX[(size_t)i * c + j] += b * X[(size_t)k * c + j];
+      }
+    for (size_t i = 0; i < X.size(); i++) X[i] = bf(3.4445 * X[i] + bf(BX[i]));
+  }
+  std::vector<double> out((size_t)rows * cols);
+  for (int i = 0; i < r; i++)
+    for (int j = 0; j < c; j++) (tall ? out[(size_t)j * cols + i] : out[(size_t)i * c + j]) = X[(size_t)i * c + j];
+  return out;
+}
+
+// ---- Muon: one step on fresh momentum, against fp64 and the bf16 emulation
+static void test_muon() {
+  {
+    layers::Matmul mm;
+    layers::MuonScratch scratch(512 * 512, 512 * 512);
+    for (auto [rows, cols] : {std::pair<int, int>{128, 512}, {512, 128}, {256, 256}}) {
+      const size_t n = (size_t)rows * cols;
+      std::normal_distribution<float> nd(0.f, 1.f);
+      std::vector<float> g(n), w(n);
+      for (auto& v : g) v = nd(rng);
+      for (auto& v : w) v = nd(rng) * 0.05f;
+      const float mom = 0.85f, lr = 0.05f;
+      std::vector<double> u(n);
+      for (size_t i = 0; i < n; i++) u[i] = (1 - (double)mom) * g[i] + mom * (1 - (double)mom) * g[i];
+      std::vector<double> ns64 = u;
+      model_ref::newton_schulz5(ns64, rows, cols);
+      std::vector<double> ns16 = ns5_bf16_emulated(u, rows, cols);
+      const double scale = lr * std::sqrt(std::max(1.0, (double)cols / rows));  // fan_out / fan_in: W is [in][out]
+      std::vector<double> upd_ref(n);
+      for (size_t i = 0; i < n; i++) upd_ref[i] = scale * ns64[i];
+      const double e16 = rel_err(ns16, ns64);
+      std::vector<float> out[2];
+      for (int rep = 0; rep < 2; rep++) {
+        float *dw, *dg, *dbuf;
+        for (float** q : {&dw, &dg, &dbuf}) CUDA_CHECK(cudaMalloc(q, n * sizeof(float)));
+        CUDA_CHECK(cudaMemcpy(dw, w.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(dg, g.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemset(dbuf, 0, n * sizeof(float)));
+        if (rep == 0) {
+          CUDA_CHECK(layers::muon_step(mm, scratch, dw, nullptr, dg, dbuf, rows, cols, lr, mom));
+        } else {  // the three stages the data-parallel optimiser calls, X in a buffer of its own
+          bf16* X;
+          CUDA_CHECK(cudaMalloc(&X, n * sizeof(bf16)));
+          CUDA_CHECK(layers::muon_momentum(scratch, dg, dbuf, n, mom, true));
+          CUDA_CHECK(layers::muon_orthogonalize(mm, scratch, X, rows, cols));
+          CUDA_CHECK(layers::muon_apply(dw, nullptr, X, rows, cols, lr));
+          CUDA_CHECK(cudaDeviceSynchronize());
+          CUDA_CHECK(cudaFree(X));
+        }
+        out[rep].resize(n);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        CUDA_CHECK(cudaMemcpy(out[rep].data(), dw, n * sizeof(float), cudaMemcpyDeviceToHost));
+        std::vector<float> hb(n);
+        CUDA_CHECK(cudaMemcpy(hb.data(), dbuf, n * sizeof(float), cudaMemcpyDeviceToHost));
+        double be = 0;
+        for (size_t i = 0; i < n; i++) be = std::max(be, std::fabs(hb[i] - (1 - (double)mom) * g[i]));
+        CHECK(be < 1e-6, "muon momentum buffer err %.2e (path %d)", be, rep);
+        for (void* q : {(void*)dw, (void*)dg, (void*)dbuf}) CUDA_CHECK(cudaFree(q));
+      }
+      std::vector<double> upd(n);
+      for (size_t i = 0; i < n; i++) upd[i] = (double)w[i] - out[0][i];
+      const double e = rel_err(upd, upd_ref);
+      CHECK(e <= 2 * e16 + 1e-3, "muon %dx%d: update rel err %.2e > 2 x bf16 emulation %.2e + 1e-3", rows, cols, e, e16);
+      CHECK(out[0] == out[1], "muon %dx%d: the staged path (momentum, orthogonalize, apply) differs from muon_step", rows, cols);
+      std::printf("muon %dx%d: update rel err %.2e (bf16 emulation of Newton-Schulz: %.2e)\n", rows, cols, e, e16);
+    }
+  }
+}
+
+LAYER_TEST_MAIN("muon", test_muon)

@@ -1,0 +1,75 @@
+// The layer test of norm_mix (tests/layers/gpu_test.h: helpers and tolerances), against the unfused kernels (lambda mix, rmsnorm) and their fp64 compositions
+// (CPU references: model/reference_layers.h unless named otherwise).
+#include "tests/layers/gpu_test.h"
+#include "layers/mix.cuh"
+#include "layers/mix_backward.cuh"
+#include "layers/norm_mix.cuh"
+#include "layers/rmsnorm.cuh"
+#include "tests/oracle_kernels.cuh"
+
+// ---- lambda mix + RMS norm fused (layers/norm_mix.cuh): the forward gives the bits of
+// lambda_mix then rmsnorm_forward; the backward's outputs against rmsnorm_backward then
+// mix_backward (the same arithmetic: expected to the bit, and at most a rounding apart,
+// 2e-3) and against fp64 (bf16 outputs: 4e-3; the scalar sums, fp32: 1e-5 relative to |g||x|)
+static void test_norm_mix() {
+  {
+    const int T = 4097, C = 768;
+    const size_t n = (size_t)T * C;
+    const double eps = 1.0 / 128;
+    std::vector<double> xin = random_bf16(n), x0 = random_bf16(n), dh = random_bf16(n), dx = random_bf16(n), dx0 = random_bf16(n);
+    const float l[2] = {0.8f, 0.45f};
+    float *dl, *dgl, *dpart, *drs1, *drs2;
+    CUDA_CHECK(cudaMalloc(&dl, sizeof(l)));
+    CUDA_CHECK(cudaMalloc(&dgl, 4 * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&dpart, 2 * layers::kDotBlocks * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&drs1, T * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&drs2, T * sizeof(float)));
+    CUDA_CHECK(cudaMemcpy(dl, l, sizeof(l), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(dgl, 0, 4 * sizeof(float)));
+    bf16 *dxin = to_device(xin), *dx0_ = to_device(x0), *ddh = to_device(dh);
+    bf16 *xm1 = poisoned(n), *h1 = poisoned(n), *xm2 = poisoned(n), *h2 = poisoned(n);
+    CUDA_CHECK(layers::mix_rmsnorm_forward(dxin, dx0_, dl, xm1, h1, drs1, T, C, (float)eps));
+    CUDA_CHECK(oracle::lambda_mix(dxin, dx0_, xm2, dl, n));
+    CUDA_CHECK(layers::rmsnorm_forward(xm2, h2, drs2, T, C, (float)eps));
+    std::vector<float> r1(T), r2(T);
+    const std::vector<double> hxm = from_device(xm1, n), hh = from_device(h1, n);
+    CUDA_CHECK(cudaMemcpy(r1.data(), drs1, T * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(r2.data(), drs2, T * sizeof(float), cudaMemcpyDeviceToHost));
+    CHECK(hxm == from_device(xm2, n) && hh == from_device(h2, n) && r1 == r2, "mix_rmsnorm_forward: not the bits of lambda_mix + rmsnorm_forward");
+    std::vector<double> xm_ref(n), h_ref(n), rs_ref(T);
+    for (size_t i = 0; i < n; i++) xm_ref[i] = l[0] * xin[i] + l[1] * x0[i];
+    model_ref::rmsnorm(xm_ref.data(), h_ref.data(), rs_ref.data(), T, C, eps);
+    const double exm = rel_err(hxm, xm_ref), eh = rel_err(hh, h_ref);
+    CHECK(exm < 4e-3 && eh < 8e-3, "mix_rmsnorm_forward: x_mix %.2e h %.2e (h: two roundings, 8e-3)", exm, eh);
+    // backward, fused and unfused, from the same x_mix (the device's) and rstd
+    bf16 *dx1 = to_device(dx), *dx2 = to_device(dx), *dz1 = to_device(dx0), *dz2 = to_device(dx0);
+    CUDA_CHECK(layers::rmsnorm_mix_backward(xm1, drs1, ddh, dx1, dxin, dx0_, dz1, dl, dgl, T, C, dpart));
+    CUDA_CHECK(layers::rmsnorm_backward(xm1, drs1, ddh, dx2, T, C, true));
+    CUDA_CHECK(layers::mix_backward(dx2, dxin, dx0_, dz2, true, dl, dgl + 2, n, dpart));
+    float got[4];
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(got, dgl, sizeof(got), cudaMemcpyDeviceToHost));
+    const std::vector<double> hx1 = from_device(dx1, n), hz1 = from_device(dz1, n), hx2 = from_device(dx2, n), hz2 = from_device(dz2, n);
+    std::vector<double> g(n, 0.0), rs(r1.begin(), r1.end()), wx(n), wz(n);
+    for (size_t i = 0; i < n; i++) g[i] = dx[i];
+    model_ref::rmsnorm_bwd(hxm.data(), rs.data(), dh.data(), g.data(), T, C);
+    double sa = 0, sb = 0, gg = 0, aa = 0, bb = 0;
+    for (size_t i = 0; i < n; i++) {
+      wx[i] = l[0] * g[i], wz[i] = dx0[i] + l[1] * g[i];
+      sa += g[i] * xin[i], sb += g[i] * x0[i], gg += g[i] * g[i], aa += xin[i] * xin[i], bb += x0[i] * x0[i];
+    }
+    const double ex = rel_err(hx1, wx), ez = rel_err(hz1, wz), du = std::max(rel_err(hx1, hx2), rel_err(hz1, hz2));
+    const double ea = std::fabs(got[0] - sa) / std::sqrt(gg * aa), eb = std::fabs(got[1] - sb) / std::sqrt(gg * bb);
+    const double ua = std::fabs(got[0] - got[2]) / std::sqrt(gg * aa), ub = std::fabs(got[1] - got[3]) / std::sqrt(gg * bb);
+    CHECK(ex < 4e-3 && ez < 4e-3 && du < 2e-3, "rmsnorm_mix_backward: dx %.2e dx0 %.2e, from the unfused %.2e", ex, ez, du);
+    CHECK(ea < 1e-5 && eb < 1e-5 && ua < 1e-5 && ub < 1e-5, "rmsnorm_mix_backward: sums %.2e %.2e from fp64, %.2e %.2e from unfused", ea, eb,
+          ua, ub);
+    std::printf("mix + rmsnorm: forward the unfused bits (x_mix %.2e, h %.2e); backward dx %.2e dx0 %.2e, sums %.1e %.1e, %s\n", exm, eh, ex,
+                ez, ea, eb, hx1 == hx2 && hz1 == hz2 ? "elements the unfused bits" : "elements within a rounding of the unfused");
+    for (void* q : {(void*)dl, (void*)dgl, (void*)dpart, (void*)drs1, (void*)drs2, (void*)dxin, (void*)dx0_, (void*)ddh, (void*)xm1,
+                    (void*)h1, (void*)xm2, (void*)h2, (void*)dx1, (void*)dx2, (void*)dz1, (void*)dz2})
+      CUDA_CHECK(cudaFree(q));
+  }
+}
+
+LAYER_TEST_MAIN("norm_mix", test_norm_mix)

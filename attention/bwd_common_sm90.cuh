@@ -51,42 +51,6 @@ __device__ __forceinline__ void probs_and_dscores_t(float (&s)[NB][4], float (&d
     }
 }
 
-// The steps of a query tile both key-owning kernels share, around what each does between them:
-// issue_scores_t issues S^T and dP^T of query-tile buffer st on the tensor cores (this
-// warpgroup's 64 keys as rows) and commits them; probs_t waits for them (the caller may have
-// committed one group after: wgmma_wait<1>), masks a partial tile by the kept-query intervals
-// of this thread's keys and turns them into P^T and dS^T in place.
-template <int D>
-__device__ __forceinline__ void issue_scores_t(float (&s)[kB90Walk / 8][4], float (&dp)[kB90Walk / 8][4], const bf16* sK,
-                                               const bf16* sV, const bf16* sQ, const bf16* sdO, int st, int wg) {
-  constexpr int BQ = kB90Walk, BK = kB90Own;
-  sm90::wgmma_fence();
-  sm90::gemm_ss<BQ, D / 16, BK>(s, sK, wg * 64, sQ + st * BQ * D, false);
-  sm90::gemm_ss<BQ, D / 16, BK>(dp, sV, wg * 64, sdO + st * BQ * D, false);
-  sm90::wgmma_commit();
-}
-__device__ __forceinline__ void probs_t(float (&s)[kB90Walk / 8][4], float (&dp)[kB90Walk / 8][4], const float* sLse,
-                                        const float* sDr, int st, bool partial, const int (&q_lo2)[2], const int (&q_hi2)[2],
-                                        int qt, float scale_log2, int lane) {
-  constexpr int BQ = kB90Walk;
-  sm90::wgmma_wait<1>();  // S^T_j, dP^T_j
-  sm90::reg_fence(s);
-  sm90::reg_fence(dp);
-  if (partial) apply_mask_interval(s, q_lo2, q_hi2, qt * BQ + 2 * (lane & 3));
-  probs_and_dscores_t(s, dp, sLse + st * BQ, sDr + st * BQ, scale_log2, lane);
-}
-
-// The end both key-owning kernels share: once every load has landed, the block's dK (times the
-// softmax scale) and dV rows of this thread's keys (key0, key0 + 8) to global memory.
-template <int D>
-__device__ __forceinline__ void store_dk_dv(bf16* dK, bf16* dV, const float (&dk)[D / 8][4], const float (&dv)[D / 8][4], int key0,
-                                            int T, int H, int h, int lane, float scale) {
-  cp_async_wait<0>();
-  const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.f, 1.f};
-  store_rows<D>(dK, dk, key0, T, H, h, lane, dk_scale);
-  store_rows<D>(dV, dv, key0, T, H, h, lane, dv_scale);
-}
-
 // The start both key-owning kernels share: the queries each of this thread's keys (key0,
 // key0 + 8) is kept by, the block's walk over the query tiles that see its keys, the tile pipe,
 // and the first loads (K and V, which ride on the first query tile's arrival, and the first

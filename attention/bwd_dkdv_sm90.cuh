@@ -53,7 +53,12 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   while (ahead.tile[0] < walk.end) {
     const int st = it % S, st_prev = (it + S - 1) % S;
     pipe.wait_full(it);
-    issue_scores_t<D>(s, dp, sK, sV, sQ, sdO, st, wg);
+    const bf16* q_tile = sQ + st * BQ * D;
+    const bf16* do_tile = sdO + st * BQ * D;
+    wgmma_fence();
+    gemm_ss<BQ, D / 16, BK>(s, sK, wg * 64, q_tile, false);
+    gemm_ss<BQ, D / 16, BK>(dp, sV, wg * 64, do_tile, false);
+    wgmma_commit();
     if (it > 0) {
       gemm_rs<D, BQ / 16, BQ>(dv, pa, sdO + st_prev * BQ * D);
       gemm_rs<D, BQ / 16, BQ>(dk, dsa, sQ + st_prev * BQ * D);
@@ -66,7 +71,13 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     TileKind kind_after;
     const int after = walk.next(ahead.tile[kB90Ahead] + 1, kind_after);
 
-    probs_t(s, dp, sLse, sDr, st, ahead.kind[0] != kFull, q_lo2, q_hi2, ahead.tile[0], scale_log2, lane);
+    wgmma_wait<1>();  // S^T_j, dP^T_j
+    reg_fence(s);
+    reg_fence(dp);
+    const float* lse_t = sLse + st * BQ;
+    const float* dr_t = sDr + st * BQ;
+    if (ahead.kind[0] != kFull) apply_mask_interval(s, q_lo2, q_hi2, ahead.tile[0] * BQ + 2 * (lane & 3));
+    probs_and_dscores_t(s, dp, lse_t, dr_t, scale_log2, lane);
     wgmma_wait<0>();  // the updates of tile j - 1 (they read pa, dsa)
     reg_fence(dk);
     reg_fence(dv);
@@ -89,7 +100,10 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     reg_fence(dk);
     reg_fence(dv);
   }
-  store_dk_dv<D>(dK, dV, dk, dv, key0, T, H, h, lane, scale);
+  cp_async_wait<0>();
+  const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.f, 1.f};
+  store_rows<D>(dK, dk, key0, T, H, h, lane, dk_scale);
+  store_rows<D>(dV, dv, key0, T, H, h, lane, dv_scale);
 #else
   __trap();  // built for another architecture: the launcher only picks this kernel on sm90
 #endif

@@ -115,7 +115,12 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     const int st = it % S, st_prev = (it + S - 1) % S, qt = ahead.tile[0];
     const int2 range = dq_ranges[qt];
     pipe.wait_full(it);
-    issue_scores_t<D>(s, dp, sK, sV, sQ, sdO, st, wg);
+    const bf16* q_tile = sQ + st * BQ * D;
+    const bf16* do_tile = sdO + st * BQ * D;
+    wgmma_fence();
+    gemm_ss<BQ, D / 16, BK>(s, sK, wg * 64, q_tile, false);
+    gemm_ss<BQ, D / 16, BK>(dp, sV, wg * 64, do_tile, false);
+    wgmma_commit();
     if (it > 0) {
       wgmma_fence();  // dq was read by ordinary instructions (the staging)
       gemm_ss_kmn<D, BQ / 16, BK, BQ>(dv, sP, wg * 64, sdO + st_prev * BQ * D, true);
@@ -131,7 +136,13 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     const int after = walk.next(ahead.tile[AHEAD] + 1, kind_after);
     const unsigned seen = it > 0 ? ld_relaxed(dq_count + (size_t)h * n_tiles + prev_tile) : 0u;
 
-    probs_t(s, dp, sLse, sDr, st, ahead.kind[0] != kFull, q_lo2, q_hi2, qt, scale_log2, lane);
+    wgmma_wait<1>();  // S^T_j, dP^T_j
+    reg_fence(s);
+    reg_fence(dp);
+    const float* lse_t = sLse + st * BQ;
+    const float* dr_t = sDr + st * BQ;
+    if (ahead.kind[0] != kFull) apply_mask_interval(s, q_lo2, q_hi2, qt * BQ + 2 * (lane & 3));
+    probs_and_dscores_t(s, dp, lse_t, dr_t, scale_log2, lane);
     wgmma_wait<0>();  // tile j - 1's matmuls: they read the shared P^T, dS^T and Q, dO of j - 1
     reg_fence(dk);
     reg_fence(dv);
@@ -176,7 +187,10 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     add_dq_share(prev_tile, prev_range, ~0u);
     finish_pending();
   }
-  store_dk_dv<D>(dK, dV, dk, dv, key0, T, H, h, lane, scale);
+  cp_async_wait<0>();
+  const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.f, 1.f};
+  store_rows<D>(dK, dk, key0, T, H, h, lane, dk_scale);
+  store_rows<D>(dV, dv, key0, T, H, h, lane, dv_scale);
 #else
   __trap();  // built for another architecture: the launcher only picks this kernel on sm90
 #endif

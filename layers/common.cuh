@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 namespace layers {
 
@@ -22,6 +23,13 @@ struct Pack8 {  // 8 bf16 in one 16-byte register group
 };
 __device__ __forceinline__ Pack8 load8(const bf16* p) { return Pack8{*reinterpret_cast<const uint4*>(p)}; }
 __device__ __forceinline__ void store8(bf16* p, const Pack8& v) { *reinterpret_cast<uint4*>(p) = v.raw; }
+
+// whether every pointer is 16-byte aligned (the layers' 16-byte loads and stores need it)
+inline bool aligned16(std::initializer_list<const void*> ptrs) {
+  uintptr_t a = 0;
+  for (const void* p : ptrs) a |= (uintptr_t)p;
+  return a % 16 == 0;
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);

@@ -24,6 +24,7 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
+#include "common/cuda_check.h"
 #include "layers/checksum.cuh"
 
 #include <algorithm>
@@ -54,8 +55,8 @@ class Matmul {
     check(cublasLtCreate(&handle_), "cublasLtCreate");
     if (cudaMalloc(&workspace_, ws_bytes_) != cudaSuccess) throw std::runtime_error("matmul: cannot allocate the cuBLASLt workspace");
     if (cudaMalloc(&scratch_, 2 * sizeof(unsigned long long)) != cudaSuccess) throw std::runtime_error("matmul: cannot allocate 16 bytes");
-    cudaEventCreate(&e0_);
-    cudaEventCreate(&e1_);
+    cuda_check(cudaEventCreate(&e0_), "matmul: timing events");
+    cuda_check(cudaEventCreate(&e1_), "matmul: timing events");
   }
   ~Matmul() {
     for (auto& kv : plans_) destroy(kv.second);
@@ -209,14 +210,14 @@ class Matmul {
         p.tuned = true, p.same_bits = 1;
         return;
       }
-      cuda_ok(cudaMemcpyAsync(saved, D, bytes, cudaMemcpyDeviceToDevice, stream), shape);
+      cuda_check(cudaMemcpyAsync(saved, D, bytes, cudaMemcpyDeviceToDevice, stream), shape.c_str());
     }
     auto restore = [&] {
-      if (in_place) cuda_ok(cudaMemcpyAsync(D, saved, bytes, cudaMemcpyDeviceToDevice, stream), shape);
+      if (in_place) cuda_check(cudaMemcpyAsync(D, saved, bytes, cudaMemcpyDeviceToDevice, stream), shape.c_str());
     };
     auto done = [&] {
       restore();
-      if (saved) cuda_ok(cudaFreeAsync(saved, stream), shape);
+      if (saved) cuda_check(cudaFreeAsync(saved, stream), shape.c_str());
     };
     launch(p, p.choices[0], A, B, C, D, beta, stream, shape);
     if (!changed(D, in_place ? saved : beta != 0.f ? C : nullptr, bytes, stream, shape)) return done();  // a zero product
@@ -229,12 +230,12 @@ class Matmul {
       bool ok = true;
       for (int rep = 0; rep < 3 && ok; rep++) {
         restore();
-        cuda_ok(cudaEventRecord(e0_, stream), shape);
+        cuda_check(cudaEventRecord(e0_, stream), shape.c_str());
         ok = try_launch(p, p.choices[i], A, B, C, D, beta, stream) == CUBLAS_STATUS_SUCCESS;
-        cuda_ok(cudaEventRecord(e1_, stream), shape);
-        cuda_ok(cudaEventSynchronize(e1_), shape);
+        cuda_check(cudaEventRecord(e1_, stream), shape.c_str());
+        cuda_check(cudaEventSynchronize(e1_), shape.c_str());
         float t = 0;
-        cuda_ok(cudaEventElapsedTime(&t, e0_, e1_), shape);
+        cuda_check(cudaEventElapsedTime(&t, e0_, e1_), shape.c_str());
         ms = std::min(ms, t);
       }
       if (!ok) {
@@ -242,9 +243,9 @@ class Matmul {
         continue;
       }
       unsigned long long sum = 0;
-      cuda_ok(checksum(D, bytes, scratch_, stream), shape);
-      cuda_ok(cudaMemcpyAsync(&sum, scratch_, sizeof(sum), cudaMemcpyDeviceToHost, stream), shape);
-      cuda_ok(cudaStreamSynchronize(stream), shape);
+      cuda_check(checksum(D, bytes, scratch_, stream), shape.c_str());
+      cuda_check(cudaMemcpyAsync(&sum, scratch_, sizeof(sum), cudaMemcpyDeviceToHost, stream), shape.c_str());
+      cuda_check(cudaStreamSynchronize(stream), shape.c_str());
       if (i == 0) first = sum;
       if (sum != first) continue;
       p.same_bits++;
@@ -267,15 +268,12 @@ class Matmul {
   // whether the bytes at d differ from those at c (c == nullptr: from zero)
   bool changed(const void* d, const void* c, size_t bytes, cudaStream_t stream, const std::string& what) {
     unsigned long long flag = 0;
-    cuda_ok(cudaMemsetAsync(scratch_ + 1, 0, sizeof(flag), stream), what);
+    cuda_check(cudaMemsetAsync(scratch_ + 1, 0, sizeof(flag), stream), what.c_str());
     differs_kernel<<<264, 256, 0, stream>>>((const uint32_t*)d, (const uint32_t*)c, bytes / 4, scratch_ + 1);
-    cuda_ok(cudaGetLastError(), what);
-    cuda_ok(cudaMemcpyAsync(&flag, scratch_ + 1, sizeof(flag), cudaMemcpyDeviceToHost, stream), what);
-    cuda_ok(cudaStreamSynchronize(stream), what);
+    cuda_check(cudaGetLastError(), what.c_str());
+    cuda_check(cudaMemcpyAsync(&flag, scratch_ + 1, sizeof(flag), cudaMemcpyDeviceToHost, stream), what.c_str());
+    cuda_check(cudaStreamSynchronize(stream), what.c_str());
     return flag != 0;
-  }
-  static void cuda_ok(cudaError_t e, const std::string& what) {
-    if (e != cudaSuccess) throw std::runtime_error(what + ": " + cudaGetErrorString(e));
   }
   static void destroy(Plan& p) {
     cublasLtMatrixLayoutDestroy(p.lx);

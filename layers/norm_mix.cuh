@@ -88,11 +88,7 @@ __global__ void rmsnorm_mix_backward_kernel(const bf16* __restrict__ x_mix, cons
   if (threadIdx.x == 0) partial[kDotBlocks + blockIdx.x] = s[0];
 }
 
-inline bool norm_mix_ok(int T, int C, std::initializer_list<const void*> ptrs) {
-  uintptr_t a = 0;
-  for (const void* p : ptrs) a |= (uintptr_t)p;
-  return C % 8 == 0 && T >= 0 && a % 16 == 0;
-}
+inline bool norm_mix_ok(int T, int C, std::initializer_list<const void*> ptrs) { return C % 8 == 0 && T >= 0 && aligned16(ptrs); }
 inline cudaError_t mix_rmsnorm_forward(const bf16* x_in, const bf16* x0, const float* l, bf16* x_mix, bf16* h, float* rstd, int T, int C,
                                        float eps, cudaStream_t st = 0) {
   if (!norm_mix_ok(T, C, {x_in, x0, x_mix, h})) return cudaErrorInvalidValue;

@@ -18,8 +18,6 @@
 // same as with one row a lane group, so the bits are too.
 // CPU reference: model/reference_layers.h, rmsnorm then rotary (and their backwards).
 #pragma once
-#include <initializer_list>
-
 #include "layers/common.cuh"
 
 namespace layers {
@@ -140,14 +138,9 @@ __global__ void qk_norm_rotary_backward_kernel(QK<const bf16*> x, QK<const float
   }
 }
 
-inline bool qk_aligned(std::initializer_list<const void*> ptrs) {
-  uintptr_t a = 0;
-  for (const void* p : ptrs) a |= (uintptr_t)p;
-  return a % 16 == 0;
-}
 inline cudaError_t qk_norm_rotary_forward(QK<const bf16*> x, QK<bf16*> y, QK<float*> rstd, const float2* table, int T, int H, int D,
                                           float eps, cudaStream_t st = 0) {
-  if ((D != 64 && D != 128) || T < 0 || H < 0 || !qk_aligned({x.q, x.k, y.q, y.k, table})) return cudaErrorInvalidValue;
+  if ((D != 64 && D != 128) || T < 0 || H < 0 || !aligned16({x.q, x.k, y.q, y.k, table})) return cudaErrorInvalidValue;
   const size_t threads = (size_t)T * (D / 8);
   if (!threads || !H) return cudaSuccess;
   const unsigned blocks = (unsigned)((threads + 255) / 256);
@@ -157,7 +150,7 @@ inline cudaError_t qk_norm_rotary_forward(QK<const bf16*> x, QK<bf16*> y, QK<flo
 }
 inline cudaError_t qk_norm_rotary_backward(QK<const bf16*> x, QK<const float*> rstd, QK<const bf16*> dy, QK<bf16*> dx, const float2* table,
                                            int T, int H, int D, cudaStream_t st = 0) {
-  if ((D != 64 && D != 128) || T < 0 || H < 0 || !qk_aligned({x.q, x.k, dy.q, dy.k, dx.q, dx.k, table})) return cudaErrorInvalidValue;
+  if ((D != 64 && D != 128) || T < 0 || H < 0 || !aligned16({x.q, x.k, dy.q, dy.k, dx.q, dx.k, table})) return cudaErrorInvalidValue;
   const size_t threads = (size_t)T * (D / 8);
   if (!threads || !H) return cudaSuccess;
   const unsigned blocks = (unsigned)((threads + 255) / 256);

@@ -19,13 +19,12 @@
 //   dP = dO V^T again; dQ += dS K), on a second stream beside dK/dV.
 // Tiles stream through shared buffers with cp.async, signalled by mbarriers (wgmma.cuh TilePipe:
 // a buffer is rewritten once every warp has released it).
-// The main loops: bwd_dkdv_sm90.cuh, bwd_dq_sm90.cuh, bwd_fused_sm90.cuh (with dq_order.cuh), on
-// bwd_common_sm90.cuh; this file launches them.
+// The main loops: bwd_key_owner_sm90.cuh (dK, dV, and with dq_order.cuh the fused dQ shares) and
+// bwd_dq_sm90.cuh (the dQ kernel), on bwd_common_sm90.cuh; this file launches them.
 #include <cmath>
 
-#include "attention/bwd_dkdv_sm90.cuh"
 #include "attention/bwd_dq_sm90.cuh"
-#include "attention/bwd_fused_sm90.cuh"
+#include "attention/bwd_key_owner_sm90.cuh"
 #include "attention/kernels.h"
 
 namespace attn {

@@ -52,11 +52,8 @@ __global__ void __launch_bounds__(kF90Threads, 1)
   const int q0 = query_tile_longest_first(n_qt) * BM, h = blockIdx.y;
 
   const int row0 = q0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's rows: row0, row0 + 8
-  const int rows[2] = {row0, row0 + 8};
-  RangeEnds ends;                // the kept keys of the block's first and last row
-  int key_lo[2], key_hi[2];      // the keys each of this thread's rows keeps
-  own_intervals<BM, 2>(mb, q0, true, s_ids, rows, key_lo, key_hi, ends);
-  const TileWalk walk(ends, BN, T);
+  int key_lo[2], key_hi[2];                                   // the keys each of them keeps
+  const TileWalk walk = own_and_walk<BM, BN>(mb, q0, true, row0, T, s_ids, key_lo, key_hi);
   auto load_kv = [&](int kt, int i) {  // this thread's copies of tile kt, the i-th of the walk
     load_tile<D, BN, kF90Threads>(sK + (i % kStages) * BN * D, K, kt * BN, T, H, h);
     load_tile<D, BN, kF90Threads>(sV + (i % kStages) * BN * D, V, kt * BN, T, H, h);

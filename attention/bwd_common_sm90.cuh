@@ -61,10 +61,7 @@ __device__ __forceinline__ TileWalk begin_key_block(const MaskBounds& mb, int k0
                                                     const bf16* K, const bf16* V, bf16* sK, bf16* sV,
                                                     LoadQuerySide& load_q_side) {
   constexpr int BK = kB90Own, BQ = kB90Walk;
-  const int keys[2] = {key0, key0 + 8};
-  RangeEnds ends;  // the queries that keep the block's first and last key
-  own_intervals<BK, 2>(mb, k0, false, s_ids, keys, q_lo2, q_hi2, ends);
-  const TileWalk walk(ends, BQ, T);
+  const TileWalk walk = own_and_walk<BK, BQ>(mb, k0, false, key0, T, s_ids, q_lo2, q_hi2);
   if (threadIdx.x == 0) pipe.init(kB90Threads);
   __syncthreads();
   ahead.start(walk);

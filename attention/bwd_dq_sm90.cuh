@@ -34,11 +34,8 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   const int q0 = query_tile_longest_first(n_qt) * BQ, h = blockIdx.y;
 
   const int row0 = q0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's rows: row0, row0 + 8
-  const int rows[2] = {row0, row0 + 8};
-  RangeEnds ends;                // the kept keys of the block's first and last row
-  int key_lo[2], key_hi[2];      // the keys each of this thread's rows keeps
-  own_intervals<BQ, 2>(mb, q0, true, s_ids, rows, key_lo, key_hi, ends);
-  const TileWalk walk(ends, BK, T);
+  int key_lo[2], key_hi[2];                                   // the keys each of them keeps
+  const TileWalk walk = own_and_walk<BQ, BK>(mb, q0, true, row0, T, s_ids, key_lo, key_hi);
   auto load_kv = [&](int kt, int i) {  // this thread's copies of key tile kt, the i-th of the walk
     load_tile<D, BK, kB90Threads>(sK + (i % S) * BK * D, K, kt * BK, T, H, h);
     load_tile<D, BK, kB90Threads>(sV + (i % S) * BK * D, V, kt * BK, T, H, h);

@@ -110,4 +110,17 @@ __device__ __forceinline__ void own_intervals(const MaskBounds& b, int p0, bool 
   }
 }
 
+// The start of a block of two warpgroups that owns the P positions from p0 (queries when
+// own_queries, else keys) and walks the other side's tiles of BN: this thread's positions are
+// own0 and own0 + 8; lo, hi get their kept intervals. Returns the block's walk. Every thread of
+// the block calls it.
+template <int P, int BN>
+__device__ __forceinline__ TileWalk own_and_walk(const MaskBounds& mb, int p0, bool own_queries, int own0, int T,
+                                                 int32_t* s_ids, int (&lo)[2], int (&hi)[2]) {
+  const int rows[2] = {own0, own0 + 8};
+  RangeEnds ends;  // the kept intervals of the block's first and last position
+  own_intervals<P, 2>(mb, p0, own_queries, s_ids, rows, lo, hi, ends);
+  return TileWalk(ends, BN, T);
+}
+
 }  // namespace attn

@@ -1,0 +1,262 @@
+// The sm90 backward's key-owner main loop (attention_bwd_sm90.cu describes the algorithm): one
+// block of two warpgroups owns 128 keys (64 a warpgroup) and walks the query tiles of 64 that see
+// them, computing per tile
+//   S^T = K Q^T, dP^T = V dO^T      [128 keys x 64 queries], wgmma from shared memory
+//   P^T = 2^(scale_log2 S^T - lse2), dS^T = P^T (dP^T - Drow)
+//   dV += P^T dO, dK += dS^T Q       [128 keys x D], fp32 accumulators in registers
+// and, with DQ (the fused backward), the block's share of dQ = dS K for each tile ([64 x D] over
+// its 128 keys), added into fp32 sums in the fixed order of dq_order.cuh.
+// Q, K, V, dO: bf16 [T, H, D]; lse2, Drow: fp32 [H, T]; dK, dV: bf16 [T, H, D], D in {64, 128}.
+// Without DQ, P^T and dS^T stay in registers as the next wgmma's A operand. With DQ they go
+// through shared memory (dQ needs both warpgroups' dS^T), so the accumulators at any time are at
+// most S^T, dP^T, dK, dV and one dQ tile; three query-tile buffers (one ahead) make room for the
+// staging of a dQ share.
+#pragma once
+#include "attention/bwd_common_sm90.cuh"
+#include "attention/dq_order.cuh"
+
+namespace attn {
+
+constexpr int kFStages = 3;            // query-tile buffers of the fused (DQ) loop
+constexpr size_t kSmemOptin = 232448;  // 227 KB: the most one block may have on sm90
+
+template <int D>
+constexpr size_t dkdv_sm90_smem() {
+  return (size_t)(2 * kB90Own + 2 * kB90Stages * kB90Walk) * D * sizeof(bf16) + 2 * kB90Stages * kB90Walk * sizeof(float) +
+         kB90Own * sizeof(int32_t) + 2 * kB90Stages * sizeof(uint64_t) + 1024;
+}
+
+template <int D>
+__host__ __device__ constexpr size_t fused_sm90_smem_used() {
+  return (size_t)(2 * kB90Own + 2 * kFStages * kB90Walk) * D * sizeof(bf16) + 2 * kB90Own * kB90Walk * sizeof(bf16) +
+         (size_t)kB90Walk * D * sizeof(float) + 2 * kFStages * kB90Walk * sizeof(float) + kB90Own * sizeof(int32_t) +
+         2 * kFStages * sizeof(uint64_t);
+}
+template <int D>
+__host__ __device__ constexpr size_t fused_sm90_smem() {  // asked at launch: room to align the tiles where it fits
+  return fused_sm90_smem_used<D>() + 1024 <= kSmemOptin ? fused_sm90_smem_used<D>() + 1024 : kSmemOptin;
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The loop of one key block; smem_raw: the block's dynamic shared memory. DQ only: per query
+// tile, the key blocks with a dQ share (dq_ranges), the count of shares added (dq_count) and the
+// fp32 sums (dq_acc), as dq_order.cuh describes.
+template <int D, bool DQ>
+__device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, const bf16* __restrict__ Q,
+                                                   const bf16* __restrict__ K, const bf16* __restrict__ V,
+                                                   const bf16* __restrict__ dO, const float* __restrict__ LSE2,
+                                                   const float* __restrict__ drow, const int2* __restrict__ dq_ranges,
+                                                   unsigned* __restrict__ dq_count, float* __restrict__ dq_acc, bf16* __restrict__ dK,
+                                                   bf16* __restrict__ dV, int T, int H, const MaskBounds& mb,
+                                                   float scale_log2, float scale) {
+  using namespace sm90;
+  constexpr int BK = kB90Own, BQ = kB90Walk, S = DQ ? kFStages : kB90Stages, AHEAD = S - 2;
+  unsigned char* base = align1024(smem_raw);
+  if constexpr (DQ) {
+    constexpr size_t kSlack = fused_sm90_smem<D>() - fused_sm90_smem_used<D>();
+    if ((size_t)(base - smem_raw) > kSlack) __trap();  // the tiles would not fit once aligned
+  }
+  bf16* sK = reinterpret_cast<bf16*>(base);
+  bf16* sV = sK + BK * D;
+  bf16* sQ = sV + BK * D;       // S buffers
+  bf16* sdO = sQ + S * BQ * D;  // S buffers
+  bf16* sP = sdO + S * BQ * D;  // DQ: P^T, BK x BQ
+  bf16* sdS = sP + (DQ ? BK * BQ : 0);                                // DQ: dS^T, BK x BQ
+  float* sdQ = reinterpret_cast<float*>(sdS + (DQ ? BK * BQ : 0));    // DQ: BQ x D, a dQ share on its way out
+  float* sLse = sdQ + (DQ ? BQ * D : 0);                              // S x BQ
+  float* sDr = sLse + S * BQ;                                         // S x BQ
+  int32_t* s_ids = reinterpret_cast<int32_t*>(sDr + S * BQ);          // BK document ids
+  TilePipe<S> pipe;
+  pipe.full = reinterpret_cast<uint64_t*>(s_ids + BK);
+  pipe.empty = pipe.full + S;
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
+  const int n_kb = (T + BK - 1) / BK, n_tiles = (T + BQ - 1) / BQ;
+  // DQ: the order dq_order.cuh needs
+  const int kb = DQ ? key_block_last_first(n_kb) : 0, k0 = DQ ? kb * BK : blockIdx.x * BK, h = blockIdx.y;
+  const bool leader = threadIdx.x == 0;  // DQ: issues this block's dQ additions
+
+  const int key0 = k0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's keys: key0, key0 + 8
+  int q_lo2[2], q_hi2[2];                                     // the queries each of them is kept by
+  auto load_q_side = [&](int qt, int i) {  // this thread's copies of query tile qt, the i-th of the walk
+    load_query_tile<D>(sQ, sdO, sLse, sDr, Q, dO, LSE2, drow, qt, i % S, T, H, h);
+    pipe.arrive_full(i);
+  };
+  WalkAhead<AHEAD> ahead;  // tile[0] computed now, the others loaded or loading
+  const TileWalk walk = begin_key_block<D>(mb, k0, key0, T, H, h, s_ids, q_lo2, q_hi2, pipe, ahead, K, V, sK, sV, load_q_side);
+
+  // DQ: each warpgroup's dQ matmul (64 x 64 accumulator): D = 128, its 64-column half of D over
+  // all 128 keys; D = 64, warpgroup 0 alone (a branch on the warpgroup: those wgmmas get serialized).
+  const bf16* sK_half = sK + (D == 128 ? wg * BK * 64 : 0);
+  const bool dq_wg = D == 128 || wg == 0;
+  float dk[D / 8][4] = {}, dv[D / 8][4] = {};
+  float s[BQ / 8][4], dp[BQ / 8][4];         // S^T and dP^T: keys as rows
+  uint32_t pa[BQ / 16][4], dsa[BQ / 16][4];  // without DQ: P^T and dS^T of the previous tile
+  float dq[8][4];                            // DQ: a dQ tile's 64 rows x this warpgroup's 64 columns
+  const int dq_row = warp * 16 + (lane >> 2), dq_col = D == 128 ? wg * 64 : 0;
+  int prev_tile = 0;       // DQ: the tile computed last (its dQ is in dq after the next matmuls)
+  int pending = -1;        // DQ: the tile whose dQ addition the leader issued last, not yet counted
+  int2 prev_range{1, 0};   // DQ: the key blocks with a share in prev_tile
+
+  // The updates of the tile in buffer st (issued one tile late, under the next tile's P^T, dS^T).
+  auto issue_updates = [&](int st) {
+    if constexpr (DQ) {
+      gemm_ss_kmn<D, BQ / 16, BK, BQ>(dv, sP, wg * 64, sdO + st * BQ * D, true);
+      gemm_ss_kmn<D, BQ / 16, BK, BQ>(dk, sdS, wg * 64, sQ + st * BQ * D, true);
+      if (dq_wg) gemm_ss_mnmn<64, BK / 16, BK, BK>(dq, sdS, sK_half);
+    } else {
+      gemm_rs<D, BQ / 16, BQ>(dv, pa, sdO + st * BQ * D);
+      gemm_rs<D, BQ / 16, BQ>(dk, dsa, sQ + st * BQ * D);
+    }
+  };
+  // DQ: moves the dQ share in dq (of the previous tile) to the staging buffer; the caller then
+  // fences and meets the other warpgroup at a barrier, and the leader adds it (add_dq_share).
+  auto stage_dq = [&]() {
+    if (!dq_wg) return;
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+      for (int nb = 0; nb < 8; nb++)
+        *reinterpret_cast<float2*>(sdQ + dq_tile_index<D>(dq_row + 8 * r, dq_col + nb * 8 + 2 * (lane & 3))) =
+            make_float2(dq[nb][2 * r], dq[nb][2 * r + 1]);
+  };
+  // DQ: every thread runs these (uniform control flow); the leader alone issues and counts.
+  // seen: the count read (relaxed) earlier in the step, so that the wait usually costs nothing;
+  // the leader's fence in count_prev_then_add orders its addition after the earlier ones. The
+  // previous share (issued a step ago, so normally landed) is counted at the same time.
+  auto add_dq_share = [&](int qt, int2 range, unsigned seen) {  // after the staging is complete
+    if (kb < range.x || kb > range.y) return;   // a walked tile with no kept pair: no share
+    unsigned* count = dq_count + (size_t)h * n_tiles;
+    const unsigned rank = range.y - kb;
+    if (seen != rank) wait_count(count + qt, rank);
+    count_prev_then_add(count + (pending >= 0 ? pending : qt), pending >= 0,
+                        dq_acc + ((size_t)h * n_tiles + qt) * BQ * D, sdQ, BQ * D * (int)sizeof(float), rank > 0,
+                        leader);
+    pending = qt;
+  };
+
+  // Per tile j: issue S^T_j, dP^T_j and tile j - 1's updates, then the load of tile j + AHEAD;
+  // compute P^T_j, dS^T_j while the matmuls run. Without DQ they become the next A operands in
+  // registers. With DQ, once every warp's matmuls are done, both warpgroups write P^T_j, dS^T_j
+  // and stage dQ_{j-1}, and the leader adds it to dq_acc.
+  int it = 0;
+  while (ahead.tile[0] < walk.end) {
+    const int st = it % S, st_prev = (it + S - 1) % S, qt = ahead.tile[0];
+    const int2 range = DQ ? dq_ranges[qt] : int2{1, 0};
+    pipe.wait_full(it);
+    const bf16* q_tile = sQ + st * BQ * D;
+    const bf16* do_tile = sdO + st * BQ * D;
+    wgmma_fence();
+    gemm_ss<BQ, D / 16, BK>(s, sK, wg * 64, q_tile, false);
+    gemm_ss<BQ, D / 16, BK>(dp, sV, wg * 64, do_tile, false);
+    wgmma_commit();
+    if (it > 0) {
+      if constexpr (DQ) wgmma_fence();  // dq was read by ordinary instructions (the staging)
+      issue_updates(st_prev);
+    }
+    wgmma_commit();
+    if (ahead.tile[AHEAD] < walk.end) {
+      pipe.wait_empty(it + AHEAD);
+      load_q_side(ahead.tile[AHEAD], it + AHEAD);
+    }
+    TileKind kind_after;
+    const int after = walk.next(ahead.tile[AHEAD] + 1, kind_after);
+    const unsigned seen = DQ && it > 0 ? ld_relaxed(dq_count + (size_t)h * n_tiles + prev_tile) : 0u;
+
+    wgmma_wait<1>();  // S^T_j, dP^T_j
+    reg_fence(s);
+    reg_fence(dp);
+    const float* lse_t = sLse + st * BQ;
+    const float* dr_t = sDr + st * BQ;
+    if (ahead.kind[0] != kFull) apply_mask_interval(s, q_lo2, q_hi2, qt * BQ + 2 * (lane & 3));
+    probs_and_dscores_t(s, dp, lse_t, dr_t, scale_log2, lane);
+    wgmma_wait<0>();  // tile j - 1's updates (they read P^T, dS^T and Q, dO of j - 1)
+    reg_fence(dk);
+    reg_fence(dv);
+    if constexpr (DQ) reg_fence(dq);
+    if (it > 0) pipe.release(it - 1);
+    if constexpr (DQ) {
+      bulk_wait_read(leader);  // the staging buffer is free again (the addition is counted with the next)
+      named_barrier_256();     // both warpgroups' matmuls have read P^T, dS^T
+      const int prow = wg * 64 + warp * 16 + (lane >> 2);
+#pragma unroll
+      for (int nb = 0; nb < BQ / 8; nb++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+          const int o = sw128<BK>(prow + 8 * r, nb) + 2 * (lane & 3);
+          *reinterpret_cast<uint32_t*>(sP + o) = pack_bf16(s[nb][2 * r], s[nb][2 * r + 1]);
+          *reinterpret_cast<uint32_t*>(sdS + o) = pack_bf16(dp[nb][2 * r], dp[nb][2 * r + 1]);
+        }
+      if (it > 0) stage_dq();
+      fence_proxy_async();
+      named_barrier_256();  // tile j's P^T, dS^T and tile j - 1's dQ share written by both warpgroups
+      if (it > 0) add_dq_share(prev_tile, prev_range, seen);
+      prev_tile = qt;
+      prev_range = range;
+    } else {
+#pragma unroll
+      for (int j = 0; j < BQ / 16; j++) {
+        c_to_a(pa[j], s[2 * j], s[2 * j + 1]);
+        c_to_a(dsa[j], dp[2 * j], dp[2 * j + 1]);
+      }
+    }
+    ahead.push(after, kind_after);
+    it++;
+  }
+  if (it > 0) {  // the last tile's updates
+    wgmma_fence();
+    issue_updates((it - 1) % S);
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(dk);
+    reg_fence(dv);
+    if constexpr (DQ) {
+      reg_fence(dq);
+      bulk_wait_read(leader);
+      named_barrier_256();
+      stage_dq();
+      fence_proxy_async();
+      named_barrier_256();
+      add_dq_share(prev_tile, prev_range, ~0u);
+      if (pending >= 0) bulk_done_signal(dq_count + (size_t)h * n_tiles + pending, leader);  // the last addition has landed
+    }
+  }
+  cp_async_wait<0>();
+  const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.f, 1.f};
+  store_rows<D>(dK, dk, key0, T, H, h, lane, dk_scale);
+  store_rows<D>(dV, dv, key0, T, H, h, lane, dv_scale);
+}
+#endif
+
+// dK and dV alone (the two-kernel backward; dQ comes from bwd_dq_sm90.cuh).
+template <int D>
+__global__ void __launch_bounds__(kB90Threads, 1)
+    attention_bwd_dkdv_sm90_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V,
+                                   const bf16* __restrict__ dO, const float* __restrict__ LSE2, const float* __restrict__ drow,
+                                   bf16* __restrict__ dK, bf16* __restrict__ dV, int T, int H, MaskBounds mb,
+                                   float scale_log2, float scale) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ unsigned char smem_raw[];
+  key_owner_backward<D, false>(smem_raw, Q, K, V, dO, LSE2, drow, nullptr, nullptr, nullptr, dK, dV, T, H, mb, scale_log2, scale);
+#else
+  __trap();  // built for another architecture: the launcher only picks this kernel on sm90
+#endif
+}
+
+// dK, dV and the block's dQ shares in one pass (the fused backward).
+template <int D>
+__global__ void __launch_bounds__(kB90Threads, 1)
+    attention_bwd_fused_sm90_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V,
+                                    const bf16* __restrict__ dO, const float* __restrict__ LSE2, const float* __restrict__ drow,
+                                    const int2* __restrict__ dq_ranges, unsigned* __restrict__ dq_count,
+                                    float* __restrict__ dq_acc, bf16* __restrict__ dK, bf16* __restrict__ dV, int T, int H,
+                                    MaskBounds mb, float scale_log2, float scale) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  key_owner_backward<D, true>(smem_raw, Q, K, V, dO, LSE2, drow, dq_ranges, dq_count, dq_acc, dK, dV, T, H, mb,
+                              scale_log2, scale);
+#else
+  __trap();  // built for another architecture: the launcher only picks this kernel on sm90
+#endif
+}
+
+}  // namespace attn

@@ -1,6 +1,6 @@
 // The layer test of softcap_ce (tests/layers/gpu_test.h: helpers and tolerances), against fp64 softcap and log-sum-exp, written out here
 // (CPU references: model/reference_layers.h unless named otherwise).
-// Tolerances: loss 1e-5 (fp32 over 50304 terms), dz 4e-3 (bf16 output).
+// Tolerances: loss 1e-5 (fp32 over 50304 terms), dz 4e-3 (bf16 output); exp2_fma 4e-7.
 #include "tests/layers/gpu_test.h"
 #include "layers/softcap_ce.cuh"
 
@@ -92,4 +92,34 @@ static void test_softcap_ce() {
   }
 }
 
-LAYER_TEST_MAIN("softcap_ce", test_softcap_ce)
+// ---- exp2_fma, the first pass's 2^(a b) on the FMA pipe, against exp2 in fp64 over its whole
+// range: a on a fine grid of [0, 1] (and its ends) times the kernel's b = -60 log2(e).
+// Tolerance: 4e-7 relative, the polynomial's 2.3e-7 plus fp32 rounding of the evaluation
+// (the special-function unit's ex2 is within about 2 ulp, 2.4e-7).
+__global__ void exp2_fma_kernel(const float* a, float b, float* out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = layers::exp2_fma(a[i], b);
+}
+static void test_exp2_fma() {
+  const int n = 1 << 20;
+  std::vector<float> a(n);
+  for (int i = 0; i < n; i++) a[i] = (float)i / (n - 1);
+  a[1] = 1e-30f, a[2] = std::nextafter(1.f, 0.f);
+  const float b = layers::SoftcapTerms::kLogit;
+  float *da, *dout;
+  CUDA_CHECK(cudaMalloc(&da, n * sizeof(float)));
+  CUDA_CHECK(cudaMalloc(&dout, n * sizeof(float)));
+  CUDA_CHECK(cudaMemcpy(da, a.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  exp2_fma_kernel<<<n / 256, 256>>>(da, b, dout, n);
+  CUDA_CHECK(cudaGetLastError());
+  std::vector<float> out(n);
+  CUDA_CHECK(cudaMemcpy(out.data(), dout, n * sizeof(float), cudaMemcpyDeviceToHost));
+  double worst = 0;
+  for (int i = 0; i < n; i++) worst = std::max(worst, std::fabs(out[i] / std::exp2((double)a[i] * b) - 1));
+  CHECK(worst < 4e-7, "exp2_fma: relative error %.2e", worst);
+  std::printf("exp2_fma over [%g, 0]: relative error %.2e\n", (double)b, worst);
+  CUDA_CHECK(cudaFree(da));
+  CUDA_CHECK(cudaFree(dout));
+}
+
+LAYER_TEST_MAIN("softcap_ce", test_softcap_ce, test_exp2_fma)

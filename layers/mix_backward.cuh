@@ -10,6 +10,12 @@
 // and ordered tree (layers/reduce.cuh), so they equal two separate dot() calls to the bit, and
 // the element-wise outputs equal scale() and skip_add(): only the passes over memory are fewer
 // (one read of g, a, b and a write of g and gb, against three reads of g and two of each output).
+// skip_backward is the U-net skip's backward (x_in = x_prev + s[j] src, dx its gradient):
+//   gs[j] += sum_i dx[i] src[i]
+//   dsrc = 0 + s[j] dx (written)             when the source's gradient is gathered apart, or
+//   dx = dx + (0 + s[j] dx), both rounded    when the source is x_prev itself (its gradient
+//                                            joins the stream's in place)
+// with dot()'s sum and the bits of skip_add into a zeroed dsrc (and of skip_add(dx, dsrc, 1)).
 // CPU reference: the test composes dot, scale and skip_add's references.
 #pragma once
 #include "layers/common.cuh"
@@ -43,6 +49,41 @@ __global__ void mix_backward_kernel(bf16* g, const bf16* __restrict__ a, const b
   __syncthreads();
   block_tree_sum<256>(acc_b, s);
   if (threadIdx.x == 0) partial[kDotBlocks + blockIdx.x] = s[0];
+}
+
+__global__ void skip_backward_kernel(bf16* dx, const bf16* __restrict__ src, const float* __restrict__ s, int j, bf16* __restrict__ dsrc,
+                                     size_t n8, float* __restrict__ partial) {
+  __shared__ float sh[256];
+  const float c = s[j];
+  float acc = 0.f;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n8; i += (size_t)gridDim.x * blockDim.x) {
+    const Pack8 x = load8(dx + 8 * i), y = load8(src + 8 * i);
+    Pack8 o;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+      acc += x.get(k) * y.get(k);
+      o.set(k, 0.f + c * x.get(k));
+    }
+    if (dsrc) {
+      store8(dsrc + 8 * i, o);
+    } else {
+      Pack8 sum;
+#pragma unroll
+      for (int k = 0; k < 8; k++) sum.set(k, x.get(k) + o.get(k));
+      store8(dx + 8 * i, sum);
+    }
+  }
+  block_tree_sum<256>(acc, sh);
+  if (threadIdx.x == 0) partial[blockIdx.x] = sh[0];
+}
+
+// dsrc == nullptr: the source is x_prev (see the top comment); gs: the skip weights' gradients
+inline cudaError_t skip_backward(bf16* dx, const bf16* src, const float* s, int j, float* gs, bf16* dsrc, size_t n, float* partial,
+                                 cudaStream_t st = 0) {
+  if (n % 8 || ((uintptr_t)dx | (uintptr_t)src | (uintptr_t)dsrc) % 16) return cudaErrorInvalidValue;
+  skip_backward_kernel<<<kDotBlocks, 256, 0, st>>>(dx, src, s, j, dsrc, n / 8, partial);
+  dot_final_kernel<<<1, kDotBlocks, 0, st>>>(partial, gs + j, true);
+  return cudaGetLastError();
 }
 
 inline cudaError_t mix_backward(bf16* g, const bf16* a, const bf16* b, bf16* gb, bool accumulate, const float* c, float* gc,

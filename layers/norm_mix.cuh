@@ -3,6 +3,8 @@
 //   backward: g = dx + rstd dh - rstd^3 x_mix (dh . x_mix) / C     (the norm's backward, added to
 //             the gradient dx that reaches x_mix by the residual path; rounded to bf16)
 //             gl[0] += sum g x_in,  gl[1] += sum g x0,  dx0 += l[1] g,  dx = l[0] g
+//             (+ add, rounded after l[0] g, when add is given: a U-net skip source's gradient
+//             joining the stream, with the bits of skip_add(dx, add, 1))
 // x_in, x0, x_mix, h, dh, dx, dx0: bf16 [T][C], C a multiple of 8, 16-byte aligned; rstd fp32 [T].
 // Each gives the bits of the unfused kernels it replaces (lambda_mix then rmsnorm_forward;
 // rmsnorm_backward then mix_backward) except the two scalar sums, which are added in another
@@ -48,7 +50,8 @@ __global__ void mix_rmsnorm_forward_kernel(const bf16* __restrict__ x_in, const 
 
 __global__ void rmsnorm_mix_backward_kernel(const bf16* __restrict__ x_mix, const float* __restrict__ rstd, const bf16* __restrict__ dh,
                                             bf16* __restrict__ dx, const bf16* __restrict__ x_in, const bf16* __restrict__ x0,
-                                            bf16* __restrict__ dx0, const float* __restrict__ l, int T, int C, float* __restrict__ partial) {
+                                            bf16* __restrict__ dx0, const float* __restrict__ l, const bf16* __restrict__ add, int T, int C,
+                                            float* __restrict__ partial) {
   __shared__ float s[256];
   const int warps = blockDim.x / 32, lane = threadIdx.x & 31;
   const float l0 = l[0], l1 = l[1];
@@ -77,6 +80,11 @@ __global__ void rmsnorm_mix_backward_kernel(const bf16* __restrict__ x_mix, cons
         o0.set(k, p0.get(k) + l1 * gk);
         o.set(k, l0 * gk);
       }
+      if (add) {
+        const Pack8 ad = load8(add + base + i);
+#pragma unroll
+        for (int k = 0; k < 8; k++) o.set(k, o.get(k) + ad.get(k));
+      }
       store8(dx0 + base + i, o0);
       store8(dx + base + i, o);
     }
@@ -95,11 +103,13 @@ inline cudaError_t mix_rmsnorm_forward(const bf16* x_in, const bf16* x0, const f
   if (T) mix_rmsnorm_forward_kernel<<<(T + 7) / 8, 256, 0, st>>>(x_in, x0, l, x_mix, h, rstd, T, C, eps);
   return cudaGetLastError();
 }
-// partial: 2 * kDotBlocks floats of scratch; gl: the two scalar gradients (added to)
+// partial: 2 * kDotBlocks floats of scratch; gl: the two scalar gradients (added to); add: nullptr
+// or a bf16 [T][C] added to dx
 inline cudaError_t rmsnorm_mix_backward(const bf16* x_mix, const float* rstd, const bf16* dh, bf16* dx, const bf16* x_in, const bf16* x0,
-                                        bf16* dx0, const float* l, float* gl, int T, int C, float* partial, cudaStream_t st = 0) {
-  if (!norm_mix_ok(T, C, {x_mix, dh, dx, x_in, x0, dx0})) return cudaErrorInvalidValue;
-  rmsnorm_mix_backward_kernel<<<kDotBlocks, 256, 0, st>>>(x_mix, rstd, dh, dx, x_in, x0, dx0, l, T, C, partial);
+                                        bf16* dx0, const float* l, float* gl, int T, int C, float* partial, const bf16* add = nullptr,
+                                        cudaStream_t st = 0) {
+  if (!norm_mix_ok(T, C, {x_mix, dh, dx, x_in, x0, dx0, add})) return cudaErrorInvalidValue;
+  rmsnorm_mix_backward_kernel<<<kDotBlocks, 256, 0, st>>>(x_mix, rstd, dh, dx, x_in, x0, dx0, l, add, T, C, partial);
   dot_final_kernel<<<1, kDotBlocks, 0, st>>>(partial, gl, true);
   dot_final_kernel<<<1, kDotBlocks, 0, st>>>(partial + kDotBlocks, gl + 1, true);
   return cudaGetLastError();

@@ -74,7 +74,7 @@ class Model {
       for (float** p : {&a.rstd_q, &a.rstd_k, &a.lse}) alloc(p, TH * sizeof(float));
     }
     pushed_.resize(cfg.layers / 2);
-    dpushed_.resize(cfg.layers / 2);
+    dpushed_.resize(cfg.layers / 2 - 1);  // the source of skip 0 is x_prev itself: its gradient joins dx_ directly
     for (auto& p : pushed_) alloc(&p, TC * sizeof(bf16));
     for (auto& p : dpushed_) alloc(&p, TC * sizeof(bf16));
     for (float** p : {&rstd_e_, &rstd_f_, &loss_}) alloc(p, (size_t)T * sizeof(float));
@@ -256,16 +256,11 @@ class Model {
     const size_t TC = (size_t)T * C;
     prof_.mark(Profiler::kNormMix, "final norm backward");
     ok(layers::rmsnorm_backward(x_, rstd_f_, dhf_, dx_, T, C, false));
-    prof_.mark(Profiler::kNormMix, "zeroing dx0 and the skip gradients");
+    prof_.mark(Profiler::kNormMix, "zeroing dx0");
     cuda_check(cudaMemsetAsync(dx0_, 0, TC * sizeof(bf16)), "dx0");
-    for (auto& p : dpushed_) cuda_check(cudaMemsetAsync(p, 0, TC * sizeof(bf16)), "dpushed");
     for (int i = L - 1; i >= 0; i--) {
       const LayerParams& lp = at_.layer[i];
       Acts& a = acts_[i];
-      if (i < L / 2) {
-        prof_.mark(Profiler::kNormMix, "U-net skip add backward");
-        ok(layers::skip_add(dx_, dpushed_[i], one_, 0, TC));
-      }
       // MLP: x = x_attn + relu(norm(x_attn) Wfc)^2 Wproj
       prof_.mark(Profiler::kMatmul, "Wproj dX (4C x C)");
       mm_.dX(dx_, W(lp.wproj), dr_, T, F, C);
@@ -304,14 +299,16 @@ class Model {
       mm_.dW(a.h, dk_, G(lp.wk), T, C, C);
       mm_.dW(a.h, dv_, G(lp.wv), T, C, C);
       prof_.mark(Profiler::kNormMix, "lambda mix + norm backward");
-      // h = norm(x_mix), x_mix = l0 x_in + l1 x0: dx_ becomes d x_in, dx0_ gathers d x0
-      ok(layers::rmsnorm_mix_backward(a.x_mix, a.rstd_h, dh_, dx_, a.x_in, x0_, dx0_, S(lp.lambda), G(lp.lambda), T, C, partial_));
-      // x_in = x_prev + s_j pushed
+      // h = norm(x_mix), x_mix = l0 x_in + l1 x0: dx_ becomes d x_in, dx0_ gathers d x0; x_in of
+      // a layer 0 < i < L/2 is pushed_[i - 1], whose skip gradient joins dx_ here (final by now)
+      ok(layers::rmsnorm_mix_backward(a.x_mix, a.rstd_h, dh_, dx_, a.x_in, x0_, dx0_, S(lp.lambda), G(lp.lambda), T, C, partial_,
+                                      i > 0 && i < L / 2 ? dpushed_[i - 1] : nullptr));
+      // x_in = x_prev + s_j pushed_[src]: the skip weight's gradient, and pushed's gradient kept
+      // for layer src + 1 above, or (src = L/2 - 1, where pushed_[src] is x_prev) added to dx_
       if (i >= L / 2) {
         prof_.mark(Profiler::kNormMix, "U-net skip add backward");
         const int j = i - L / 2, src = L - 1 - i;
-        ok(layers::dot(dx_, pushed_[src], TC, G(at_.skip) + j, partial_, true));
-        ok(layers::skip_add(dpushed_[src], dx_, S(at_.skip), j, TC));
+        ok(layers::skip_backward(dx_, pushed_[src], S(at_.skip), j, G(at_.skip), j > 0 ? dpushed_[src] : nullptr, TC, partial_));
       }
       if (ready) ready(i);
     }

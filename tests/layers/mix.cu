@@ -136,4 +136,42 @@ static void test_mixes_and_dot() {
   }
 }
 
-LAYER_TEST_MAIN("mix", test_mix_backward_and_value_embed, test_mixes_and_dot)
+// ---- the U-net skip's backward (skip_backward): the bits of dot + skip_add into a zeroed buffer
+// (and then skip_add(dx, that, 1) when the source's gradient joins dx), and fp64 (bf16
+// outputs 4e-3; the sum, fp32, 1e-5 relative to |dx||src|)
+static void test_skip_backward() {
+  const size_t n = (size_t)4099 * 768;
+  const std::vector<double> dx = random_bf16(n), src = random_bf16(n);
+  const float sc[3] = {0.6f, -1.7f, 1.f};  // s[0], s[1], and the 1 of the unfused add
+  float *dsc, *dgs, *dpart;
+  CUDA_CHECK(cudaMalloc(&dsc, sizeof(sc)));
+  CUDA_CHECK(cudaMalloc(&dgs, 4 * sizeof(float)));
+  CUDA_CHECK(cudaMalloc(&dpart, layers::kDotBlocks * sizeof(float)));
+  CUDA_CHECK(cudaMemcpy(dsc, sc, sizeof(sc), cudaMemcpyHostToDevice));
+  double ref = 0, xx = 0, yy = 0;
+  for (size_t i = 0; i < n; i++) ref += dx[i] * src[i], xx += dx[i] * dx[i], yy += src[i] * src[i];
+  for (const bool apart : {true, false}) {
+    const float gs0[4] = {0.25f, -0.5f, 0.25f, -0.5f};  // added to
+    CUDA_CHECK(cudaMemcpy(dgs, gs0, sizeof(gs0), cudaMemcpyHostToDevice));
+    bf16 *dx1 = to_device(dx), *dx2 = to_device(dx), *dsrc = to_device(src), *ds1 = poisoned(n), *ds2 = to_device(std::vector<double>(n, 0.0));
+    CUDA_CHECK(layers::skip_backward(dx1, dsrc, dsc, 1, dgs, apart ? ds1 : nullptr, n, dpart));
+    CUDA_CHECK(layers::dot(dx2, dsrc, n, dgs + 3, dpart, true));
+    CUDA_CHECK(layers::skip_add(ds2, dx2, dsc, 1, n));
+    if (!apart) CUDA_CHECK(layers::skip_add(dx2, ds2, dsc, 2, n));
+    float got[4];
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(got, dgs, sizeof(got), cudaMemcpyDeviceToHost));
+    const std::vector<double> hx1 = from_device(dx1, n), hx2 = from_device(dx2, n), hs2 = from_device(ds2, n);
+    std::vector<double> want(n);
+    for (size_t i = 0; i < n; i++) want[i] = apart ? sc[1] * dx[i] : (1 + sc[1]) * dx[i];
+    const double e = rel_err(apart ? from_device(ds1, n) : hx1, want), es = std::fabs(got[1] - gs0[1] - ref) / std::sqrt(xx * yy);
+    const bool same = got[1] == got[3] && got[0] == gs0[0] && hx1 == hx2 && (!apart || from_device(ds1, n) == hs2);
+    CHECK(same, "skip_backward (source %s): not the bits of dot + skip_add", apart ? "apart" : "in the stream");
+    CHECK(e < 4e-3 && es < 1e-5, "skip_backward (source %s): gradient %.2e, sum %.2e from fp64", apart ? "apart" : "in the stream", e, es);
+    std::printf("skip_backward (source %s): gradient %.2e, sum %.1e; the bits of dot + skip_add\n", apart ? "apart" : "in the stream", e, es);
+    for (void* q : {(void*)dx1, (void*)dx2, (void*)dsrc, (void*)ds1, (void*)ds2}) CUDA_CHECK(cudaFree(q));
+  }
+  for (void* q : {(void*)dsc, (void*)dgs, (void*)dpart}) CUDA_CHECK(cudaFree(q));
+}
+
+LAYER_TEST_MAIN("mix", test_mix_backward_and_value_embed, test_mixes_and_dot, test_skip_backward)

@@ -66,6 +66,25 @@ static void test_norm_mix() {
           ua, ub);
     std::printf("mix + rmsnorm: forward the unfused bits (x_mix %.2e, h %.2e); backward dx %.2e dx0 %.2e, sums %.1e %.1e, %s\n", exm, eh, ex,
                 ez, ea, eb, hx1 == hx2 && hz1 == hz2 ? "elements the unfused bits" : "elements within a rounding of the unfused");
+    {  // with add (a skip source's gradient joining dx): the bits of the call without it, then skip_add(dx, add, 1)
+      const std::vector<double> add = random_bf16(n);
+      const float one = 1.f;
+      float* done;
+      CUDA_CHECK(cudaMalloc(&done, sizeof(float)));
+      CUDA_CHECK(cudaMemcpy(done, &one, sizeof(float), cudaMemcpyHostToDevice));
+      bf16 *dadd = to_device(add), *dx3 = to_device(dx), *dz3 = to_device(dx0), *dx4 = to_device(dx), *dz4 = to_device(dx0);
+      CUDA_CHECK(layers::rmsnorm_mix_backward(xm1, drs1, ddh, dx3, dxin, dx0_, dz3, dl, dgl, T, C, dpart, dadd));
+      CUDA_CHECK(layers::rmsnorm_mix_backward(xm1, drs1, ddh, dx4, dxin, dx0_, dz4, dl, dgl + 2, T, C, dpart));
+      CUDA_CHECK(layers::skip_add(dx4, dadd, done, 0, n));
+      const std::vector<double> hx3 = from_device(dx3, n);
+      std::vector<double> wxa(n);
+      for (size_t i = 0; i < n; i++) wxa[i] = wx[i] + add[i];
+      const double exa = rel_err(hx3, wxa);
+      CHECK(hx3 == from_device(dx4, n) && from_device(dz3, n) == from_device(dz4, n) && exa < 4e-3,
+            "rmsnorm_mix_backward with add: not the bits of the call without it + skip_add, or dx %.2e from fp64", exa);
+      std::printf("mix + rmsnorm backward with add: the bits of the call without it + skip_add; dx %.2e\n", exa);
+      for (void* q : {(void*)done, (void*)dadd, (void*)dx3, (void*)dz3, (void*)dx4, (void*)dz4}) CUDA_CHECK(cudaFree(q));
+    }
     for (void* q : {(void*)dl, (void*)dgl, (void*)dpart, (void*)drs1, (void*)drs2, (void*)dxin, (void*)dx0_, (void*)ddh, (void*)xm1,
                     (void*)h1, (void*)xm2, (void*)h2, (void*)dx1, (void*)dx2, (void*)dz1, (void*)dz2})
       CUDA_CHECK(cudaFree(q));

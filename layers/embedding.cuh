@@ -52,22 +52,7 @@ __global__ void embedding_chunk_kernel(const bf16* __restrict__ dout, TokenIndex
   float* dst = slot < 0 ? dtable + (size_t)ix.unique[ix.chunk_token[j]] * C : ix.partial + (size_t)slot * C;
   for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) {
     float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    // kAhead rows in flight at once (their positions, then the rows), added in position order
-    constexpr int kAhead = 8;
-    int p = b;
-    for (; p + kAhead <= e; p += kAhead) {
-      int pos[kAhead];
-      Pack8 v[kAhead];
-#pragma unroll
-      for (int u = 0; u < kAhead; u++) pos[u] = ix.positions[p + u];
-#pragma unroll
-      for (int u = 0; u < kAhead; u++) v[u] = load8(dout + (size_t)pos[u] * C + c);
-#pragma unroll
-      for (int u = 0; u < kAhead; u++)
-#pragma unroll
-        for (int k = 0; k < 8; k++) s[k] += v[u].get(k);
-    }
-    for (; p < e; p++) {
+    for (int p = b; p < e; p++) {
       const Pack8 v = load8(dout + (size_t)ix.positions[p] * C + c);
 #pragma unroll
       for (int k = 0; k < 8; k++) s[k] += v.get(k);

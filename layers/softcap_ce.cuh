@@ -81,9 +81,9 @@ struct SoftcapTerms {
   // first pass, with fewer other instructions, takes q_fma so that both units share the work.
   __device__ __forceinline__ float q() const { return ex2_approx(r * kLogit); }
   __device__ __forceinline__ float q_fma() const { return exp2_fma(r, kLogit); }
-  // 1 - tanh^2(z / 30) = 4 r (1 - r), with 1 - r = e r when e < 1 (no cancellation near r = 1;
-  // e = inf, where e r is NaN, takes the other branch)
-  __device__ __forceinline__ float dtanh() const { return 4.f * r * (e < 1.f ? e * r : 1.f - r); }
+  // (1 - tanh^2(z / 30)) / 4 = r (1 - r), with 1 - r = e r when e < 1 (no cancellation near
+  // r = 1; e = inf, where e r is NaN, takes the other branch)
+  __device__ __forceinline__ float dtanh_4() const { return r * (e < 1.f ? e * r : 1.f - r); }
 };
 
 template <int THREADS, bool VEC>
@@ -127,10 +127,13 @@ __global__ void __launch_bounds__(THREADS) softcap_ce_kernel(__nv_bfloat16* z, c
   if (threadIdx.x == 0) loss[row] = logf(sum) + 2.f * kSoftcap * SoftcapTerms(zt).r;
   if (dz == nullptr) return;
   __nv_bfloat16* dr = dz + (size_t)row * V;
-  const float inv = 1.f / sum;
-  auto grad = [&](float zf, int i) {
+  // dz = (q inv4 - onehot tgt4) (1 - tanh^2) / 4: the scale and the 4 folded into the constants.
+  // The loop leaves the target's onehot out; the thread that wrote the target's element writes
+  // it again after the loop, with it (from zt: in place, the row is dz by then).
+  const float inv4 = 4.f * grad_scale / sum, tgt4 = 4.f * grad_scale;
+  auto grad = [&](float zf, float onehot4) {
     const SoftcapTerms s(zf);
-    return grad_scale * (s.q() * inv - (i == target ? 1.f : 0.f)) * s.dtanh();
+    return (s.q() * inv4 - onehot4) * s.dtanh_4();
   };
   if (VEC) {
     const uint4* zv = reinterpret_cast<const uint4*>(zr);
@@ -143,13 +146,14 @@ __global__ void __launch_bounds__(THREADS) softcap_ce_kernel(__nv_bfloat16* z, c
 #pragma unroll
       for (int k = 0; k < 4; k++) {
         const float2 f = __bfloat1622float2(h[k]);
-        oh[k] = __floats2bfloat162_rn(grad(f.x, 8 * j + 2 * k), grad(f.y, 8 * j + 2 * k + 1));
+        oh[k] = __floats2bfloat162_rn(grad(f.x, 0.f), grad(f.y, 0.f));
       }
       dv[j] = o;
     }
   } else {
-    for (int i = threadIdx.x; i < V; i += THREADS) dr[i] = __float2bfloat16(grad(__bfloat162float(zr[i]), i));
+    for (int i = threadIdx.x; i < V; i += THREADS) dr[i] = __float2bfloat16(grad(__bfloat162float(zr[i]), 0.f));
   }
+  if (threadIdx.x == (VEC ? target / 8 : target) % THREADS) dr[target] = __float2bfloat16(grad(zt, tgt4));
 }
 
 // dz may equal z (in place) or be nullptr (loss only).

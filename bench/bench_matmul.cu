@@ -12,7 +12,10 @@
 // calls, timed with CUDA events. "calls a step" counts one training step of the speedrun preset
 // on one GPU (micro-steps x layers for a block's products, micro-steps x T / head-chunk for the
 // head's), so ms a step = calls x time: the matmul rows of train_gpt --profile should read
-// about the same. Each choice's algorithm is listed after the table.
+// about the same. The q, k and v projections run as one batched call (three products sharing h,
+// layers::Batch) and their weight gradients as three calls, as the model makes them; after the
+// totals, each the other way, for comparison. A call's time includes its launch, so short
+// calls read slower here than in the step. Each choice's algorithm is listed after the table.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -32,6 +35,7 @@ struct Product {
   int m, n, k;
   bool trans_a, trans_b, accumulate, c_fp32, add;
   long long calls;
+  layers::Batch batch = {};  // products of one call (A shared): the q, k, v projections
 };
 
 static int run(int argc, char** argv) {
@@ -57,9 +61,12 @@ static int run(int argc, char** argv) {
     }
   chunk = std::min(chunk, T);
   const long long blk = (long long)micro * L, head = (long long)micro * ((T + chunk - 1) / chunk);
-  // name, m, n, k, trans_a, trans_b, accumulate, c_fp32, add, calls a step
+  const layers::Batch qkv_fwd{3, 0, (long long)C * C, (long long)T * C}, qkv_dw{3, 0, (long long)T * C, (long long)C * C};
+  // (the model runs the q, k, v weight gradients as three calls: in the step the batched call,
+  // without split-K, took longer; it is listed after the totals)
+  // name, m, n, k, trans_a, trans_b, accumulate, c_fp32, add, calls a step[, batch]
   const std::vector<Product> products = {
-      {"q, k, v = h W", T, C, C, false, false, false, false, false, 3 * blk},
+      {"q, k, v = h W (1 call)", T, C, C, false, false, false, false, false, blk, qkv_fwd},
       {"x + y Wo", T, C, C, false, false, false, false, true, blk},
       {"u = h Wfc", T, F, C, false, false, false, false, false, blk},
       {"x + r Wproj", T, C, F, false, false, false, false, true, blk},
@@ -74,10 +81,18 @@ static int run(int argc, char** argv) {
       {"head dX", chunk, C, V, false, true, false, false, false, head},
       {"head dW", C, V, chunk, true, false, true, true, false, head},
   };
+  // the other way of each q, k, v product, for comparison (not in the totals)
+  const std::vector<Product> apart = {
+      {"q, k, v = h W (3 calls)", T, C, C, false, false, false, false, false, 3 * blk},
+      {"Wq, Wk, Wv dW (1 call)", C, C, T, true, false, true, true, false, blk, qkv_dw},
+  };
+  std::vector<Product> all = products;
+  all.insert(all.end(), apart.begin(), apart.end());
   size_t max_ab = 0, max_c = 0;
-  for (const Product& p : products) {
-    max_ab = std::max({max_ab, (size_t)p.m * p.k, (size_t)p.k * p.n});
-    max_c = std::max(max_c, (size_t)p.m * p.n);
+  for (const Product& p : all) {
+    const size_t items = p.batch.count - 1;
+    max_ab = std::max({max_ab, (size_t)p.m * p.k + items * (size_t)p.batch.a, (size_t)p.k * p.n + items * (size_t)p.batch.b});
+    max_c = std::max(max_c, (size_t)p.m * p.n + items * (size_t)p.batch.c);
   }
   bf16 *A, *B, *Cin;
   float* C32;
@@ -99,7 +114,7 @@ static int run(int argc, char** argv) {
   // which tunes a kTuned Matmul), or a negative number when mm's choice is not offered
   auto time_it = [&](layers::Matmul& mm, const Product& p, std::string* algo) -> double {
     try {
-      mm.algorithm(p.m, p.n, p.k, p.trans_a, p.trans_b, p.c_fp32, p.accumulate || p.add);  // builds the plan
+      mm.algorithm(p.m, p.n, p.k, p.trans_a, p.trans_b, p.c_fp32, p.accumulate || p.add, p.batch);  // builds the plan
     } catch (const std::runtime_error&) {
       return -1;  // cuBLASLt offers fewer choices than mm's rank
     }
@@ -109,6 +124,8 @@ static int run(int argc, char** argv) {
       CUDA_CHECK(cudaEventRecord(e0));
       if (p.add)
         mm.add(A, B, Cin, Cin, p.m, p.n, p.k, p.trans_a, p.trans_b);
+      else if (p.batch.count > 1)
+        mm.batched(A, B, out, p.m, p.n, p.k, p.trans_a, p.trans_b, p.accumulate, p.c_fp32, p.batch);
       else
         mm(A, B, out, p.m, p.n, p.k, p.trans_a, p.trans_b, p.accumulate, p.c_fp32);
       CUDA_CHECK(cudaEventRecord(e1));
@@ -117,7 +134,7 @@ static int run(int argc, char** argv) {
       CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
       if (it >= 3) ms.push_back(t);
     }
-    *algo = mm.algorithm(p.m, p.n, p.k, p.trans_a, p.trans_b, p.c_fp32, p.accumulate || p.add);
+    *algo = mm.algorithm(p.m, p.n, p.k, p.trans_a, p.trans_b, p.c_fp32, p.accumulate || p.add, p.batch);
     std::sort(ms.begin(), ms.end());
     return ms[ms.size() / 2];
   };
@@ -133,7 +150,10 @@ static int run(int argc, char** argv) {
               "TFLOP/s", "ms/step", "tuned ms", "TFLOP/s", "ms/step", "any ms", "TFLOP/s", "ms/step");
   double total[3] = {0, 0, 0};
   std::vector<std::string> algos;
-  for (const Product& p : products) {
+  for (size_t i_p = 0; i_p < all.size(); i_p++) {
+    const Product& p = all[i_p];
+    const bool in_model = i_p < products.size();
+    if (i_p == products.size()) std::printf("the q, k, v products the other way (not in the totals):\n");
     std::string a_first, a_tuned, a_any = "(the first)", a;
     const double t_first = time_it(first, p, &a_first), t_tuned = time_it(tuned, p, &a_tuned);
     double t_any = t_first;
@@ -141,11 +161,11 @@ static int run(int argc, char** argv) {
       const double t = time_it(*mm, p, &a);
       if (t > 0 && t < t_any) t_any = t, a_any = a;
     }
-    const double tf = 2.0 * p.m * p.n * p.k / 1e9;  // GFLOP: / ms gives TFLOP/s
+    const double tf = 2.0 * p.m * p.n * p.k * p.batch.count / 1e9;  // GFLOP: / ms gives TFLOP/s
     const double t[3] = {t_first, t_tuned, t_any};
     std::printf("%-24s %6d %6d %6d %6lld", p.name, p.m, p.n, p.k, p.calls);
     for (int i = 0; i < 3; i++) {
-      total[i] += t[i] * p.calls;
+      if (in_model) total[i] += t[i] * p.calls;
       std::printf(" | %8.4f %7.1f %8.2f", t[i], tf / t[i], t[i] * p.calls);
     }
     std::printf("\n");

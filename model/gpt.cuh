@@ -68,7 +68,9 @@ class Model {
     for (int i = 0; i < cfg.layers; i++) {
       Acts& a = acts_[i];
       if (i >= cfg.layers / 2) alloc(&a.x_in_own, TC * sizeof(bf16));  // x_prev + s pushed; others alias (forward)
-      for (bf16** p : {&a.x_mix, &a.h, &a.q, &a.k, &a.qn, &a.kn, &a.v_lin, &a.v, &a.y, &a.x_attn, &a.h2}) alloc(p, TC * sizeof(bf16));
+      for (bf16** p : {&a.x_mix, &a.h, &a.qn, &a.kn, &a.v, &a.y, &a.x_attn, &a.h2}) alloc(p, TC * sizeof(bf16));
+      alloc(&a.q, 3 * TC * sizeof(bf16));  // q, k, v_lin one after another: the batched projection writes them at a stride of T x C
+      a.k = a.q + TC, a.v_lin = a.k + TC;
       alloc(&a.r, TF * sizeof(bf16));
       for (float** p : {&a.rstd_h, &a.rstd_h2}) alloc(p, (size_t)T * sizeof(float));
       for (float** p : {&a.rstd_q, &a.rstd_k, &a.lse}) alloc(p, TH * sizeof(float));
@@ -185,9 +187,7 @@ class Model {
       prof_.mark(Profiler::kNormMix, "lambda mix + norm");
       ok(layers::mix_rmsnorm_forward(a.x_in, x0_, S(lp.lambda), a.x_mix, a.h, a.rstd_h, T, C, eps));
       prof_.mark(Profiler::kMatmul, "q, k, v = h W (3 x C x C)");
-      mm_.xW(a.h, W(lp.wq), a.q, T, C, C);
-      mm_.xW(a.h, W(lp.wk), a.k, T, C, C);
-      mm_.xW(a.h, W(lp.wv), a.v_lin, T, C, C);
+      mm_.xW_batched(a.h, W(lp.wq), (long long)C * C, a.q, (long long)TC, 3, T, C, C);  // Wq, Wk, Wv: one after another (resolve)
       prof_.mark(Profiler::kNormMix, "value embedding mix");
       ok(layers::value_embed_mix(a.v_lin, W(lp.value_embed), tokens_, a.v, S(lp.attn_lambda), T, C));
       prof_.mark(Profiler::kNormMix, "q, k norm + rotary");
@@ -295,6 +295,8 @@ class Model {
       mm_.dX(dk_, W(lp.wk), dh_, T, C, C, /*accumulate=*/true);
       mm_.dX(dv_, W(lp.wv), dh_, T, C, C, /*accumulate=*/true);
       prof_.mark(Profiler::kMatmul, "Wq, Wk, Wv dW (3 x C x C)");
+      // three calls: as one batched call (layers::Batch) cuBLASLt drops the split-K these run
+      // with, and the step took 1.5 ms longer (one H200)
       mm_.dW(a.h, dq_, G(lp.wq), T, C, C);
       mm_.dW(a.h, dk_, G(lp.wk), T, C, C);
       mm_.dW(a.h, dv_, G(lp.wv), T, C, C);
@@ -363,6 +365,10 @@ class Model {
       const std::string p = "layer" + std::to_string(i) + ".";
       o.layer.push_back({at(p + "wq"), at(p + "wk"), at(p + "wv"), at(p + "wo"), at(p + "wfc"), at(p + "wproj"), at(p + "lambda"),
                          at(p + "attn_lambda"), at("value_embed." + std::to_string(i < L / 2 ? i : L - 1 - i))});
+      const LayerParams& lp = o.layer.back();
+      const size_t CC = layout.t(p + "wq").size();
+      if (lp.wk != lp.wq + CC || lp.wv != lp.wk + CC)  // the batched q, k, v projection needs them so
+        throw std::logic_error("layout: " + p + "wq, wk, wv must follow one another");
     }
     return o;
   }

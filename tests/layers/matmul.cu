@@ -128,4 +128,74 @@ static void test_matmul_tuned() {
   }
 }
 
-LAYER_TEST_MAIN("matmul", test_matmul, test_matmul_tuned)
+// ---- batched products (the q, k, v projections and their weight gradients): three products
+// sharing A in one call. Each item against fp64 (bf16 output 4e-3, fp32 1e-5), the items of
+// the tuned call bit for bit those of the first choice's call, and outputs outside the items
+// (a gap in the output stride) untouched. A zero stride shares A; B and C have their own.
+static void test_matmul_batched() {
+  const int count = 3;
+  struct Shape { const char* name; int m, n, k; bool ta, acc, f32; long long sb, sc; } shapes[] = {
+      {"y_i = x W_i", 2048, 768, 768, false, false, false, 768LL * 768, 2048LL * 768 + 64},
+      {"dW_i += x^T dy_i (fp32)", 768, 768, 2048, true, true, true, 2048LL * 768, 768LL * 768}};
+  for (const Shape& sh : shapes) {
+    const size_t na = (size_t)sh.m * sh.k, span = (size_t)(count - 1) * sh.sc + (size_t)sh.m * sh.n, esize = sh.f32 ? 4 : 2;
+    std::vector<double> A = random_bf16(na), B = random_bf16((size_t)(count - 1) * sh.sb + (size_t)sh.k * sh.n), C0 = random_bf16(span);
+    bf16 *dA = to_device(A), *dB = to_device(B);
+    void* start;  // the starting output: C0 (fp32 or bf16)
+    CUDA_CHECK(cudaMalloc(&start, span * esize));
+    if (sh.f32) {
+      std::vector<float> f(C0.begin(), C0.end());
+      CUDA_CHECK(cudaMemcpy(start, f.data(), span * 4, cudaMemcpyHostToDevice));
+    } else {
+      bf16* t = to_device(C0);
+      CUDA_CHECK(cudaMemcpy(start, t, span * 2, cudaMemcpyDeviceToDevice));
+      CUDA_CHECK(cudaFree(t));
+    }
+    auto read = [&](void* o) {
+      std::vector<double> h(span);
+      if (sh.f32) {
+        std::vector<float> f(span);
+        CUDA_CHECK(cudaMemcpy(f.data(), o, span * 4, cudaMemcpyDeviceToHost));
+        h.assign(f.begin(), f.end());
+      } else {
+        h = from_device((bf16*)o, span);
+      }
+      return h;
+    };
+    std::vector<double> got[2];
+    for (int which = 0; which < 2; which++) {  // the first choice, then tuned
+      layers::Matmul mm(32u << 20, which == 0 ? 0 : layers::Matmul::kTuned);
+      void* o;
+      CUDA_CHECK(cudaMalloc(&o, span * esize));
+      CUDA_CHECK(cudaMemcpy(o, start, span * esize, cudaMemcpyDeviceToDevice));
+      mm.batched(dA, dB, o, sh.m, sh.n, sh.k, sh.ta, false, sh.acc, sh.f32, {count, 0, sh.sb, sh.sc});
+      CUDA_CHECK(cudaDeviceSynchronize());
+      got[which] = read(o);
+      CUDA_CHECK(cudaFree(o));
+    }
+    double worst = 0;
+    bool gaps = true;
+    for (int b = 0; b < count; b++) {
+      std::vector<double> want((size_t)sh.m * sh.n, 0.0), item(want.size());
+      for (int i = 0; i < sh.m; i++)
+        for (int kk = 0; kk < sh.k; kk++) {
+          const double av = sh.ta ? A[(size_t)kk * sh.m + i] : A[(size_t)i * sh.k + kk];
+          const double* brow = &B[(size_t)b * sh.sb + (size_t)kk * sh.n];
+          for (int j = 0; j < sh.n; j++) want[(size_t)i * sh.n + j] += av * brow[j];
+        }
+      for (size_t e = 0; e < want.size(); e++) {
+        if (sh.acc) want[e] += C0[(size_t)b * sh.sc + e];
+        item[e] = got[1][(size_t)b * sh.sc + e];
+      }
+      worst = std::max(worst, rel_err(item, want));
+      if (b + 1 < count)
+        for (size_t e = (size_t)sh.m * sh.n; e < (size_t)sh.sc; e++) gaps &= got[1][(size_t)b * sh.sc + e] == C0[(size_t)b * sh.sc + e];
+    }
+    CHECK(worst < (sh.f32 ? 1e-5 : 4e-3) && gaps && got[1] == got[0], "matmul batched %s: rel err %.2e, gaps %s, tuned %s the first's bits",
+          sh.name, worst, gaps ? "untouched" : "WRITTEN", got[1] == got[0] ? "with" : "WITHOUT");
+    std::printf("matmul batched (%d items) %s: %.2e; the first choice's bits when tuned\n", count, sh.name, worst);
+    for (void* p : {(void*)dA, (void*)dB, start}) CUDA_CHECK(cudaFree(p));
+  }
+}
+
+LAYER_TEST_MAIN("matmul", test_matmul, test_matmul_tuned, test_matmul_batched)

@@ -106,4 +106,57 @@ static void test_muon() {
   }
 }
 
-LAYER_TEST_MAIN("muon", test_muon)
+// ---- Muon's orthogonalisation of several matrices of one shape at once (the optimiser's path
+// for a kind of matrix): each X_k against fp64 Newton-Schulz with the same tolerance as above
+// (twice the bf16 emulation's error + 1e-3), X slots at a stride with a gap between them that
+// must stay untouched, wide and tall matrices; and the momentum into u slot k.
+static void test_muon_batched() {
+  const int count = 3;
+  layers::Matmul mm;
+  layers::MuonScratch scratch(512 * 128, 128 * 128, count);
+  for (auto [rows, cols] : {std::pair<int, int>{128, 512}, {512, 128}}) {
+    const size_t n = (size_t)rows * cols;
+    const long long sx = (long long)n + 64;  // a gap of 64 elements after each X
+    std::normal_distribution<float> nd(0.f, 1.f);
+    const float mom = 0.9f;
+    float *dg, *dbuf;
+    bf16* dX;
+    CUDA_CHECK(cudaMalloc(&dg, count * n * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&dbuf, count * n * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&dX, count * sx * sizeof(bf16)));
+    CUDA_CHECK(cudaMemset(dbuf, 0, count * n * sizeof(float)));
+    CUDA_CHECK(cudaMemset(dX, 0x7F, count * sx * sizeof(bf16)));  // the gaps must keep this
+    std::vector<std::vector<double>> u(count, std::vector<double>(n));
+    for (int k = 0; k < count; k++) {
+      std::vector<float> g(n);
+      for (auto& v : g) v = nd(rng) * (k + 1);  // another scale each: the norms are per matrix
+      for (size_t i = 0; i < n; i++) u[k][i] = (1 - (double)mom) * g[i] + mom * (1 - (double)mom) * g[i];
+      CUDA_CHECK(cudaMemcpy(dg + k * n, g.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+      CUDA_CHECK(layers::muon_momentum(scratch, dg + k * n, dbuf + k * n, n, mom, true, 0, k));
+    }
+    CUDA_CHECK(layers::muon_orthogonalize_batched(mm, scratch, dX, sx, count, rows, cols));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<double> hX = from_device(dX, count * sx);
+    bool gaps = true;
+    __nv_bfloat16_raw fill;
+    fill.x = 0x7F7F;
+    const double filled = __bfloat162float(__nv_bfloat16(fill));
+    for (int k = 0; k < count; k++) {
+      for (long long i = n; i < sx; i++) gaps &= hX[k * sx + i] == filled;  // as written before the call
+      // X_k is min x max (transposed when tall): back to rows x cols for the references
+      std::vector<double> got(n), ns64 = u[k];
+      const bool tall = rows > cols;
+      const int r = tall ? cols : rows, c = tall ? rows : cols;
+      for (int i = 0; i < r; i++)
+        for (int j = 0; j < c; j++) (tall ? got[(size_t)j * cols + i] : got[(size_t)i * c + j]) = hX[k * sx + (size_t)i * c + j];
+      model_ref::newton_schulz5(ns64, rows, cols);
+      const double e = rel_err(got, ns64), e16 = rel_err(ns5_bf16_emulated(u[k], rows, cols), ns64);
+      CHECK(e <= 2 * e16 + 1e-3, "muon batched %dx%d, matrix %d: rel err %.2e > 2 x bf16 emulation %.2e + 1e-3", rows, cols, k, e, e16);
+      std::printf("muon batched %dx%d, matrix %d of %d: rel err %.2e (bf16 emulation %.2e)\n", rows, cols, k, count, e, e16);
+    }
+    CHECK(gaps, "muon batched %dx%d: the gaps between the X slots were written", rows, cols);
+    for (void* q : {(void*)dg, (void*)dbuf, (void*)dX}) CUDA_CHECK(cudaFree(q));
+  }
+}
+
+LAYER_TEST_MAIN("muon", test_muon, test_muon_batched)

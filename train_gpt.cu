@@ -111,29 +111,17 @@ static std::string used_checkpoint_dir(const std::string& dir, const std::string
 // Muon for the block matrices (the same grouping as model/optimizer_reference.cpp). Every rank
 // runs Adam and Muon's momentum on the averaged gradients; matrix j's Newton-Schulz runs only
 // on rank j % world, which broadcasts the result (X, bf16) to the others; then every rank
-// applies every X. Matrices of one kind (layer{i}.wq for every i, and so on) lie at one stride
-// in the layout and in X; where one rank owns a whole kind (one GPU; two, where the six kinds
-// of a layer alternate between the ranks) it orthogonalises them together, each matmul one
-// batched call (layers/muon.cuh), else one by one. Per matrix this is muon_step, stage by stage
-// (tests/layers/muon.cu).
+// applies every X. With one GPU this is muon_step, stage by stage (tests/layers/muon.cu).
 // Adam's state is not sharded (ZeRO-1): see the note in README.md. The optimiser saves and
 // loads its own state in checkpoints.
 struct Optimizer {
   float *m = nullptr, *v = nullptr, *buf = nullptr;
   layers::bf16* X = nullptr;     // orthogonalised updates, one slot per matrix
   std::vector<size_t> x_offset;  // by matrix index
-  // the matrices of one kind, in layer order (matrix indices); strided: at one stride in the
-  // layout and in X, and of one shape (so that they can be orthogonalised together)
-  struct Kind {
-    std::vector<int> matrices;
-    bool strided = true;
-  };
-  std::vector<Kind> kinds;
   int adam_steps = 0;
   model::OptimizerHyper hp;
   layers::MuonScratch scratch;
-  explicit Optimizer(const model::Layout& layout)
-      : kinds(matrix_kinds(layout)), scratch(largest(layout, false), largest(layout, true), largest_kind(kinds)) {
+  explicit Optimizer(const model::Layout& layout) : scratch(largest(layout, false), largest(layout, true)) {
     const size_t n = layout.size();
     for (float** p : {&m, &v, &buf}) {
       gpt::cuda_check(cudaMalloc(p, n * sizeof(float)), "optimizer state");
@@ -146,41 +134,10 @@ struct Optimizer {
         total += (t.size() + 63) / 64 * 64;  // 128-byte aligned slots (cuBLASLt wants 16)
       }
     gpt::cuda_check(cudaMalloc(&X, std::max<size_t>(total, 1) * sizeof(layers::bf16)), "Muon update buffer");
-    for (Kind& k : kinds)  // one stride between the kind's X slots too
-      for (size_t i = 1; i < k.matrices.size(); i++)
-        k.strided = k.strided && x_offset[k.matrices[i]] - x_offset[k.matrices[i - 1]] == x_offset[k.matrices[1]] - x_offset[k.matrices[0]];
   }
   ~Optimizer() {
     for (float* p : {m, v, buf}) cudaFree(p);
     cudaFree(X);
-  }
-  // The matrices grouped by kind: the name after "layer{i}.", in the order of first appearance.
-  static std::vector<Kind> matrix_kinds(const model::Layout& layout) {
-    std::vector<const model::Tensor*> mats;
-    for (const model::Tensor& t : layout.tensors)
-      if (model::group_of(t) == model::ParamGroup::kMatrix) mats.push_back(&t);
-    std::vector<std::string> names;
-    std::vector<Kind> kinds;
-    for (int j = 0; j < (int)mats.size(); j++) {
-      const std::string& n = mats[j]->name;
-      const std::string kind = n.substr(n.find('.') + 1);
-      const size_t k = std::find(names.begin(), names.end(), kind) - names.begin();
-      if (k == names.size()) names.push_back(kind), kinds.emplace_back();
-      kinds[k].matrices.push_back(j);
-    }
-    for (Kind& k : kinds) {  // one shape, one stride between neighbours in the layout and in the X slots
-      const model::Tensor &a = *mats[k.matrices[0]];
-      for (size_t i = 1; i < k.matrices.size(); i++) {
-        const model::Tensor &p = *mats[k.matrices[i - 1]], &t = *mats[k.matrices[i]];
-        k.strided = k.strided && t.rows == a.rows && t.cols == a.cols && t.offset - p.offset == mats[k.matrices[1]]->offset - a.offset;
-      }
-    }
-    return kinds;
-  }
-  static int largest_kind(const std::vector<Kind>& kinds) {
-    size_t most = 1;
-    for (const Kind& k : kinds) most = std::max(most, k.matrices.size());
-    return (int)most;
   }
   // The largest block matrix, or the largest square of its smaller side (Muon's scratch sizes).
   static size_t largest(const model::Layout& layout, bool square) {
@@ -221,37 +178,22 @@ struct Optimizer {
     std::vector<const model::Tensor*> matrices;
     std::vector<train::DataParallel::Broadcast> shares;
     for (const model::Tensor& t : model.layout().tensors) {
+      float* w = model.master() + t.offset;
+      const float* g = model.grads() + t.offset;
       const model::ParamGroup grp = model::group_of(t);
+      cudaError_t e;
       if (grp == model::ParamGroup::kMatrix) {
-        shares.push_back({X + x_offset[matrices.size()], t.size(), (int)matrices.size() % world});
+        const int j = (int)matrices.size(), owner = j % world;
         matrices.push_back(&t);
-        continue;
+        e = layers::muon_momentum(scratch, g, buf + t.offset, t.size(), mom, owner == rank);
+        if (e == cudaSuccess && owner == rank) e = layers::muon_orthogonalize(mm, scratch, X + x_offset[j], (int)t.rows, (int)t.cols);
+        shares.push_back({X + x_offset[j], t.size(), owner});
+      } else {
+        const double lr = grp == model::ParamGroup::kEmbed ? hp.lr_embed : grp == model::ParamGroup::kHead ? hp.lr_head : hp.lr_scalar;
+        e = layers::adam_step(w, model.weights() + t.offset, g, m + t.offset, v + t.offset, t.size(), mult * (float)lr, adam_steps,
+                              (float)hp.beta1, (float)hp.beta2, (float)hp.adam_eps);
       }
-      const double lr = grp == model::ParamGroup::kEmbed ? hp.lr_embed : grp == model::ParamGroup::kHead ? hp.lr_head : hp.lr_scalar;
-      gpt::cuda_check(layers::adam_step(model.master() + t.offset, model.weights() + t.offset, model.grads() + t.offset, m + t.offset,
-                                        v + t.offset, t.size(), mult * (float)lr, adam_steps, (float)hp.beta1, (float)hp.beta2,
-                                        (float)hp.adam_eps),
-                      ("optimizer step on " + t.name).c_str());
-    }
-    for (const Kind& kind : kinds) {
-      bool whole = kind.strided;  // this rank owns every matrix of the kind: all at once
-      for (int j : kind.matrices) whole = whole && j % world == rank;
-      for (size_t i = 0; i < kind.matrices.size(); i++) {
-        const int j = kind.matrices[i];
-        const model::Tensor& t = *matrices[j];
-        const bool mine = j % world == rank;
-        cudaError_t e = layers::muon_momentum(scratch, model.grads() + t.offset, buf + t.offset, t.size(), mom, mine, 0,
-                                              whole ? (int)i : 0);
-        if (e == cudaSuccess && mine && !whole) e = layers::muon_orthogonalize(mm, scratch, X + x_offset[j], (int)t.rows, (int)t.cols);
-        gpt::cuda_check(e, ("optimizer step on " + t.name).c_str());
-      }
-      if (whole) {
-        const model::Tensor& t = *matrices[kind.matrices[0]];
-        const long long stride = kind.matrices.size() > 1 ? (long long)(x_offset[kind.matrices[1]] - x_offset[kind.matrices[0]]) : 0;
-        gpt::cuda_check(layers::muon_orthogonalize_batched(mm, scratch, X + x_offset[kind.matrices[0]], stride, (int)kind.matrices.size(),
-                                                           (int)t.rows, (int)t.cols),
-                        ("Muon orthogonalisation of the " + t.name.substr(t.name.find('.') + 1) + " matrices").c_str());
-      }
+      gpt::cuda_check(e, ("optimizer step on " + t.name).c_str());
     }
     if (dp) dp->broadcast(shares);
     for (size_t j = 0; j < matrices.size(); j++) {

@@ -9,10 +9,7 @@
 //   W, g, buf: fp32 [rows][cols].
 // The three stages are separate calls too (muon_momentum, muon_orthogonalize, muon_apply), so
 // that data-parallel ranks can each orthogonalise their share of the matrices and exchange X:
-// muon_step is exactly their composition. muon_orthogonalize_batched orthogonalises several
-// matrices of one shape at once (the same kind of matrix in every layer), each matmul of the
-// iteration one batched cuBLASLt call for all of them: the per-matrix chain is some thirty
-// launches of small kernels, which left the GPU mostly idle.  The Frobenius norm is layers/reduce.cuh's deterministic dot. CPU reference: model/optimizer_reference.h (newton_schulz5, optimizer_step).
+// muon_step is exactly their composition.  The Frobenius norm is layers/reduce.cuh's deterministic dot. CPU reference: model/optimizer_reference.h (newton_schulz5, optimizer_step).
 #pragma once
 #include <cmath>
 
@@ -42,14 +39,12 @@ __global__ void muon_normalize_kernel(const float* __restrict__ u, const float* 
   X[i] = __float2bfloat16(u[src] * inv);
 }
 
-// out = a * x + b * y (bf16) over count items of n elements, item k of each at k * stride
-// (x and out: sx; y: sy); runs in place, so no __restrict__
-__global__ void axpby_kernel(const bf16* x, const bf16* y, bf16* out, size_t n, int count, size_t sx, size_t sy, float a,  // out may be x or y
+// out = a * x + b * y (bf16); runs in place, so no __restrict__
+__global__ void axpby_kernel(const bf16* x, const bf16* y, bf16* out, size_t n, float a,  // out may be x or y
                              float b) {
   const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n * count) return;
-  const size_t k = i / n, e = i % n, ix = k * sx + e;
-  out[ix] = __float2bfloat16(a * __bfloat162float(x[ix]) + b * __bfloat162float(y[k * sy + e]));
+  if (i >= n) return;
+  out[i] = __float2bfloat16(a * __bfloat162float(x[i]) + b * __bfloat162float(y[i]));
 }
 
 __global__ void muon_update_kernel(float* __restrict__ w, bf16* __restrict__ w_bf16, const bf16* __restrict__ X, int rows,
@@ -64,19 +59,14 @@ __global__ void muon_update_kernel(float* __restrict__ w, bf16* __restrict__ w_b
   if (w_bf16) w_bf16[i] = __float2bfloat16(v);
 }
 
-// Scratch for up to count matrices of up to max_elems elements (max_small: their smaller side
-// squared); u holds one fp32 slot of max_elems a matrix, in which muon_momentum leaves u.
+// Scratch for one matrix of up to max_rows x max_cols.
 struct MuonScratch {
   float *u = nullptr, *partial = nullptr;
   bf16 *X = nullptr, *A = nullptr, *AA = nullptr, *BX = nullptr;
-  size_t slot = 0;  // elements between u slots
-  int count = 1;
-  explicit MuonScratch(size_t max_elems, size_t max_small, int count_ = 1) : slot(max_elems), count(count_) {
-    const size_t c = count_;
-    bool ok = count_ >= 1 && cudaMalloc(&u, c * max_elems * sizeof(float)) == cudaSuccess &&
-              cudaMalloc(&partial, (kDotBlocks + 1) * sizeof(float)) == cudaSuccess &&
-              cudaMalloc(&X, max_elems * sizeof(bf16)) == cudaSuccess && cudaMalloc(&BX, c * max_elems * sizeof(bf16)) == cudaSuccess &&
-              cudaMalloc(&A, c * max_small * sizeof(bf16)) == cudaSuccess && cudaMalloc(&AA, c * max_small * sizeof(bf16)) == cudaSuccess;
+  explicit MuonScratch(size_t max_elems, size_t max_small) {
+    bool ok = cudaMalloc(&u, max_elems * sizeof(float)) == cudaSuccess && cudaMalloc(&partial, (kDotBlocks + 1) * sizeof(float)) == cudaSuccess &&
+              cudaMalloc(&X, max_elems * sizeof(bf16)) == cudaSuccess && cudaMalloc(&BX, max_elems * sizeof(bf16)) == cudaSuccess &&
+              cudaMalloc(&A, max_small * sizeof(bf16)) == cudaSuccess && cudaMalloc(&AA, max_small * sizeof(bf16)) == cudaSuccess;
     if (!ok) throw std::runtime_error("muon: cannot allocate scratch");
   }
   ~MuonScratch() {
@@ -86,49 +76,33 @@ struct MuonScratch {
   MuonScratch& operator=(const MuonScratch&) = delete;
 };
 
-// Newton-Schulz on count matrices X_k = X + k sx (r x c each, r <= c, already normalised), in
-// place, each matmul one batched call; s gives the r x r and r x c scratch of each.
-inline void newton_schulz5(Matmul& mm, MuonScratch& s, bf16* X, long long sx, int count, int r, int c, cudaStream_t stream = 0) {
-  const long long nx = (long long)r * c, na = (long long)r * r;
-  const size_t all_a = (size_t)count * na, all_x = (size_t)count * nx;
+// Newton-Schulz on X (r x c, r <= c, already normalised), in place; s gives the r x r scratch.
+inline void newton_schulz5(Matmul& mm, MuonScratch& s, bf16* X, int r, int c, cudaStream_t stream = 0) {
+  const size_t nx = (size_t)r * c, na = (size_t)r * r;
   for (int it = 0; it < 5; it++) {
-    mm.batched(X, X, s.A, r, r, c, false, true, false, false, {count, sx, sx, na}, stream);           // A = X X^T
-    mm.batched(s.A, s.A, s.AA, r, r, r, false, false, false, false, {count, na, na, na}, stream);     // A A
-    axpby_kernel<<<(unsigned)((all_a + 255) / 256), 256, 0, stream>>>(s.A, s.AA, s.AA, all_a, 1, 0, 0, -4.7750f, 2.0315f);  // B
-    mm.batched(s.AA, X, s.BX, r, c, r, false, false, false, false, {count, na, sx, nx}, stream);       // B X
-    axpby_kernel<<<(unsigned)((all_x + 255) / 256), 256, 0, stream>>>(X, s.BX, X, nx, count, sx, nx, 3.4445f, 1.f);
+    mm(X, X, s.A, r, r, c, false, true, false, false, stream);  // A = X X^T
+    mm(s.A, s.A, s.AA, r, r, r, false, false, false, false, stream);  // A A
+    axpby_kernel<<<(unsigned)((na + 255) / 256), 256, 0, stream>>>(s.A, s.AA, s.AA, na, -4.7750f, 2.0315f);  // B
+    mm(s.AA, X, s.BX, r, c, r, false, false, false, false, stream);  // B X
+    axpby_kernel<<<(unsigned)((nx + 255) / 256), 256, 0, stream>>>(X, s.BX, X, nx, 3.4445f, 1.f);
   }
 }
 
-// Stage 1, on every rank: buf = m buf + (1 - m) g, and u (Nesterov) into u slot u_slot of s
-// when u_out.
+// Stage 1, on every rank: buf = m buf + (1 - m) g, and u (Nesterov) into s.u when u_out.
 inline cudaError_t muon_momentum(MuonScratch& s, const float* g, float* buf, size_t n, float momentum, bool u_out,
-                                 cudaStream_t stream = 0, int u_slot = 0) {
-  if (n > s.slot || u_slot < 0 || u_slot >= s.count) return cudaErrorInvalidValue;
-  muon_momentum_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(g, buf, u_out ? s.u + (size_t)u_slot * s.slot : nullptr, n,
-                                                                         momentum);
+                                 cudaStream_t stream = 0) {
+  muon_momentum_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(g, buf, u_out ? s.u : nullptr, n, momentum);
   return cudaGetLastError();
 }
 
-// Stage 2 for count matrices of one shape: X_k (bf16, min(rows, cols) x max(rows, cols), at
-// X + k sx) = Newton-Schulz(u_k / ||u_k||), u_k in s's u slot k.
-inline cudaError_t muon_orthogonalize_batched(Matmul& mm, MuonScratch& s, bf16* X, long long sx, int count, int rows, int cols,
-                                              cudaStream_t stream = 0) {
-  const size_t n = (size_t)rows * cols;
-  if (count < 1 || count > s.count || n > s.slot || (count > 1 && sx < (long long)n)) return cudaErrorInvalidValue;
-  float* sumsq = s.partial + kDotBlocks;
-  for (int k = 0; k < count; k++) {  // the norm of each (dot's fixed order), then its scaled copy
-    const float* u = s.u + (size_t)k * s.slot;
-    dot(u, u, n, sumsq, s.partial, /*accumulate=*/false, stream);
-    muon_normalize_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(u, sumsq, X + k * sx, rows, cols);
-  }
-  newton_schulz5(mm, s, X, count > 1 ? sx : (long long)n, count, rows > cols ? cols : rows, rows > cols ? rows : cols, stream);
-  return cudaGetLastError();
-}
-
-// Stage 2: X (bf16, min(rows, cols) x max(rows, cols)) = Newton-Schulz(u / ||u||), u in slot 0.
+// Stage 2: X (bf16, min(rows, cols) x max(rows, cols)) = Newton-Schulz(s.u / ||s.u||).
 inline cudaError_t muon_orthogonalize(Matmul& mm, MuonScratch& s, bf16* X, int rows, int cols, cudaStream_t stream = 0) {
-  return muon_orthogonalize_batched(mm, s, X, (long long)rows * cols, 1, rows, cols, stream);
+  const size_t n = (size_t)rows * cols;
+  float* sumsq = s.partial + kDotBlocks;
+  dot(s.u, s.u, n, sumsq, s.partial, /*accumulate=*/false, stream);
+  muon_normalize_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(s.u, sumsq, X, rows, cols);
+  newton_schulz5(mm, s, X, rows > cols ? cols : rows, rows > cols ? rows : cols, stream);
+  return cudaGetLastError();
 }
 
 // Stage 3: W -= lr * max(1, cols/rows)^0.5 * X (transposed back), and the bf16 copy.

@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_dq_kernel(
     for (int nb = 0; nb < kBwdBlock / 8; nb++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        const float p = fast_exp2(fmaf(s[nb][e], scale_log2, -lse2[e >> 1]));
+        const float p = ex2_approx(fmaf(s[nb][e], scale_log2, -lse2[e >> 1]));
         s[nb][e] = p * (dp[nb][e] - dr[e >> 1]);  // dS
       }
     mma_c_reg_b<D, kBwdBlock / 16>(acc, s, k_tile, lane);
@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_dkdv_kernel(
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int j = nb * 8 + 2 * (lane & 3) + (e & 1);  // query within the tile
-        const float p = fast_exp2(fmaf(st[nb][e], scale_log2, -lse_log2(lse_t[j])));
+        const float p = ex2_approx(fmaf(st[nb][e], scale_log2, -lse_log2(lse_t[j])));
         st[nb][e] = p;
         dpt[nb][e] = p * (dpt[nb][e] - dr_t[j]);  // dS^T
       }

@@ -45,7 +45,7 @@ __device__ __forceinline__ void probs_and_dscores_t(float (&s)[NB][4], float (&d
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       const int j = nb * 8 + 2 * (lane & 3) + (e & 1);  // query within the tile
-      const float p = fast_exp2(fmaf(s[nb][e], scale_log2, -lse_t[j]));
+      const float p = ex2_approx(fmaf(s[nb][e], scale_log2, -lse_t[j]));
       s[nb][e] = p;
       dp[nb][e] = p * (dp[nb][e] - dr_t[j]);
     }

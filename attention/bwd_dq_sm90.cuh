@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
     for (int nb = 0; nb < BK / 8; nb++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        const float p = fast_exp2(fmaf(s[nb][e], scale_log2, -lse2[e >> 1]));
+        const float p = ex2_approx(fmaf(s[nb][e], scale_log2, -lse2[e >> 1]));
         dp[nb][e] = p * (dp[nb][e] - dr[e >> 1]);  // dS
       }
     wgmma_wait<0>();  // the update of tile j - 1 (it reads dsa)

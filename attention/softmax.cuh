@@ -11,18 +11,11 @@
 #include <cmath>
 
 #include "attention/mask.h"
+// ex2_approx: exp2f without its subnormal handling, 3 of the ~17 instructions a score costs in
+// the forward, which is bound by instruction issue
+#include "common/fast_math.cuh"
 
 namespace attn {
-
-// 2^x on the special-function unit (ex2.approx.ftz: about 2 ulp; a result below 2^-126 flushes
-// to 0; -inf gives 0). exp2f wraps the same instruction in a range test and two multiplies to
-// keep subnormal results, which no probability here needs: 3 of the ~17 instructions a score
-// costs in the forward, which is bound by instruction issue.
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // lse in log2 units; a row that kept nothing (lse = -inf) gets +inf so that every p is 0.
 __device__ __forceinline__ float lse_log2(float lse) { return lse == -INFINITY ? INFINITY : lse * (float)M_LOG2E; }
@@ -57,13 +50,13 @@ struct OnlineSoftmax {
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
       mx = fmaxf(m[r], mx * scale_log2);  // -inf * scale stays -inf
       const float base = mx == -INFINITY ? 0.f : mx;
-      alpha[r] = fast_exp2(m[r] - base);
+      alpha[r] = ex2_approx(m[r] - base);
       m[r] = mx;
       l[r] *= alpha[r];
 #pragma unroll
       for (int nb = 0; nb < NB; nb++) {
-        s[nb][2 * r] = fast_exp2(fmaf(s[nb][2 * r], scale_log2, -base));
-        s[nb][2 * r + 1] = fast_exp2(fmaf(s[nb][2 * r + 1], scale_log2, -base));
+        s[nb][2 * r] = ex2_approx(fmaf(s[nb][2 * r], scale_log2, -base));
+        s[nb][2 * r + 1] = ex2_approx(fmaf(s[nb][2 * r + 1], scale_log2, -base));
         l[r] += s[nb][2 * r] + s[nb][2 * r + 1];
       }
     }

@@ -20,6 +20,8 @@
 
 #include <cstdint>
 
+#include "common/fast_math.cuh"
+
 namespace layers {
 
 constexpr float kSoftcap = 30.f;
@@ -37,18 +39,6 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   }
   __syncthreads();
   return scratch[0];
-}
-
-// The special-function unit's 2^x and 1/x (about 2 ulp and 1 ulp; results below 2^-126 flush to 0).
-__device__ __forceinline__ float ex2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ float rcp_approx(float x) {
-  float y;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
 }
 
 // 2^(a b) for a b in [-126, 0] on the FMA pipe, where the special-function unit is the

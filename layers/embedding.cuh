@@ -1,7 +1,6 @@
 // Token and value embeddings (docs/model.md):
 //   forward:  out[t][:] = table[tokens[t]][:]                 table: bf16 [V][C]; out: bf16 [T][C]
-//   backward: dtable[v][:] += s * sum over t with tokens[t] = v of dout[t][:]    dtable: fp32 [V][C]
-//             (s: a scalar in device memory, the value mix's weight of its embedding; 1 when none)
+//   backward: dtable[v][:] += sum over t with tokens[t] = v of dout[t][:]    dtable: fp32 [V][C]
 // C a multiple of 8 (16-byte rows of 8 bf16), at most 8192.
 // The backward is deterministic and balanced: the host groups the positions of each distinct
 // token and cuts them into chunks (layers/token_index.h, built once a micro-step with the
@@ -48,10 +47,8 @@ __global__ void embedding_forward_kernel(const bf16* __restrict__ table, const i
   for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) store8(out + (size_t)t * C + c, load8(src + c));
 }
 
-__global__ void embedding_chunk_kernel(const bf16* __restrict__ dout, TokenIndexView ix, float* __restrict__ dtable, int C,
-                                       const float* __restrict__ scale) {
+__global__ void embedding_chunk_kernel(const bf16* __restrict__ dout, TokenIndexView ix, float* __restrict__ dtable, int C) {
   const int j = blockIdx.x, b = ix.chunk_start[j], e = ix.chunk_start[j + 1], slot = ix.chunk_slot[j];
-  const float sc = scale ? *scale : 1.f;
   float* dst = slot < 0 ? dtable + (size_t)ix.unique[ix.chunk_token[j]] * C : ix.partial + (size_t)slot * C;
   for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) {
     float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -59,10 +56,6 @@ __global__ void embedding_chunk_kernel(const bf16* __restrict__ dout, TokenIndex
       const Pack8 v = load8(dout + (size_t)ix.positions[p] * C + c);
 #pragma unroll
       for (int k = 0; k < 8; k++) s[k] += v.get(k);
-    }
-    if (scale) {
-#pragma unroll
-      for (int k = 0; k < 8; k++) s[k] *= sc;
     }
     float4* d4 = reinterpret_cast<float4*>(dst + c);
     float4 lo = d4[0], hi = d4[1];
@@ -92,12 +85,10 @@ inline cudaError_t embedding_forward(const bf16* table, const int* tokens, bf16*
   return cudaGetLastError();
 }
 
-// scale: nullptr (1) or one float in device memory, applied to each chunk's sum
-inline cudaError_t embedding_backward(const bf16* dout, const TokenIndexView& ix, float* dtable, int C, const float* scale = nullptr,
-                                      cudaStream_t stream = 0) {
+inline cudaError_t embedding_backward(const bf16* dout, const TokenIndexView& ix, float* dtable, int C, cudaStream_t stream = 0) {
   if (C % 8 || C > 8192) return cudaErrorInvalidValue;
   if (ix.n_chunks == 0) return cudaSuccess;
-  embedding_chunk_kernel<<<ix.n_chunks, std::min(C / 8, 256), 0, stream>>>(dout, ix, dtable, C, scale);
+  embedding_chunk_kernel<<<ix.n_chunks, std::min(C / 8, 256), 0, stream>>>(dout, ix, dtable, C);
   if (ix.n_multi) embedding_combine_kernel<<<ix.n_multi, 256, 0, stream>>>(ix, dtable, C);
   return cudaGetLastError();
 }

@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/cuda_check.h"
 #include "train/dist.h"
 #include "train/grad_buckets.h"
 
@@ -51,15 +52,15 @@ class DataParallel {
     if (ctx.rank == 0) nccl_ok(ncclGetUniqueId(&id), "ncclGetUniqueId");
     dist::broadcast(ctx, &id, sizeof(id), 0);
     nccl_ok(ncclCommInitRank(&comm_, ctx.world, id, ctx.rank), "ncclCommInitRank");
-    cuda_ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "communication stream");
-    for (cudaEvent_t* e : {&compute_done_, &comm_done_, &host_wait_}) cuda_ok(cudaEventCreate(e), "event");
+    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "data parallel: communication stream");
+    for (cudaEvent_t* e : {&compute_done_, &comm_done_, &host_wait_}) cuda_check(cudaEventCreate(e), "data parallel: event");
     for (auto& kv : ranges_) {
       Timing& t = timing_[kv.first];
-      cuda_ok(cudaEventCreate(&t.start), "event");
-      cuda_ok(cudaEventCreate(&t.end), "event");
+      cuda_check(cudaEventCreate(&t.start), "data parallel: event");
+      cuda_check(cudaEventCreate(&t.end), "data parallel: event");
     }
-    cuda_ok(cudaEventCreate(&bcast_start_), "event");
-    cuda_ok(cudaEventCreate(&bcast_end_), "event");
+    cuda_check(cudaEventCreate(&bcast_start_), "data parallel: event");
+    cuda_check(cudaEventCreate(&bcast_end_), "data parallel: event");
   }
   ~DataParallel() {
     // while an error unwinds, the peers may never join NCCL's collective tear-down: abort, which
@@ -79,46 +80,46 @@ class DataParallel {
     auto it = ranges_.find(point);
     if (it == ranges_.end()) return;
     Timing& t = timing_[point];
-    cuda_ok(cudaEventRecord(t.start_on_compute = compute_event(), 0), "event");
-    cuda_ok(cudaStreamWaitEvent(stream_, t.start_on_compute, 0), "stream wait");
-    cuda_ok(cudaEventRecord(t.start, stream_), "event");
+    cuda_check(cudaEventRecord(t.start_on_compute = compute_event(), 0), "data parallel: event");
+    cuda_check(cudaStreamWaitEvent(stream_, t.start_on_compute, 0), "data parallel: stream wait");
+    cuda_check(cudaEventRecord(t.start, stream_), "data parallel: event");
     nccl_ok(ncclGroupStart(), "ncclGroupStart");
     for (auto [off, n] : it->second)
       nccl_ok(ncclAllReduce(grads_ + off, grads_ + off, n, ncclFloat32, ncclSum, comm_, stream_), "ncclAllReduce (gradients)");
     nccl_ok(ncclGroupEnd(), "ncclGroupEnd");
-    cuda_ok(cudaEventRecord(t.end, stream_), "event");
+    cuda_check(cudaEventRecord(t.end, stream_), "data parallel: event");
     t.used = true;
   }
   // The compute stream waits for every reduction enqueued; the time it waits is "exposed".
   void wait() {
-    cuda_ok(cudaEventRecord(compute_done_, 0), "event");
-    cuda_ok(cudaEventRecord(comm_done_, stream_), "event");
-    cuda_ok(cudaStreamWaitEvent(0, comm_done_, 0), "stream wait");
+    cuda_check(cudaEventRecord(compute_done_, 0), "data parallel: event");
+    cuda_check(cudaEventRecord(comm_done_, stream_), "data parallel: event");
+    cuda_check(cudaStreamWaitEvent(0, comm_done_, 0), "data parallel: stream wait");
     waited_ = true;
   }
   // Muon: each item broadcast from its root (the rank that orthogonalised it), in one group,
   // after the compute stream's work so far; the compute stream then waits for it.
   void broadcast(const std::vector<Broadcast>& items) {
-    cuda_ok(cudaEventRecord(host_wait_, 0), "event");
-    cuda_ok(cudaStreamWaitEvent(stream_, host_wait_, 0), "stream wait");
-    cuda_ok(cudaEventRecord(bcast_start_, stream_), "event");
+    cuda_check(cudaEventRecord(host_wait_, 0), "data parallel: event");
+    cuda_check(cudaStreamWaitEvent(stream_, host_wait_, 0), "data parallel: stream wait");
+    cuda_check(cudaEventRecord(bcast_start_, stream_), "data parallel: event");
     nccl_ok(ncclGroupStart(), "ncclGroupStart");
     for (const Broadcast& b : items)
       nccl_ok(ncclBroadcast(b.data, b.data, b.count, ncclBfloat16, b.root, comm_, stream_), "ncclBroadcast (Muon updates)");
     nccl_ok(ncclGroupEnd(), "ncclGroupEnd");
-    cuda_ok(cudaEventRecord(bcast_end_, stream_), "event");
-    cuda_ok(cudaStreamWaitEvent(0, bcast_end_, 0), "stream wait");
+    cuda_check(cudaEventRecord(bcast_end_, stream_), "data parallel: event");
+    cuda_check(cudaStreamWaitEvent(0, bcast_end_, 0), "data parallel: stream wait");
     broadcasted_ = true;
   }
 
   // The host waits for all work enqueued on the compute stream, watching NCCL and the clock.
   void sync(const std::string& what) {
-    cuda_ok(cudaEventRecord(host_wait_, 0), "event");
+    cuda_check(cudaEventRecord(host_wait_, 0), "data parallel: event");
     const auto t0 = std::chrono::steady_clock::now();
     for (int polls = 0;; polls++) {
       cudaError_t q = cudaEventQuery(host_wait_);
       if (q == cudaSuccess) break;
-      if (q != cudaErrorNotReady) throw std::runtime_error(what + ": " + cudaGetErrorString(q));
+      if (q != cudaErrorNotReady) cuda_check(q, what.c_str());
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
       if (async != ncclSuccess && async != ncclInProgress) {
@@ -162,9 +163,6 @@ class DataParallel {
     cudaEvent_t start = nullptr, end = nullptr, start_on_compute = nullptr;
     bool used = false;
   };
-  static void cuda_ok(cudaError_t e, const char* what) {
-    if (e != cudaSuccess) throw std::runtime_error(std::string("data parallel: ") + what + ": " + cudaGetErrorString(e));
-  }
   void nccl_ok(ncclResult_t r, const char* what) {
     if (r != ncclSuccess) {
       const char* last = ncclGetLastError(comm_);
@@ -178,7 +176,7 @@ class DataParallel {
   cudaEvent_t compute_event() {  // one event per ready point per step, reused across steps
     if (pool_used_ == pool_.size()) {
       cudaEvent_t e;
-      cuda_ok(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
+      cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "data parallel: event");
       pool_.push_back(e);
     }
     return pool_[pool_used_++];

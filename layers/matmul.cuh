@@ -8,8 +8,8 @@
 // (x, dy, trans_a). cuBLASLt is column-major, so the call computes C^T = op(B)^T op(A)^T.
 // Batched: the same product for batch.count operand sets at fixed strides in elements (a stride
 // of 0: one operand for all), as one cuBLASLt call: the model's q, k and v projections share
-// their input, and one call of three fills the GPU better than three calls (a step 1.9 ms
-// shorter on one H200).
+// their input, and one call of three fills the GPU better than three calls (in the training
+// step on one H200, 30.1 ms a step for the three products instead of 32.0).
 // Errors come back as a message naming the shape, never as a raw status code.
 //
 // Which algorithm. Each shape's descriptors and algorithm are chosen once and kept, so every

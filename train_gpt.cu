@@ -435,6 +435,11 @@ class Trainer {
       const bool overlap = o.grad_sync == "overlap";
       dp_ = std::make_unique<train::DataParallel>(ctx, train::grad_buckets(model_.layout(), o.layers, overlap), model_.grads(), overlap,
                                                   o.timeout);
+      // the tuned matmuls' host waits (a shape's first call) get the deadline too: the Muon
+      // products run after the compute stream has joined the all-reduce
+      const layers::Matmul::HostWait wait = [this](cudaStream_t s, const std::string& what) { dp_->sync("matmul tuning, " + what, s); };
+      model_.matmul().set_host_wait(wait);
+      mm_.set_host_wait(wait);
     }
     start_step_ = o.resume.empty() ? 0 : load_checkpoint(o, resume_from_, model_, opt_);
     last_checkpoint_ = o.resume.empty() ? "none" : o.resume;

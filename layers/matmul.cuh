@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -78,6 +79,13 @@ class Matmul {
     cublasLtDestroy(handle_);
   }
   Matmul(const Matmul&) = delete;
+  // How the host waits for the stream while a shape is tuned (tune() reads timings and
+  // checksums back). By default cudaStreamSynchronize. A data-parallel trainer installs a wait
+  // with a deadline: after the gradients' all-reduce the compute stream waits for the peers,
+  // and a plain synchronisation would wait forever for a peer that hangs. The wait may throw;
+  // the error then reaches the matmul's caller.
+  using HostWait = std::function<void(cudaStream_t, const std::string& what)>;
+  void set_host_wait(HostWait wait) { host_wait_ = std::move(wait); }
   Matmul& operator=(const Matmul&) = delete;
 
   // Named for what they compute, for a layer y[rows][out] = x[rows][in] W[in][out]:
@@ -262,7 +270,7 @@ class Matmul {
         cuda_check(cudaEventRecord(e0_, stream), shape.c_str());
         ok = try_launch(p, p.choices[i], A, B, C, D, beta, stream) == CUBLAS_STATUS_SUCCESS;
         cuda_check(cudaEventRecord(e1_, stream), shape.c_str());
-        cuda_check(cudaEventSynchronize(e1_), shape.c_str());
+        wait_host(stream, shape);  // e1_ is the stream's last work
         float t = 0;
         cuda_check(cudaEventElapsedTime(&t, e0_, e1_), shape.c_str());
         ms = std::min(ms, t);
@@ -274,7 +282,7 @@ class Matmul {
       unsigned long long sum = 0;
       cuda_check(checksum(D, bytes, scratch_, stream), shape.c_str());
       cuda_check(cudaMemcpyAsync(&sum, scratch_, sizeof(sum), cudaMemcpyDeviceToHost, stream), shape.c_str());
-      cuda_check(cudaStreamSynchronize(stream), shape.c_str());
+      wait_host(stream, shape);
       if (i == 0) first = sum;
       if (sum != first) continue;
       p.same_bits++;
@@ -301,8 +309,12 @@ class Matmul {
     differs_kernel<<<264, 256, 0, stream>>>((const uint32_t*)d, (const uint32_t*)c, bytes / 4, scratch_ + 1);
     cuda_check(cudaGetLastError(), what.c_str());
     cuda_check(cudaMemcpyAsync(&flag, scratch_ + 1, sizeof(flag), cudaMemcpyDeviceToHost, stream), what.c_str());
-    cuda_check(cudaStreamSynchronize(stream), what.c_str());
+    wait_host(stream, what);
     return flag != 0;
+  }
+  void wait_host(cudaStream_t stream, const std::string& what) {
+    if (host_wait_) host_wait_(stream, what);
+    else cuda_check(cudaStreamSynchronize(stream), what.c_str());
   }
   static void destroy(Plan& p) {
     cublasLtMatrixLayoutDestroy(p.lx);
@@ -320,6 +332,7 @@ class Matmul {
   int rank_;
   unsigned long long* scratch_ = nullptr;  // two device words: a checksum, a flag
   cudaEvent_t e0_ = nullptr, e1_ = nullptr;
+  HostWait host_wait_;
 };
 
 }  // namespace layers

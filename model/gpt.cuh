@@ -328,6 +328,7 @@ class Model {
 
   // Section marks of the step (train_gpt --profile); the trainer adds the optimiser's.
   Profiler& profiler() { return prof_; }
+  layers::Matmul& matmul() { return mm_; }
 
  private:
   struct Acts {  // what the backward needs of one layer

@@ -112,9 +112,12 @@ class DataParallel {
     broadcasted_ = true;
   }
 
-  // The host waits for all work enqueued on the compute stream, watching NCCL and the clock.
-  void sync(const std::string& what) {
-    cuda_check(cudaEventRecord(host_wait_, 0), "data parallel: event");
+  // The host waits for all work enqueued on a stream (the compute stream unless told),
+  // watching NCCL and the clock. Every host wait of the step goes through here, the tuned
+  // matmuls' included (Matmul::set_host_wait): a wait after wait() or broadcast() depends on
+  // the peers.
+  void sync(const std::string& what, cudaStream_t stream = 0) {
+    cuda_check(cudaEventRecord(host_wait_, stream), "data parallel: event");
     const auto t0 = std::chrono::steady_clock::now();
     for (int polls = 0;; polls++) {
       cudaError_t q = cudaEventQuery(host_wait_);

@@ -69,7 +69,9 @@ static void test_matmul() {
 // Matmul first gets a zero A (as the model's first backward does: its projections start at
 // zero), which must leave the output as a zero product does and must not tune (on zeros every
 // algorithm agrees, a split-K one too); then two calls on random A, the one that tunes and a
-// later one, each with the first choice's bits.
+// later one, each with the first choice's bits. Every host wait of the tuning goes through the
+// installed wait (set_host_wait: a data-parallel trainer's wait with a deadline), and an error
+// that wait throws reaches the caller.
 static void test_matmul_tuned() {
   struct Shape { const char* name; int m, n, k; bool ta, tb, acc, f32, add; } shapes[] = {
       {"x W (C x C)", 8192, 768, 768, false, false, false, false, false},
@@ -107,13 +109,19 @@ static void test_matmul_tuned() {
     std::vector<unsigned char> zero_product(nc * esize, 0), start_bytes(nc * esize);
     CUDA_CHECK(cudaMemcpy(start_bytes.data(), start, start_bytes.size(), cudaMemcpyDeviceToHost));
     bool zero_ok = false;
+    int waits = 0, waits_after_zero = 0;
     for (int which = 0; which < 2; which++) {
       layers::Matmul mm(32u << 20, which == 0 ? 0 : layers::Matmul::kTuned);
       CUDA_CHECK(cudaMalloc(&out[which], nc * esize));
       if (which == 1) {
+        mm.set_host_wait([&](cudaStream_t st, const std::string&) {
+          waits++;
+          CUDA_CHECK(cudaStreamSynchronize(st));
+        });
         const std::vector<unsigned char> z = call(mm, dZero, out[which]);
         zero_ok = z == (sh.acc || sh.add ? start_bytes : zero_product);  // add(): C0 = start
         algo_after_zero = mm.algorithm(sh.m, sh.n, sh.k, sh.ta, sh.tb, sh.f32, sh.acc || sh.add);
+        waits_after_zero = waits;
       }
       for (int c = 0; c < 2; c++) got[which].push_back(call(mm, dA, out[which]));
       if (which == 1) algo = mm.algorithm(sh.m, sh.n, sh.k, sh.ta, sh.tb, sh.f32, sh.acc || sh.add);
@@ -123,6 +131,22 @@ static void test_matmul_tuned() {
           sh.name, zero_ok ? "right" : "WRONG", algo_after_zero.c_str());
     CHECK(same && algo.find("first's bits") != std::string::npos, "matmul tuned %s: the first choice's bits %s (%s)", sh.name,
           same ? "kept" : "NOT kept", algo.c_str());
+    // the zero call waits once (its output read back); the tuning call once per trial and checksum
+    CHECK(waits_after_zero == 1 && waits > 2, "matmul tuned %s: host waits through the installed wait: %d at the zero call, %d in all",
+          sh.name, waits_after_zero, waits);
+    {
+      layers::Matmul mm(32u << 20, layers::Matmul::kTuned);
+      mm.set_host_wait([](cudaStream_t, const std::string& what) { throw std::runtime_error("deadline passed in " + what); });
+      std::string err;
+      try {
+        call(mm, dA, out[1]);
+      } catch (const std::runtime_error& e) {
+        err = e.what();
+      }
+      CUDA_CHECK(cudaDeviceSynchronize());
+      CHECK(err.find("deadline passed in") != std::string::npos, "matmul tuned %s: the installed wait's error reaches the caller: '%s'",
+            sh.name, err.c_str());
+    }
     std::printf("matmul tuned, %s: a zero product left untuned; bitwise the first choice's; runs %s\n", sh.name, algo.c_str());
     for (void* p : {(void*)dA, (void*)dB, (void*)dC0, (void*)dZero, out[0], out[1], start}) CUDA_CHECK(cudaFree(p));
   }

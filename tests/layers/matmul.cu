@@ -2,6 +2,8 @@
 // (CPU references: model/reference_layers.h unless named otherwise).
 // Tolerances: bf16 output 4e-3 (the output rounding dominates fp32 accumulation over k <= 3072);
 // fp32 output 1e-5; the tuned choice bit for bit.
+#include <chrono>
+
 #include "tests/layers/gpu_test.h"
 #include "layers/matmul.cuh"
 
@@ -222,4 +224,51 @@ static void test_matmul_batched() {
   }
 }
 
-LAYER_TEST_MAIN("matmul", test_matmul, test_matmul_tuned, test_matmul_batched)
+// ---- a tuned shape's first call on a stream that cannot finish (as the compute stream, once it
+// waits for an all-reduce with a peer that hangs): the host must reach the installed wait at
+// once, not block in a copy (a read-back into pageable memory blocks until the stream is done),
+// so that the wait's deadline ends the run. A kernel holds the stream until the host releases
+// it (or 5 s pass: a failing test must not hang); the installed wait throws at its first call.
+__global__ void hold_stream(const volatile int* release, unsigned long long limit_ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  while (*release == 0 && t - t0 < limit_ns);
+}
+
+static void test_matmul_wait_on_held_stream() {
+  const int m = 8192, n = 768, k = 768;
+  bf16 *dA = to_device(random_bf16((size_t)m * k)), *dB = to_device(random_bf16((size_t)k * n)), *dC;
+  CUDA_CHECK(cudaMalloc(&dC, (size_t)m * n * sizeof(bf16)));
+  int* release;
+  CUDA_CHECK(cudaHostAlloc(&release, sizeof(int), cudaHostAllocMapped));
+  *release = 0;
+  int* d_release;
+  CUDA_CHECK(cudaHostGetDevicePointer(&d_release, release, 0));
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  layers::Matmul mm(32u << 20, layers::Matmul::kTuned);
+  mm.set_host_wait([](cudaStream_t, const std::string& what) { throw std::runtime_error("deadline in " + what); });
+  hold_stream<<<1, 1, 0, st>>>(d_release, 5000000000ull);
+  CUDA_CHECK(cudaGetLastError());
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string err;
+  try {
+    mm(dA, dB, dC, m, n, k, false, false, false, false, st);
+  } catch (const std::runtime_error& e) {
+    err = e.what();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const bool still_held = cudaStreamQuery(st) == cudaErrorNotReady;
+  *release = 1;
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  CHECK(err.find("deadline in") != std::string::npos && s < 1.0 && still_held,
+        "matmul tuned on a held stream: the installed wait reached after %.3f s (stream still held: %s), error '%s'", s,
+        still_held ? "yes" : "no", err.c_str());
+  std::printf("matmul tuned on a held stream: the installed wait reached after %.3f s, the stream still held\n", s);
+  CUDA_CHECK(cudaStreamDestroy(st));
+  CUDA_CHECK(cudaFreeHost(release));
+  for (void* p : {(void*)dA, (void*)dB, (void*)dC}) CUDA_CHECK(cudaFree(p));
+}
+
+LAYER_TEST_MAIN("matmul", test_matmul, test_matmul_tuned, test_matmul_batched, test_matmul_wait_on_held_stream)

@@ -11,15 +11,18 @@
 //   mask, online softmax          registers (softmax.cuh, the same code as the sm80 kernels)
 //   O[64 x D] += P V             wgmma, P from registers, V from shared memory; left running
 //                                 while the next tile's S is issued and waited
-// K and V tiles stream through 3 shared buffers with cp.async, one tile ahead, signalled by
-// mbarriers (wgmma.cuh TilePipe), so that the two warpgroups drift apart instead of meeting at a
-// block barrier every tile (measured: 10% faster).
+// K and V tiles stream through 3 shared buffers, one tile ahead, loaded by the TMA (tma.cuh:
+// one thread issues a tile) and signalled by mbarriers (TmaPipe), so that the two warpgroups
+// drift apart instead of meeting at a block barrier every tile (measured: 10% faster). Q is
+// issued first, before the walk is known (with documents the walk's bounds take dependent
+// loads), and completes with the first key tile.
 #include <cmath>
 
 #include "attention/kernels.h"
 #include "attention/tile_scheduler.cuh"
 #include "attention/own_intervals.cuh"
 #include "attention/softmax.cuh"
+#include "attention/tma.cuh"
 #include "attention/wgmma.cuh"
 
 namespace attn {
@@ -34,8 +37,9 @@ constexpr size_t fwd_sm90_smem() {
 
 template <int D, int kStages>
 __global__ void __launch_bounds__(kF90Threads, 1)
-    attention_fwd_sm90_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V,
-                              bf16* __restrict__ O, float* __restrict__ LSE, int T, int H, MaskBounds mb, float scale_log2) {
+    attention_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+                              const __grid_constant__ CUtensorMap tmV, bf16* __restrict__ O, float* __restrict__ LSE, int T, int H,
+                              MaskBounds mb, float scale_log2) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace sm90;
   constexpr int BM = kF90BlockM, BN = kF90BlockN, NB = BN / 8;
@@ -44,7 +48,7 @@ __global__ void __launch_bounds__(kF90Threads, 1)
   bf16* sK = sQ + BM * D;                // kStages buffers
   bf16* sV = sK + kStages * BN * D;      // kStages buffers
   int32_t* s_ids = reinterpret_cast<int32_t*>(sV + kStages * BN * D);  // BM document ids
-  TilePipe<kStages> pipe;
+  TmaPipe<kStages> pipe;
   pipe.full = reinterpret_cast<uint64_t*>(s_ids + BM);
   pipe.empty = pipe.full + kStages;
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
@@ -52,22 +56,36 @@ __global__ void __launch_bounds__(kF90Threads, 1)
   const int q0 = query_tile_longest_first(n_qt) * BM, h = blockIdx.y;
 
   const int row0 = q0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's rows: row0, row0 + 8
-  int key_lo[2], key_hi[2];                                   // the keys each of them keeps
-  const TileWalk walk = own_and_walk<BM, BN>(mb, q0, true, row0, T, s_ids, key_lo, key_hi);
-  auto load_kv = [&](int kt, int i) {  // this thread's copies of tile kt, the i-th of the walk
-    load_tile<D, BN, kF90Threads>(sK + (i % kStages) * BN * D, K, kt * BN, T, H, h);
-    load_tile<D, BN, kF90Threads>(sV + (i % kStages) * BN * D, V, kt * BN, T, H, h);
-    pipe.arrive_full(i);
-  };
-  if (threadIdx.x == 0) pipe.init(kF90Threads);
+  const bool producer = threadIdx.x == 0;                     // issues every TMA load
+  constexpr uint32_t kQBytes = BM * D * sizeof(bf16), kKVBytes = 2 * BN * D * sizeof(bf16);
+  if (producer) {
+    pipe.init(kF90Threads / 32);
+    mbar_expect_tx(pipe.full_of(0), kQBytes);  // Q completes with the first key tile
+    tma_load_tile<D, BM>(sQ, &tmQ, pipe.full_of(0), q0, h);
+  }
   __syncthreads();
+  int key_lo[2], key_hi[2];  // the keys each of this thread's rows keeps
+  const TileWalk walk = own_and_walk<BM, BN>(mb, q0, true, row0, T, s_ids, key_lo, key_hi);
+  auto load_kv = [&](int kt, int i) {  // by the producer: tile kt, the i-th of the walk
+    pipe.wait_empty(i);
+    mbar_arrive_expect_tx(pipe.full_of(i), kKVBytes);
+    tma_load_tile<D, BN>(sK + (i % kStages) * BN * D, &tmK, pipe.full_of(i), kt * BN, h);
+    tma_load_tile<D, BN>(sV + (i % kStages) * BN * D, &tmV, pipe.full_of(i), kt * BN, h);
+  };
 
   // tile[0] computed now, tile[1] loaded now; a tile's kind travels with it, so every tile is
   // classified once, while the tensor cores run.
   WalkAhead<1> ahead;
   ahead.start(walk);
-  load_tile<D, BM, kF90Threads>(sQ, Q, q0, T, H, h);
-  if (ahead.tile[0] < walk.end) load_kv(ahead.tile[0], 0);  // Q rides on the first tile's arrival
+  if (producer) {
+    if (ahead.tile[0] < walk.end) {
+      load_kv(ahead.tile[0], 0);
+    } else {  // nothing to walk: Q's load must still land before the block exits
+      mbar_arrive(pipe.full_of(0));
+      pipe.wait_full(0);
+    }
+  }
+  __syncwarp();
 
   float acc[D / 8][4] = {};
   OnlineSoftmax sm;
@@ -85,10 +103,8 @@ __global__ void __launch_bounds__(kF90Threads, 1)
     wgmma_commit();
     if (it > 0) gemm_rs<D, BN / 16, BN>(acc, pa, sV + st_prev * BN * D);
     wgmma_commit();
-    if (ahead.tile[1] < walk.end) {
-      pipe.wait_empty(it + 1);
-      load_kv(ahead.tile[1], it + 1);
-    }
+    if (producer && ahead.tile[1] < walk.end) load_kv(ahead.tile[1], it + 1);
+    __syncwarp();
     TileKind kind_after;
     const int after = walk.next(ahead.tile[1] + 1, kind_after);
 
@@ -112,7 +128,6 @@ __global__ void __launch_bounds__(kF90Threads, 1)
     wgmma_wait<0>();
     reg_fence(acc);
   }
-  cp_async_wait<0>();
 
   // epilogue: O = acc / l, lse = (m + log2 l) * ln 2
   float inv[2], lse[2];
@@ -134,9 +149,13 @@ static cudaError_t launch_fwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
   auto kernel = attention_fwd_sm90_kernel<D, kStages>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (err != cudaSuccess) return err;
+  static_assert(kF90BlockM == kF90BlockN, "one tensor-map box serves Q and the key tiles");
+  CUtensorMap tq, tk, tv;
+  for (auto [map, x] : {std::pair{&tq, q}, std::pair{&tk, k}, std::pair{&tv, v}})
+    if ((err = make_tile_map(map, x, T, H, D, kF90BlockN)) != cudaSuccess) return err;
   dim3 grid((T + kF90BlockM - 1) / kF90BlockM, H);
   const float scale_log2 = (float)(M_LOG2E / std::sqrt((double)D));
-  kernel<<<grid, kF90Threads, smem, stream>>>(q, k, v, o, lse, T, H, make_bounds(mask, T), scale_log2);
+  kernel<<<grid, kF90Threads, smem, stream>>>(tq, tk, tv, o, lse, T, H, make_bounds(mask, T), scale_log2);
   return cudaGetLastError();
 }
 

@@ -4,7 +4,8 @@
 //   Q, K, V, O: bf16 [T, H, D];  lse: fp32 [H, T];  D in {64, 128}.
 //
 // One block of two warpgroups takes 128 queries of one head (64 rows a warpgroup) and walks the
-// key tiles of 128 that the mask lets them see (own_intervals.cuh bounds the walk and gives each
+// key tiles of 128 that the mask lets them see (at head dim 64 on masks with short walks, one
+// warpgroup takes 64 queries over key tiles of 64, two blocks an SM: tile_scheduler.cuh) (own_intervals.cuh bounds the walk and gives each
 // row its kept keys; mask.h's TileWalk skips empty tiles and spares full ones the per-element
 // test). Per tile, each warpgroup:
 //   S[64 x 128] = Q K^T          wgmma, Q and K from shared memory
@@ -27,24 +28,40 @@
 
 namespace attn {
 
-constexpr int kF90BlockM = kF90Own, kF90BlockN = kF90Walk, kF90Threads = 256;
+// A tile shape: BM queries a block (64 a warpgroup), key tiles of BN, kStages buffers, and the
+// blocks an SM is meant to hold.
+template <int BM_, int BN_, int kStages_, int kBlocksPerSM_>
+struct FwdTiles {
+  static constexpr int BM = BM_, BN = BN_, kStages = kStages_, kBlocksPerSM = kBlocksPerSM_, kThreads = 2 * BM;
+};
+using FwdTiles128 = FwdTiles<kF90Own, kF90Walk, 3, 1>;
+using FwdTiles64 = FwdTiles<kF90SmallOwn, kF90SmallWalk, 3, 2>;
 
-template <int D, int kStages>
+// Dynamic shared memory: the tiles, the document ids and the barriers, and 1024 bytes of room to
+// align the tiles where one block an SM leaves it (with two, the kernel traps should the
+// block's shared memory not start 1024-aligned: it does, as the fused backward also relies on).
+template <int D, typename Tl>
+constexpr size_t fwd_sm90_smem_used() {
+  return (size_t)(Tl::BM + 2 * Tl::kStages * Tl::BN) * D * sizeof(__nv_bfloat16) + Tl::BM * sizeof(int32_t) +
+         2 * Tl::kStages * sizeof(uint64_t);
+}
+template <int D, typename Tl>
 constexpr size_t fwd_sm90_smem() {
-  return (size_t)(kF90BlockM + 2 * kStages * kF90BlockN) * D * sizeof(__nv_bfloat16) + kF90BlockM * sizeof(int32_t) +
-         2 * kStages * sizeof(uint64_t) + 1024;
+  return fwd_sm90_smem_used<D, Tl>() + (Tl::kBlocksPerSM == 1 ? 1024 : 0);
 }
 
-template <int D, int kStages>
-__global__ void __launch_bounds__(kF90Threads, 1)
+template <int D, typename Tl>
+__global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
     attention_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                               const __grid_constant__ CUtensorMap tmV, bf16* __restrict__ O, float* __restrict__ LSE, int T, int H,
                               MaskBounds mb, float scale_log2) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace sm90;
-  constexpr int BM = kF90BlockM, BN = kF90BlockN, NB = BN / 8;
-  extern __shared__ unsigned char smem_raw[];
-  bf16* sQ = reinterpret_cast<bf16*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
+  constexpr int BM = Tl::BM, BN = Tl::BN, NB = BN / 8, kStages = Tl::kStages;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const unsigned pad = (1024 - (smem_addr(smem_raw) & 1023)) & 1023;  // the SW128 tiles start 1024-aligned
+  if (pad > fwd_sm90_smem<D, Tl>() - fwd_sm90_smem_used<D, Tl>()) __trap();
+  bf16* sQ = reinterpret_cast<bf16*>(smem_raw + pad);
   bf16* sK = sQ + BM * D;                // kStages buffers
   bf16* sV = sK + kStages * BN * D;      // kStages buffers
   int32_t* s_ids = reinterpret_cast<int32_t*>(sV + kStages * BN * D);  // BM document ids
@@ -59,7 +76,7 @@ __global__ void __launch_bounds__(kF90Threads, 1)
   const bool producer = threadIdx.x == 0;                     // issues every TMA load
   constexpr uint32_t kQBytes = BM * D * sizeof(bf16), kKVBytes = 2 * BN * D * sizeof(bf16);
   if (producer) {
-    pipe.init(kF90Threads / 32);
+    pipe.init(Tl::kThreads / 32);
     mbar_expect_tx(pipe.full_of(0), kQBytes);  // Q completes with the first key tile
     tma_load_tile<D, BM>(sQ, &tmQ, pipe.full_of(0), q0, h);
   }
@@ -141,33 +158,35 @@ __global__ void __launch_bounds__(kF90Threads, 1)
 #endif
 }
 
-template <int D>
+template <int D, typename Tl>
 static cudaError_t launch_fwd_sm90(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, int T, int H,
                                    const MaskDesc& mask, cudaStream_t stream) {
-  constexpr int kStages = 3;
-  constexpr size_t smem = fwd_sm90_smem<D, kStages>();
-  auto kernel = attention_fwd_sm90_kernel<D, kStages>;
+  constexpr size_t smem = fwd_sm90_smem<D, Tl>();
+  auto kernel = attention_fwd_sm90_kernel<D, Tl>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (err != cudaSuccess) return err;
-  static_assert(kF90BlockM == kF90BlockN, "one tensor-map box serves Q and the key tiles");
+  static_assert(Tl::BM == Tl::BN, "one tensor-map box serves Q and the key tiles");
   CUtensorMap tq, tk, tv;
   for (auto [map, x] : {std::pair{&tq, q}, std::pair{&tk, k}, std::pair{&tv, v}})
-    if ((err = make_tile_map(map, x, T, H, D, kF90BlockN)) != cudaSuccess) return err;
-  dim3 grid((T + kF90BlockM - 1) / kF90BlockM, H);
+    if ((err = make_tile_map(map, x, T, H, D, Tl::BN)) != cudaSuccess) return err;
+  dim3 grid((T + Tl::BM - 1) / Tl::BM, H);
   const float scale_log2 = (float)(M_LOG2E / std::sqrt((double)D));
-  kernel<<<grid, kF90Threads, smem, stream>>>(tq, tk, tv, o, lse, T, H, make_bounds(mask, T), scale_log2);
+  kernel<<<grid, Tl::kThreads, smem, stream>>>(tq, tk, tv, o, lse, T, H, make_bounds(mask, T), scale_log2);
   return cudaGetLastError();
 }
 
 bool sm90_code_present() {
   cudaFuncAttributes attr{};
-  return cudaFuncGetAttributes(&attr, attention_fwd_sm90_kernel<128, 3>) == cudaSuccess && attr.ptxVersion >= 90;
+  return cudaFuncGetAttributes(&attr, attention_fwd_sm90_kernel<128, FwdTiles128>) == cudaSuccess && attr.ptxVersion >= 90;
 }
 
 cudaError_t attention_forward_sm90(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, int T, int H,
                                    int D, const MaskDesc& mask, cudaStream_t stream) {
-  if (D == 64) return launch_fwd_sm90<64>(q, k, v, o, lse, T, H, mask, stream);
-  if (D == 128) return launch_fwd_sm90<128>(q, k, v, o, lse, T, H, mask, stream);
+  const bool small = fwd_small_tiles(D, mask);
+  if (D == 64) return small ? launch_fwd_sm90<64, FwdTiles64>(q, k, v, o, lse, T, H, mask, stream)
+                            : launch_fwd_sm90<64, FwdTiles128>(q, k, v, o, lse, T, H, mask, stream);
+  if (D == 128) return small ? launch_fwd_sm90<128, FwdTiles64>(q, k, v, o, lse, T, H, mask, stream)
+                             : launch_fwd_sm90<128, FwdTiles128>(q, k, v, o, lse, T, H, mask, stream);
   return cudaErrorInvalidValue;
 }
 

@@ -193,6 +193,19 @@ rc, out, err = run(os.path.join(build, "bench", "bench_attention"), "--geometry"
 row = next((l.split() for l in out.splitlines() if l.startswith("causal ")), [])
 check("bench_attention --geometry: dense causal at T = 1024 as worked by hand",
       rc == 0 and row[1:] == ["524800", "0.50049", "36", "8", "0.8898", "72", "16", "0.8898"], out + err)
+# At head dim 64 with a window the forward takes tiles of 64 x 64: causal + 128 uni at T = 1024,
+# query tile i walks key tiles i-2 (partial), i-1 (full), i (diagonal, partial) for i >= 2, tile 1
+# walks 0 (full) and 1, tile 0 walks 0: 45 tiles, 30 partial; kept pairs 8256 + 896 * 128 =
+# 122944 of 45 * 64 * 64 computed: 0.6670. At head dim 128 the same mask takes 128 x 128 tiles.
+rc, out, err = run(os.path.join(build, "bench", "bench_attention"), "--geometry", "--T", "1024", "--causal", "1", "--window", "128",
+                   "--head-dim", "64")
+row = next((l.split() for l in out.splitlines() if l.startswith("causal ")), [])
+check("bench_attention --geometry: head dim 64 with a window walks 64 x 64 forward tiles, as worked by hand",
+      rc == 0 and row[4:9] == ["122944", "0.11725", "45", "30", "0.6670"], out + err)
+rc, out, err = run(os.path.join(build, "bench", "bench_attention"), "--geometry", "--T", "1024", "--causal", "1", "--window", "128")
+row = next((l.split() for l in out.splitlines() if l.startswith("causal ")), [])
+check("bench_attention --geometry: head dim 128 keeps 128 x 128 forward tiles (1 + 7 * 2 = 15, all partial)",
+      rc == 0 and row[6:8] == ["15", "15"], out + err)
 rc, out, err = run(os.path.join(build, "bench", "bench_attention"), "--geometry", "--T", "4096", "--window", "8",
                    "--window-granularity", "block", "--window-mask", "bi", "--docs", "1")
 rc2, out2, _ = run(os.path.join(build, "bench", "bench_attention"), "--geometry", "--T", "4096", "--window", "8",

@@ -13,8 +13,8 @@
 //     mbar_arrive_expect_tx).
 //
 // TmaPipe is wgmma.cuh's TilePipe with one producer thread: full[b] completes when the producer
-// has arrived (once, with the tile's byte count) and the bytes have landed; empty[b] when every
-// warp has released the buffer.
+// has arrived (once, with the tile's byte count) and the bytes have landed; empty[b], as there,
+// when every warp has released the buffer.
 #pragma once
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -71,11 +71,12 @@ __device__ __forceinline__ void tma_load_tile(bf16* tile, const CUtensorMap* map
         : "memory");
 }
 
+// wgmma.cuh's TilePipe (wait_empty and release as there) with one producer: full[b] expects
+// its single arrival and the tile's bytes.
 template <int STAGES>
-struct TmaPipe {
-  uint64_t* full;   // STAGES barriers
-  uint64_t* empty;  // STAGES barriers
-
+struct TmaPipe : TilePipe<STAGES> {
+  using TilePipe<STAGES>::full;
+  using TilePipe<STAGES>::empty;
   // By the producer thread, before a __syncthreads.
   __device__ __forceinline__ void init(int warps) {
     for (int i = 0; i < STAGES; i++) {
@@ -84,17 +85,9 @@ struct TmaPipe {
     }
     fence_mbarrier_init();
   }
-  // Producer: before writing tile i, its buffer's previous tile (i - STAGES) must be released.
-  __device__ __forceinline__ void wait_empty(int i) {
-    if (i >= STAGES) mbar_wait(&empty[i % STAGES], (i / STAGES - 1) & 1);
-  }
   __device__ __forceinline__ uint64_t* full_of(int i) { return &full[i % STAGES]; }
-  // Before reading tile i.
+  // Before reading tile i (the TMA wrote it through the async proxy that wgmma reads by: no fence).
   __device__ __forceinline__ void wait_full(int i) { mbar_wait(&full[i % STAGES], (i / STAGES) & 1); }
-  // After this warp's last read of tile i (its wgmmas waited).
-  __device__ __forceinline__ void release(int i) {
-    if ((threadIdx.x & 31) == 0) mbar_arrive(&empty[i % STAGES]);
-  }
 };
 
 }  // namespace sm90

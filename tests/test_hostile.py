@@ -483,6 +483,18 @@ case("make_tiktoken_fixture with no mode", [PY, os.path.join(S, "make_tiktoken_f
 case("make_tiktoken_fixture ids on a missing input", [PY, os.path.join(S, "make_tiktoken_fixture.py"), "ids",
      os.path.join(ROOT, "data", "gpt2"), path("no.json")], 1, ["no.json"])
 case("compare_flex on a missing file", [PY, os.path.join(ROOT, "bench", "compare_flex.py"), path("no.json")], 2, ["no.json"])
+VF = ["bash", os.path.join(ROOT, "bench", "vs_flex.sh")]
+VF_ENV = dict(os.environ, LOG_DIR=path("vs_flex_logs"))
+case("vs_flex.sh into a LOG_DIR that exists", VF, 2, ["LOG_DIR"], env=dict(os.environ, LOG_DIR=T), keep=[A_FILE])
+case("vs_flex.sh --heads 0", VF + ["--heads", "0"], 2, ["--heads"], env=VF_ENV)
+case("vs_flex.sh --head-dim 96", VF + ["--head-dim", "96"], 2, ["--head-dim"], env=VF_ENV)
+case("vs_flex.sh --geometry (not a shape flag)", VF + ["--geometry"], 2, ["--geometry"], env=VF_ENV)
+case("vs_flex.sh with a stray output file", VF + ["--T", "4096", "out.json"], 2, ["out.json", "not a flag"], env=VF_ENV)
+case("vs_flex.sh with a flag and no value", VF + ["--T"], 2, ["--T", "needs a value"], env=VF_ENV)
+case("vs_flex.sh with an unknown flag", VF + ["--bogus", "1"], 2, ["--bogus"], env=VF_ENV)
+check("vs_flex.sh: a refused run leaves no log folder", not os.path.exists(path("vs_flex_logs")))
+if shutil.which("nvidia-smi") is None:
+    case("vs_flex.sh without a GPU: a message, not a crash", VF + ["--T", "4096", "--causal", "1"], 1, ["no GPU"], env=VF_ENV)
 
 # model_dump (the fp64 reference's dump for outside checks) and the attention benchmark
 MD = os.path.join(BUILD, "model_dump")

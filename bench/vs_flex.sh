@@ -33,7 +33,7 @@ nvidia-smi -L > /dev/null 2>&1 || { echo "vs_flex: no GPU on this machine (nvidi
 mkdir -p "$LOG_DIR"
 echo "== ours ($(date +%T))"
 "$BENCH" "$@" "$LOG_DIR/ours.json" > "$LOG_DIR/ours.txt" 2>&1 || { tail -20 "$LOG_DIR/ours.txt"; exit 1; }
-echo "== FlexAttention ($(date +%T))"
+echo "== FlexAttention ($(date +%T); compiling: on a machine's first run this takes minutes)"
 "$PYTHON_TORCH" bench/compare_flex.py "$LOG_DIR/ours.json" "$LOG_DIR/compare_flex.md" > "$LOG_DIR/compare_flex.log" 2>&1 ||
   { tail -20 "$LOG_DIR/compare_flex.log"; exit 1; }
 cat "$LOG_DIR/compare_flex.md"

@@ -6,6 +6,9 @@
 // Tolerance: fp64 with step 1e-5: truncation ~h^2 = 1e-10, rounding ~1e-16 * loss / h = 1e-11,
 // so |fd - grad| <= 1e-7 * max(1, |grad|). Also prefix-LM: the batch's loss rule on a worked
 // example, and the reference's gradient with a prefix.
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <stdexcept>
@@ -50,6 +53,69 @@ int main() {
     p.init(3);
     double loss = model_ref::forward_backward(p, tokens, targets, nullptr);
     CHECK(std::fabs(loss - std::log(64.0)) < 1e-12, "loss at init %.15f, want ln 64", loss);
+  }
+
+  // model::init_values: each random tensor's values from chunks of generators seeded by (seed,
+  // tensor, chunk), filled by OpenMP threads: the same values with 1 or 3 threads; the right
+  // distribution (embeddings N(0, 1): mean within 5 standard errors, standard deviation within
+  // 5 of its standard errors, kurtosis 3 +- 0.05; linear weights uniform in [-b, b), b =
+  // 1/sqrt(fan_in), their standard deviation b/sqrt(3) within 1%); zero outputs exactly zero,
+  // the scalars exact; another seed other values; consecutive values uncorrelated (|r| < 5/sqrt(n));
+// no stretch repeating another 4^k * 1024 values on (the chunks' generators independent).
+  {
+    model::Config big;
+    big.vocab = 4096, big.width = 128, big.heads = 2, big.layers = 4, big.hidden = 512;
+    const model::Layout L(big);
+    omp_set_num_threads(1);
+    const std::vector<double> one = model::init_values(L, 42);
+    omp_set_num_threads(3);
+    const std::vector<double> three = model::init_values(L, 42), other = model::init_values(L, 43);
+    omp_set_num_threads(omp_get_num_procs());
+    CHECK(one == three, "init_values: the same values with 1 and 3 threads");
+    size_t same = 0, random = 0;
+    for (const model::Tensor& t : L.tensors) {
+      const double* d = three.data() + t.offset;
+      const size_t n = t.size();
+      const bool normal = t.name == "embed" || t.name.rfind("value_embed", 0) == 0;
+      const bool zero = t.name == "head" || t.name.find(".wo") != std::string::npos || t.name.find(".wproj") != std::string::npos;
+      if (t.name.find("lambda") != std::string::npos || t.name == "skip") {
+        const double want0 = t.name.find("attn_lambda") != std::string::npos ? 0.5 : 1.0;
+        const double want1 = t.name.find("attn_lambda") != std::string::npos ? 0.5 : t.name == "skip" ? 1.0 : 0.0;
+        CHECK(d[0] == want0 && (n < 2 || d[1] == want1), "init_values: %s = %g, %g", t.name.c_str(), d[0], n > 1 ? d[1] : 0.0);
+        continue;
+      }
+      if (zero) {
+        bool all = true;
+        for (size_t i = 0; i < n; i++) all = all && d[i] == 0.0;
+        CHECK(all, "init_values: %s starts at zero", t.name.c_str());
+        continue;
+      }
+      double m1 = 0, m2 = 0, m4 = 0, lag = 0, lo = 1e300, hi = -1e300;
+      size_t repeats = 0;  // a value equal to the one a power of two later (chunks repeating)
+      for (size_t i = 0; i < n; i++) {
+        m1 += d[i], lo = std::min(lo, d[i]), hi = std::max(hi, d[i]);
+        if (i + 1 < n) lag += d[i] * d[i + 1];
+        for (size_t k = 1024; k <= (size_t(1) << 18); k *= 4) repeats += i + k < n && d[i] == d[i + k];
+        same += d[i] == other[t.offset + i];
+      }
+      random += n;
+      m1 /= n;
+      for (size_t i = 0; i < n; i++) m2 += (d[i] - m1) * (d[i] - m1), m4 += std::pow(d[i] - m1, 4);
+      m2 /= n, m4 /= n;
+      const double sd = std::sqrt(m2), r = (lag / (n - 1) - m1 * m1) / m2, b = 1.0 / std::sqrt((double)t.rows);
+      const double want_sd = normal ? 1.0 : b / std::sqrt(3.0);
+      CHECK(std::fabs(m1) < 5 * want_sd / std::sqrt((double)n), "init_values: %s mean %.3g", t.name.c_str(), m1);
+      CHECK(std::fabs(r) < 5 / std::sqrt((double)n), "init_values: %s lag-1 correlation %.3g", t.name.c_str(), r);
+      CHECK(repeats < n / 1000, "init_values: %s repeats itself (%zu values equal to one 4^k * 1024 later)", t.name.c_str(), repeats);
+      if (normal) {
+        CHECK(std::fabs(sd - 1) < 5 / std::sqrt(2.0 * n) && std::fabs(m4 / (m2 * m2) - 3) < 0.05,
+              "init_values: %s standard deviation %.4f, kurtosis %.3f (N(0, 1): 1, 3)", t.name.c_str(), sd, m4 / (m2 * m2));
+      } else {
+        CHECK(lo >= -b && hi < b && std::fabs(sd / want_sd - 1) < 0.01, "init_values: %s in [%.4f, %.4f], sd %.5f (uniform in +-%.4f: %.5f)",
+              t.name.c_str(), lo, hi, sd, b, want_sd);
+      }
+    }
+    CHECK(random > 2000000 && same < random / 1000, "init_values: seeds 42 and 43 share %zu of %zu random values", same, random);
   }
 
   model_ref::Params p(cfg);

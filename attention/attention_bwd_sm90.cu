@@ -16,7 +16,9 @@
 //   fixed order (decreasing key block: dq_ranges / dq_count below), then converted to bf16.
 // - two kernels: dK/dV as above without dQ (P^T, dS^T stay in registers as the next wgmma's A),
 //   and dQ from its own kernel, one block per 128 queries walking key tiles of 64 (S = Q K^T,
-//   dP = dO V^T again; dQ += dS K), on a second stream beside dK/dV.
+//   dP = dO V^T again; dQ += dS K), on a second stream beside dK/dV. At head dim 64 both
+//   kernels' blocks own 64 keys or queries (one warpgroup), two blocks an SM
+//   (tile_scheduler.cuh bwd_small_tiles).
 // Tiles stream through shared buffers with cp.async, signalled by mbarriers (wgmma.cuh TilePipe:
 // a buffer is rewritten once every warp has released it).
 // The main loops: bwd_key_owner_sm90.cuh (dK, dV, and with dq_order.cuh the fused dQ shares) and
@@ -52,16 +54,42 @@ static cudaError_t side_stream(SideStream*& out) {
   return cudaSuccess;
 }
 
+// The two-kernel backward, blocks owning OWN keys (dK/dV) or queries (dQ).
+template <int D, int OWN>
+static cudaError_t launch_two_kernels(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, bf16* dq, bf16* dk,
+                                      bf16* dv, const BwdWorkspace& ws, int T, int H, const MaskBounds& mb,
+                                      float scale_log2, float scale, cudaStream_t stream) {
+  constexpr size_t smem_dkdv = dkdv_sm90_smem<D, OWN>(), smem_dq = dq_sm90_smem<D, OWN>();
+  auto dkdv_kernel = attention_bwd_dkdv_sm90_kernel<D, OWN>;
+  auto dq_kernel = attention_bwd_dq_sm90_kernel<D, OWN>;
+  cudaError_t err = cudaFuncSetAttribute(dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dkdv);
+  if (err != cudaSuccess) return err;
+  if ((err = cudaFuncSetAttribute(dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dq)) != cudaSuccess)
+    return err;
+  SideStream* side = nullptr;
+  if ((err = side_stream(side)) != cudaSuccess) return err;
+
+  const dim3 grid((T + OWN - 1) / OWN, H);
+  if ((err = cudaEventRecord(side->fork, stream)) != cudaSuccess) return err;
+  if ((err = cudaStreamWaitEvent(side->stream, side->fork, 0)) != cudaSuccess) return err;
+  dkdv_kernel<<<grid, 2 * OWN, smem_dkdv, stream>>>(q, k, v, dout, ws.lse2, ws.drow, dk, dv, T, H, mb, scale_log2, scale);
+  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  dq_kernel<<<grid, 2 * OWN, smem_dq, side->stream>>>(q, k, v, dout, ws.lse2, ws.drow, dq, T, H, mb, scale_log2, scale);
+  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  if ((err = cudaEventRecord(side->join, side->stream)) != cudaSuccess) return err;
+  return cudaStreamWaitEvent(stream, side->join, 0);
+}
+
 template <int D>
 static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, bf16* dq, bf16* dk,
                                    bf16* dv, const BwdWorkspace& ws, int T, int H, const MaskDesc& mask, bool fused,
-                                   cudaStream_t stream) {
+                                   bool small, cudaStream_t stream) {
   const MaskBounds mb = make_bounds(mask, T);
   const float scale = (float)(1.0 / std::sqrt((double)D)), scale_log2 = (float)(M_LOG2E / std::sqrt((double)D));
-  const dim3 grid((T + kB90Own - 1) / kB90Own, H);
   cudaError_t err;
 
   if (fused) {
+    const dim3 grid((T + kB90Own - 1) / kB90Own, H);
     const int n_tiles = (T + kB90Walk - 1) / kB90Walk;
     if ((err = cudaMemsetAsync(ws.dq_count, 0, (size_t)H * n_tiles * sizeof(unsigned), stream)) != cudaSuccess) return err;
     attention_bwd_dq_ranges_kernel<<<(n_tiles + 255) / 256, 256, 0, stream>>>(mb, ws.dq_ranges, n_tiles);
@@ -79,31 +107,16 @@ static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
     return cudaGetLastError();
   }
 
-  constexpr size_t smem_dkdv = dkdv_sm90_smem<D>(), smem_dq = dq_sm90_smem<D>();
-  err = cudaFuncSetAttribute(attention_bwd_dkdv_sm90_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dkdv);
-  if (err != cudaSuccess) return err;
-  err = cudaFuncSetAttribute(attention_bwd_dq_sm90_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dq);
-  if (err != cudaSuccess) return err;
-  SideStream* side = nullptr;
-  if ((err = side_stream(side)) != cudaSuccess) return err;
-
-  if ((err = cudaEventRecord(side->fork, stream)) != cudaSuccess) return err;
-  if ((err = cudaStreamWaitEvent(side->stream, side->fork, 0)) != cudaSuccess) return err;
-  attention_bwd_dkdv_sm90_kernel<D><<<grid, kB90Threads, smem_dkdv, stream>>>(q, k, v, dout, ws.lse2, ws.drow, dk, dv, T,
-                                                                               H, mb, scale_log2, scale);
-  if ((err = cudaGetLastError()) != cudaSuccess) return err;
-  attention_bwd_dq_sm90_kernel<D><<<grid, kB90Threads, smem_dq, side->stream>>>(q, k, v, dout, ws.lse2, ws.drow, dq, T,
-                                                                                 H, mb, scale_log2, scale);
-  if ((err = cudaGetLastError()) != cudaSuccess) return err;
-  if ((err = cudaEventRecord(side->join, side->stream)) != cudaSuccess) return err;
-  return cudaStreamWaitEvent(stream, side->join, 0);
+  if constexpr (D == 64)
+    if (small) return launch_two_kernels<D, kB90SmallOwn>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, stream);
+  return launch_two_kernels<D, kB90Own>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, stream);
 }
 
 cudaError_t attention_backward_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, bf16* dq, bf16* dk,
                                     bf16* dv, const BwdWorkspace& ws, int T, int H, int D, const MaskDesc& mask, bool fused,
-                                    cudaStream_t stream) {
-  if (D == 64) return launch_bwd_sm90<64>(q, k, v, dout, dq, dk, dv, ws, T, H, mask, fused, stream);
-  if (D == 128) return launch_bwd_sm90<128>(q, k, v, dout, dq, dk, dv, ws, T, H, mask, fused, stream);
+                                    bool small, cudaStream_t stream) {
+  if (D == 64) return launch_bwd_sm90<64>(q, k, v, dout, dq, dk, dv, ws, T, H, mask, fused, small, stream);
+  if (D == 128) return launch_bwd_sm90<128>(q, k, v, dout, dq, dk, dv, ws, T, H, mask, fused, small, stream);
   return cudaErrorInvalidValue;
 }
 

@@ -1,25 +1,27 @@
-// The sm90 backward's query-owner main loop: dQ of a block of 128 queries over the key tiles
-// they see, S and dP recomputed (attention_bwd_sm90.cu describes the algorithm).
+// The sm90 backward's query-owner main loop: dQ of a block of BQ queries (128: two warpgroups,
+// one block an SM; 64: one warpgroup, two blocks an SM) over the key tiles of 64 they see, S and
+// dP recomputed (attention_bwd_sm90.cu describes the algorithm).
 #pragma once
 #include "attention/bwd_common_sm90.cuh"
 
 namespace attn {
 
 // ---------------------------------------------------------------------------------- dQ
-template <int D>
+template <int D, int BQ>
 constexpr size_t dq_sm90_smem() {
-  return (size_t)(2 * kB90Own + 2 * kB90Stages * kB90Walk) * D * sizeof(bf16) + kB90Own * sizeof(int32_t) +
+  return (size_t)(2 * BQ + 2 * kB90Stages * kB90Walk) * D * sizeof(bf16) + BQ * sizeof(int32_t) +
          2 * kB90Stages * sizeof(uint64_t) + 1024;
 }
 
-template <int D>
-__global__ void __launch_bounds__(kB90Threads, 1)
+template <int D, int BQ>
+__global__ void __launch_bounds__(2 * BQ, BQ == 64 ? 2 : 1)
     attention_bwd_dq_sm90_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V,
                                  const bf16* __restrict__ dO, const float* __restrict__ LSE2, const float* __restrict__ drow,
                                  bf16* __restrict__ dQ, int T, int H, MaskBounds mb, float scale_log2, float scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace sm90;
-  constexpr int BQ = kB90Own, BK = kB90Walk, S = kB90Stages;
+  static_assert(BQ == 64 || BQ == 128, "a block owns one or two warpgroups' queries");
+  constexpr int BK = kB90Walk, S = kB90Stages, THREADS = 2 * BQ;
   extern __shared__ unsigned char smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(align1024(smem_raw));
   bf16* sdO = sQ + BQ * D;
@@ -37,11 +39,11 @@ __global__ void __launch_bounds__(kB90Threads, 1)
   int key_lo[2], key_hi[2];                                   // the keys each of them keeps
   const TileWalk walk = own_and_walk<BQ, BK>(mb, q0, true, row0, T, s_ids, key_lo, key_hi);
   auto load_kv = [&](int kt, int i) {  // this thread's copies of key tile kt, the i-th of the walk
-    load_tile<D, BK, kB90Threads>(sK + (i % S) * BK * D, K, kt * BK, T, H, h);
-    load_tile<D, BK, kB90Threads>(sV + (i % S) * BK * D, V, kt * BK, T, H, h);
+    load_tile<D, BK, THREADS>(sK + (i % S) * BK * D, K, kt * BK, T, H, h);
+    load_tile<D, BK, THREADS>(sV + (i % S) * BK * D, V, kt * BK, T, H, h);
     pipe.arrive_full(i);
   };
-  if (threadIdx.x == 0) pipe.init(kB90Threads);
+  if (threadIdx.x == 0) pipe.init(THREADS);
   __syncthreads();
 
   float lse2[2], dr[2];
@@ -54,8 +56,8 @@ __global__ void __launch_bounds__(kB90Threads, 1)
 
   WalkAhead<kB90Ahead> ahead;  // tile[0] computed now, the others loaded or loading
   ahead.start(walk);
-  load_tile<D, BQ, kB90Threads>(sQ, Q, q0, T, H, h);
-  load_tile<D, BQ, kB90Threads>(sdO, dO, q0, T, H, h);
+  load_tile<D, BQ, THREADS>(sQ, Q, q0, T, H, h);
+  load_tile<D, BQ, THREADS>(sdO, dO, q0, T, H, h);
 #pragma unroll
   for (int a = 0; a < kB90Ahead; a++)  // Q and dO ride on the first tile's arrival
     if (ahead.tile[a] < walk.end) load_kv(ahead.tile[a], a);

@@ -1,9 +1,9 @@
 // The sm90 backward's key-owner main loop (attention_bwd_sm90.cu describes the algorithm): one
-// block of two warpgroups owns 128 keys (64 a warpgroup) and walks the query tiles of 64 that see
-// them, computing per tile
-//   S^T = K Q^T, dP^T = V dO^T      [128 keys x 64 queries], wgmma from shared memory
+// block owns BK keys (BK = 128: two warpgroups; 64: one, dK/dV alone) and walks the query tiles
+// of 64 that see them, computing per tile
+//   S^T = K Q^T, dP^T = V dO^T      [BK keys x 64 queries], wgmma from shared memory
 //   P^T = 2^(scale_log2 S^T - lse2), dS^T = P^T (dP^T - Drow)
-//   dV += P^T dO, dK += dS^T Q       [128 keys x D], fp32 accumulators in registers
+//   dV += P^T dO, dK += dS^T Q       [BK keys x D], fp32 accumulators in registers
 // and, with DQ (the fused backward), the block's share of dQ = dS K for each tile ([64 x D] over
 // its 128 keys), added into fp32 sums in the fixed order of dq_order.cuh.
 // Q, K, V, dO: bf16 [T, H, D]; lse2, Drow: fp32 [H, T]; dK, dV: bf16 [T, H, D], D in {64, 128}.
@@ -20,10 +20,10 @@ namespace attn {
 constexpr int kFStages = 3;            // query-tile buffers of the fused (DQ) loop
 constexpr size_t kSmemOptin = 232448;  // 227 KB: the most one block may have on sm90
 
-template <int D>
+template <int D, int BK>
 constexpr size_t dkdv_sm90_smem() {
-  return (size_t)(2 * kB90Own + 2 * kB90Stages * kB90Walk) * D * sizeof(bf16) + 2 * kB90Stages * kB90Walk * sizeof(float) +
-         kB90Own * sizeof(int32_t) + 2 * kB90Stages * sizeof(uint64_t) + 1024;
+  return (size_t)(2 * BK + 2 * kB90Stages * kB90Walk) * D * sizeof(bf16) + 2 * kB90Stages * kB90Walk * sizeof(float) +
+         BK * sizeof(int32_t) + 2 * kB90Stages * sizeof(uint64_t) + 1024;
 }
 
 template <int D>
@@ -41,7 +41,7 @@ __host__ __device__ constexpr size_t fused_sm90_smem() {  // asked at launch: ro
 // The loop of one key block; smem_raw: the block's dynamic shared memory. DQ only: per query
 // tile, the key blocks with a dQ share (dq_ranges), the count of shares added (dq_count) and the
 // fp32 sums (dq_acc), as dq_order.cuh describes.
-template <int D, bool DQ>
+template <int D, int BK, bool DQ>
 __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, const bf16* __restrict__ Q,
                                                    const bf16* __restrict__ K, const bf16* __restrict__ V,
                                                    const bf16* __restrict__ dO, const float* __restrict__ LSE2,
@@ -50,7 +50,9 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
                                                    bf16* __restrict__ dV, int T, int H, const MaskBounds& mb,
                                                    float scale_log2, float scale) {
   using namespace sm90;
-  constexpr int BK = kB90Own, BQ = kB90Walk, S = DQ ? kFStages : kB90Stages, AHEAD = S - 2;
+  static_assert(BK == 64 || BK == 128, "a block owns one or two warpgroups' keys");
+  static_assert(!DQ || BK == kB90Own, "the dQ shares' order (dq_order.cuh) counts key blocks of kB90Own");
+  constexpr int BQ = kB90Walk, S = DQ ? kFStages : kB90Stages, AHEAD = S - 2, THREADS = 2 * BK;
   unsigned char* base = align1024(smem_raw);
   if constexpr (DQ) {
     constexpr size_t kSlack = fused_sm90_smem<D>() - fused_sm90_smem_used<D>();
@@ -78,11 +80,11 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
   const int key0 = k0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's keys: key0, key0 + 8
   int q_lo2[2], q_hi2[2];                                     // the queries each of them is kept by
   auto load_q_side = [&](int qt, int i) {  // this thread's copies of query tile qt, the i-th of the walk
-    load_query_tile<D>(sQ, sdO, sLse, sDr, Q, dO, LSE2, drow, qt, i % S, T, H, h);
+    load_query_tile<D, THREADS>(sQ, sdO, sLse, sDr, Q, dO, LSE2, drow, qt, i % S, T, H, h);
     pipe.arrive_full(i);
   };
   WalkAhead<AHEAD> ahead;  // tile[0] computed now, the others loaded or loading
-  const TileWalk walk = begin_key_block<D>(mb, k0, key0, T, H, h, s_ids, q_lo2, q_hi2, pipe, ahead, K, V, sK, sV, load_q_side);
+  const TileWalk walk = begin_key_block<D, BK>(mb, k0, key0, T, H, h, s_ids, q_lo2, q_hi2, pipe, ahead, K, V, sK, sV, load_q_side);
 
   // DQ: each warpgroup's dQ matmul (64 x 64 accumulator): D = 128, its 64-column half of D over
   // all 128 keys; D = 64, warpgroup 0 alone (a branch on the warpgroup: those wgmmas get serialized).
@@ -227,16 +229,17 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
 }
 #endif
 
-// dK and dV alone (the two-kernel backward; dQ comes from bwd_dq_sm90.cuh).
-template <int D>
-__global__ void __launch_bounds__(kB90Threads, 1)
+// dK and dV alone (the two-kernel backward; dQ comes from bwd_dq_sm90.cuh), BK keys a block:
+// 128 (two warpgroups, one block an SM) or 64 (one warpgroup, two blocks an SM).
+template <int D, int BK>
+__global__ void __launch_bounds__(2 * BK, BK == 64 ? 2 : 1)
     attention_bwd_dkdv_sm90_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V,
                                    const bf16* __restrict__ dO, const float* __restrict__ LSE2, const float* __restrict__ drow,
                                    bf16* __restrict__ dK, bf16* __restrict__ dV, int T, int H, MaskBounds mb,
                                    float scale_log2, float scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
-  key_owner_backward<D, false>(smem_raw, Q, K, V, dO, LSE2, drow, nullptr, nullptr, nullptr, dK, dV, T, H, mb, scale_log2, scale);
+  key_owner_backward<D, BK, false>(smem_raw, Q, K, V, dO, LSE2, drow, nullptr, nullptr, nullptr, dK, dV, T, H, mb, scale_log2, scale);
 #else
   __trap();  // built for another architecture: the launcher only picks this kernel on sm90
 #endif
@@ -252,7 +255,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
                                     MaskBounds mb, float scale_log2, float scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  key_owner_backward<D, true>(smem_raw, Q, K, V, dO, LSE2, drow, dq_ranges, dq_count, dq_acc, dK, dV, T, H, mb,
+  key_owner_backward<D, kB90Own, true>(smem_raw, Q, K, V, dO, LSE2, drow, dq_ranges, dq_count, dq_acc, dK, dV, T, H, mb,
                               scale_log2, scale);
 #else
   __trap();  // built for another architecture: the launcher only picks this kernel on sm90

@@ -7,6 +7,7 @@
 #include "attention/attention.h"
 
 #include "attention/kernels.h"
+#include "attention/tile_scheduler.cuh"
 
 namespace attn {
 
@@ -45,6 +46,12 @@ static bool sm90_fused(int D) {
   return D == 128;  // D = 64: the fused kernel's dQ matmul runs on one warpgroup, serialized
 }
 
+static bool sm90_small_backward(int D, const MaskDesc& mask) {
+  if (g_choice.sm90_two_kernel_own == 64) return D == 64;
+  if (g_choice.sm90_two_kernel_own == 128) return false;
+  return bwd_small_tiles(D, mask);
+}
+
 const char* kernels_in_use(int D) {
   switch (family()) {
     case Family::kSm80: return "sm80 (mma.sync)";
@@ -72,7 +79,8 @@ cudaError_t attention_backward(const bf16* q, const bf16* k, const bf16* v, cons
   const BwdWorkspace ws = BwdWorkspace::carve(workspace, T, H, D);
   cudaError_t err = attention_bwd_preprocess(o, dout, lse, ws, T, H, D, stream);
   if (err != cudaSuccess) return err;
-  if (f == Family::kSm90) return attention_backward_sm90(q, k, v, dout, dq, dk, dv, ws, T, H, D, mask, sm90_fused(D), stream);
+  if (f == Family::kSm90) return attention_backward_sm90(q, k, v, dout, dq, dk, dv, ws, T, H, D, mask, sm90_fused(D),
+                                                         sm90_small_backward(D, mask), stream);
   return attention_backward_sm80(q, k, v, dout, lse, dq, dk, dv, ws, T, H, D, mask, stream);
 }
 

@@ -65,8 +65,10 @@ cudaError_t attention_bwd_preprocess(const bf16* o, const bf16* dout, const floa
 cudaError_t attention_backward_sm80(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse, bf16* dq,
                                     bf16* dk, bf16* dv, const BwdWorkspace& ws, int T, int H, int D, const MaskDesc& mask,
                                     cudaStream_t stream);
+// small: the two-kernel backward's blocks own 64 keys or queries (one warpgroup) instead of 128;
+// head dim 64 only (at 128 such a block's tiles leave room for one an SM), ignored at 128.
 cudaError_t attention_backward_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, bf16* dq, bf16* dk,
                                     bf16* dv, const BwdWorkspace& ws, int T, int H, int D, const MaskDesc& mask, bool fused,
-                                    cudaStream_t stream);
+                                    bool small, cudaStream_t stream);
 
 }  // namespace attn

@@ -155,8 +155,10 @@ template <int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b, int scale_d);
 
 #define ATTN_F4(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
+#define ATTN_D16 ATTN_F4(0), ATTN_F4(1), ATTN_F4(2), ATTN_F4(3)
 #define ATTN_D32 ATTN_F4(0), ATTN_F4(1), ATTN_F4(2), ATTN_F4(3), ATTN_F4(4), ATTN_F4(5), ATTN_F4(6), ATTN_F4(7)
 #define ATTN_D64 ATTN_D32, ATTN_F4(8), ATTN_F4(9), ATTN_F4(10), ATTN_F4(11), ATTN_F4(12), ATTN_F4(13), ATTN_F4(14), ATTN_F4(15)
+#define ATTN_R16 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}"
 #define ATTN_R32                                                                                                    \
   "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30," \
   "%31}"
@@ -167,8 +169,14 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&
 
 template <int N, int TA, int TB>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b, int scale_d) {
-  static_assert(N == 64 || N == 128, "wgmma_ss: N is 64 or 128");
-  if constexpr (N == 64)
+  static_assert(N == 32 || N == 64 || N == 128, "wgmma_ss: N is 32, 64 or 128");
+  if constexpr (N == 32)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " ATTN_R16 ", %16, %17, p, 1, 1, %19, %20;\n}\n"
+        : ATTN_D16
+        : "l"(a), "l"(b), "r"(scale_d), "n"(TA), "n"(TB));
+  else if constexpr (N == 64)
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " ATTN_R32 ", %32, %33, p, 1, 1, %35, %36;\n}\n"
@@ -198,8 +206,10 @@ __device__ __forceinline__ void wgmma_rs<128>(float (&d)[16][4], const uint32_t 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
 }
 #undef ATTN_F4
+#undef ATTN_D16
 #undef ATTN_D32
 #undef ATTN_D64
+#undef ATTN_R16
 #undef ATTN_R32
 #undef ATTN_R64
 

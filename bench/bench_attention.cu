@@ -12,8 +12,9 @@
 // to OUT.json (default bench_attention.json) for bench/compare_flex.py, which times
 // FlexAttention on exactly the same cases.
 // Documents (mean length 1000): lengths 500 + (i * 7919) % 1001, the same rule as compare_flex.py.
-// ATTN_KERNELS=sm80 runs the sm80 family (to compare the two); BENCH_ONLY=NAME runs one case of
-// the table (for profiling).
+// ATTN_KERNELS=sm80 runs the sm80 family (to compare the two); ATTN_BWD=fused|two-kernels picks
+// the sm90 backward, ATTN_BWD_OWN=64|128 the two-kernel backward's block size at head dim 64
+// (attention.h KernelChoice); BENCH_ONLY=NAME runs one case of the table (for profiling).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>

@@ -505,6 +505,12 @@ case("model_dump on a full disk (file size limit)", [MD, path("dump_full")], 1, 
 if shutil.which("nvidia-smi") is None:
     case("bench_attention without a GPU: a message, not a crash", [os.path.join(BUILD, "bench", "bench_attention"), path("b.json")], 1,
          ["bench_attention: error"])
+BA = os.path.join(BUILD, "bench", "bench_attention")
+case("bench_attention: ATTN_BWD_OWN=32 (the blocks are 64 or 128)", [BA, path("b.json")], 2, ["ATTN_BWD_OWN=32", "64 or 128"],
+     env=dict(os.environ, ATTN_BWD_OWN="32"))
+case("bench_attention: ATTN_BWD=split (fused or two-kernels)", [BA, path("b.json")], 2, ["ATTN_BWD=split", "fused or two-kernels"],
+     env=dict(os.environ, ATTN_BWD="split"))
+check("bench_attention: a refused kernel choice writes no JSON", not os.path.exists(path("b.json")))
 BM = os.path.join(BUILD, "bench", "bench_matmul")
 case("bench_matmul with a width cuBLASLt cannot take", [BM, "--width", "100"], 2, ["multiple of 8", "100"])
 case("bench_matmul --ranks 17", [BM, "--ranks", "17"], 2, ["--ranks"])

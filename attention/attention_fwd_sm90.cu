@@ -12,7 +12,8 @@
 //   mask, online softmax          registers (softmax.cuh, the same code as the sm80 kernels)
 //   O[64 x D] += P V             wgmma, P from registers, V from shared memory; left running
 //                                 while the next tile's S is issued and waited
-// K and V tiles stream through 3 shared buffers, one tile ahead, loaded by the TMA (tma.cuh:
+// K and V tiles stream through 3 shared buffers (64 x 64 tiles: K and V each through 2 of their
+// own, so that four blocks fit an SM), one tile ahead, loaded by the TMA (tma.cuh:
 // one thread issues a tile) and signalled by mbarriers (TmaPipe), so that the two warpgroups
 // drift apart instead of meeting at a block barrier every tile (measured: 10% faster); at head
 // dim 128 they take turns issuing their matmuls (turn_wait, below). Q is issued first, before
@@ -36,7 +37,7 @@ struct FwdTiles {
   static constexpr int BM = BM_, BN = BN_, kStages = kStages_, kBlocksPerSM = kBlocksPerSM_, kThreads = 2 * BM;
 };
 using FwdTiles128 = FwdTiles<kF90Own, kF90Walk, 3, 1>;
-using FwdTiles64 = FwdTiles<kF90SmallOwn, kF90SmallWalk, 3, 2>;
+using FwdTiles64 = FwdTiles<kF90SmallOwn, kF90SmallWalk, 2, 4>;
 
 // Dynamic shared memory: the tiles, the document ids and the barriers, and 1024 bytes of room to
 // align the tiles where one block an SM leaves it (with two, the kernel traps should the
@@ -44,7 +45,7 @@ using FwdTiles64 = FwdTiles<kF90SmallOwn, kF90SmallWalk, 3, 2>;
 template <int D, typename Tl>
 constexpr size_t fwd_sm90_smem_used() {
   return (size_t)(Tl::BM + 2 * Tl::kStages * Tl::BN) * D * sizeof(__nv_bfloat16) + Tl::BM * sizeof(int32_t) +
-         2 * Tl::kStages * sizeof(uint64_t);
+         (Tl::kStages == 2 ? 4 : 2) * Tl::kStages * sizeof(uint64_t);
 }
 template <int D, typename Tl>
 constexpr size_t fwd_sm90_smem() {
@@ -78,6 +79,9 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
   using namespace sm90;
   constexpr int BM = Tl::BM, BN = Tl::BN, NB = BN / 8, kStages = Tl::kStages;
   constexpr bool PINGPONG = D == 128 && BM == 128;  // measured: see turn_wait
+  // With two buffers, K and V have pipes of their own (pk, pv; below); with three, one (pk).
+  constexpr bool kSplit = kStages == 2;
+  static_assert(kStages == 2 || kStages == 3, "two buffers each for K and V in pipes of their own, or three in one");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const unsigned pad = (1024 - (smem_addr(smem_raw) & 1023)) & 1023;  // the SW128 tiles start 1024-aligned
   if (pad > fwd_sm90_smem<D, Tl>() - fwd_sm90_smem_used<D, Tl>()) __trap();
@@ -85,29 +89,33 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
   bf16* sK = sQ + BM * D;                // kStages buffers
   bf16* sV = sK + kStages * BN * D;      // kStages buffers
   int32_t* s_ids = reinterpret_cast<int32_t*>(sV + kStages * BN * D);  // BM document ids
-  TmaPipe<kStages> pipe;
-  pipe.full = reinterpret_cast<uint64_t*>(s_ids + BM);
-  pipe.empty = pipe.full + kStages;
+  TmaPipe<kStages> pk, pv;  // kSplit: the K tiles' and the V tiles'; else pk for both
+  pk.full = reinterpret_cast<uint64_t*>(s_ids + BM);
+  pk.empty = pk.full + kStages;
+  pv.full = pk.empty + kStages;
+  pv.empty = pv.full + kStages;
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
   const int n_qt = (T + BM - 1) / BM;
   const int q0 = query_tile_longest_first(n_qt) * BM, h = blockIdx.y;
 
   const int row0 = q0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's rows: row0, row0 + 8
   const bool producer = threadIdx.x == 0;                     // issues every TMA load
-  constexpr uint32_t kQBytes = BM * D * sizeof(bf16), kKVBytes = 2 * BN * D * sizeof(bf16);
+  constexpr uint32_t kQBytes = BM * D * sizeof(bf16), kTileBytes = BN * D * sizeof(bf16);
   if (producer) {
-    pipe.init(Tl::kThreads / 32);
-    mbar_expect_tx(pipe.full_of(0), kQBytes);  // Q completes with the first key tile
-    tma_load_tile<D, BM>(sQ, &tmQ, pipe.full_of(0), q0, h);
+    pk.init(Tl::kThreads / 32);
+    if (kSplit) pv.init(Tl::kThreads / 32);
+    mbar_expect_tx(pk.full_of(0), kQBytes);  // Q completes with the first key tile
+    tma_load_tile<D, BM>(sQ, &tmQ, pk.full_of(0), q0, h);
   }
   __syncthreads();
   int key_lo[2], key_hi[2];  // the keys each of this thread's rows keeps
   const TileWalk walk = own_and_walk<BM, BN>(mb, q0, true, row0, T, s_ids, key_lo, key_hi);
-  auto load_kv = [&](int kt, int i) {  // by the producer: tile kt, the i-th of the walk
-    pipe.wait_empty(i);
-    mbar_arrive_expect_tx(pipe.full_of(i), kKVBytes);
-    tma_load_tile<D, BN>(sK + (i % kStages) * BN * D, &tmK, pipe.full_of(i), kt * BN, h);
-    tma_load_tile<D, BN>(sV + (i % kStages) * BN * D, &tmV, pipe.full_of(i), kt * BN, h);
+  // By the producer: K and / or V of key tile kt, the i-th of the walk, through pipe p.
+  auto load = [&](TmaPipe<kStages>& p, int kt, int i, bool k, bool v) {
+    p.wait_empty(i);
+    mbar_arrive_expect_tx(p.full_of(i), (k + v) * kTileBytes);
+    if (k) tma_load_tile<D, BN>(sK + (i % kStages) * BN * D, &tmK, p.full_of(i), kt * BN, h);
+    if (v) tma_load_tile<D, BN>(sV + (i % kStages) * BN * D, &tmV, p.full_of(i), kt * BN, h);
   };
 
   // tile[0] computed now, tile[1] loaded now; a tile's kind travels with it, so every tile is
@@ -116,10 +124,11 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
   ahead.start(walk);
   if (producer) {
     if (ahead.tile[0] < walk.end) {
-      load_kv(ahead.tile[0], 0);
+      load(pk, ahead.tile[0], 0, true, !kSplit);
+      if (kSplit) load(pv, ahead.tile[0], 0, false, true);
     } else {  // nothing to walk: Q's load must still land before the block exits
-      mbar_arrive(pipe.full_of(0));
-      pipe.wait_full(0);
+      mbar_arrive(pk.full_of(0));
+      pk.wait_full(0);
     }
   }
   __syncwarp();
@@ -130,11 +139,21 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
   float s[NB][4], alpha[2];
   // Per tile j: issue S_j = Q K_j^T and O += P_{j-1} V_{j-1}, then the load of tile j + 1 (into
   // the buffer of tile j - 2, once released); the softmax of S_j runs while the second wgmma
-  // does; then O is rescaled and P_j packed. The warpgroups meet only through the TilePipe.
+  // does; then O is rescaled and P_j packed. The warpgroups meet only through the pipes.
+  // kSplit (two buffers): V_j is used a tile after K_j, so V_j is loaded at the top of tile j
+  // (into V_{j-2}'s buffer) and K_{j+1} after tile j's matmuls are issued (into K_{j-1}'s), both
+  // freed in the tile before: every load still goes out a tile before its use. (The loads sit
+  // where no wgmma is in flight or about to read registers just written: a producer-only branch
+  // elsewhere made the compiler serialize the wgmmas.)
   int it = 0;
   while (ahead.tile[0] < walk.end) {
     const int st = it % kStages, st_prev = (it + kStages - 1) % kStages;
-    pipe.wait_full(it);
+    if (kSplit) {
+      if (producer && it > 0) load(pv, ahead.tile[0], it, false, true);  // V_0: above
+      __syncwarp();
+    }
+    pk.wait_full(it);
+    if (kSplit && it > 0) pv.wait_full(it - 1);
     if (PINGPONG && (wg == 1 || it > 0)) turn_wait(wg);
     wgmma_fence();
     gemm_ss<BN, D / 16, BM>(s, sQ, wg * 64, sK + st * BN * D, false);
@@ -142,7 +161,7 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
     if (it > 0) gemm_rs<D, BN / 16, BN>(acc, pa, sV + st_prev * BN * D);
     wgmma_commit();
     if (PINGPONG && (wg == 0 || ahead.tile[1] < walk.end)) turn_pass(wg);
-    if (producer && ahead.tile[1] < walk.end) load_kv(ahead.tile[1], it + 1);
+    if (producer && ahead.tile[1] < walk.end) load(pk, ahead.tile[1], it + 1, true, !kSplit);
     __syncwarp();
     TileKind kind_after;
     const int after = walk.next(ahead.tile[1] + 1, kind_after);
@@ -151,9 +170,10 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
     reg_fence(s);
     if (ahead.kind[0] != kFull) apply_mask_interval(s, key_lo, key_hi, ahead.tile[0] * BN + 2 * (lane & 3));
     sm.step(s, scale_log2, alpha);
-    wgmma_wait<0>();  // O += P_{j-1} V_{j-1}: the buffer of tile j - 1 is free
+    wgmma_wait<0>();  // O += P_{j-1} V_{j-1}: the buffer of tile j - 1 is free (kSplit: K_j's too)
     reg_fence(acc);
-    if (it > 0) pipe.release(it - 1);
+    if (kSplit) pk.release(it);
+    if (it > 0) (kSplit ? pv : pk).release(it - 1);
     OnlineSoftmax::rescale(acc, alpha);
 #pragma unroll
     for (int j = 0; j < BN / 16; j++) c_to_a(pa[j], s[2 * j], s[2 * j + 1]);
@@ -161,6 +181,7 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
     it++;
   }
   if (it > 0) {
+    if (kSplit) pv.wait_full(it - 1);
     wgmma_fence();
     gemm_rs<D, BN / 16, BN>(acc, pa, sV + ((it - 1) % kStages) * BN * D);
     wgmma_commit();
@@ -207,8 +228,7 @@ cudaError_t attention_forward_sm90(const bf16* q, const bf16* k, const bf16* v, 
   const bool small = fwd_small_tiles(D, mask);
   if (D == 64) return small ? launch_fwd_sm90<64, FwdTiles64>(q, k, v, o, lse, T, H, mask, stream)
                             : launch_fwd_sm90<64, FwdTiles128>(q, k, v, o, lse, T, H, mask, stream);
-  if (D == 128) return small ? launch_fwd_sm90<128, FwdTiles64>(q, k, v, o, lse, T, H, mask, stream)
-                             : launch_fwd_sm90<128, FwdTiles128>(q, k, v, o, lse, T, H, mask, stream);
+  if (D == 128) return launch_fwd_sm90<128, FwdTiles128>(q, k, v, o, lse, T, H, mask, stream);  // small: D = 64 only
   return cudaErrorInvalidValue;
 }
 

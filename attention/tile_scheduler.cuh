@@ -25,11 +25,12 @@ namespace attn {
 
 // The sm90 forward's tiles: a block owns kF90Own queries and walks key tiles of kF90Walk, one
 // block an SM. At head dim 64 on a mask with a window or documents, where walks are short, a
-// block owns kF90SmallOwn queries and walks key tiles of kF90SmallWalk, two blocks an SM, so that
-// one block's start and end (loads before its first tile, the output after its last) overlap
-// the other's loop. Measured on one H200 (forward, 64-tiles against 128): D = 64 with documents
-// and window 512 22% faster, window 1024 3%, bidirectional window 512 4%, dense causal 16%
-// slower; D = 128 slower or even on every mask (dense 26%, window 1024 17% slower).
+// block owns kF90SmallOwn queries and walks key tiles of kF90SmallWalk, four blocks an SM, so
+// that one block's start and end (loads before its first tile, the output after its last)
+// overlap the others' loops. Measured on one H200 (forward, 64-tiles, then two blocks an SM,
+// against 128): D = 64 with documents and window 512 22% faster, window 1024 3%, bidirectional
+// window 512 4%, dense causal 16% slower; D = 128 slower or even on every mask (dense 26%,
+// window 1024 17% slower). Four blocks an SM instead of two (three fitted): 3-6% faster again.
 constexpr int kF90Own = 128, kF90Walk = 128, kF90SmallOwn = 64, kF90SmallWalk = 64;
 inline bool fwd_small_tiles(int D, const MaskDesc& m) { return D == 64 && (m.window > 0 || m.doc_ids != nullptr); }
 // The sm90 backward's tiles: a block owns kB90Own keys (64 a warpgroup) and walks query tiles of

@@ -7,7 +7,7 @@
 // key tiles of 128 that the mask lets them see (own_intervals.cuh bounds the walk and gives each
 // row its kept keys; mask.h's TileWalk skips empty tiles and spares full ones the per-element
 // test). At head dim 64 on masks with short walks, one warpgroup takes 64 queries over key
-// tiles of 64 instead, two blocks an SM (tile_scheduler.cuh). Per tile, each warpgroup:
+// tiles of 64 instead, four blocks an SM (tile_scheduler.cuh). Per tile, each warpgroup:
 //   S[64 x 128] = Q K^T          wgmma, Q and K from shared memory
 //   mask, online softmax          registers (softmax.cuh, the same code as the sm80 kernels)
 //   O[64 x D] += P V             wgmma, P from registers, V from shared memory; left running

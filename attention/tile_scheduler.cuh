@@ -35,10 +35,11 @@ constexpr int kF90Own = 128, kF90Walk = 128, kF90SmallOwn = 64, kF90SmallWalk = 
 inline bool fwd_small_tiles(int D, const MaskDesc& m) { return D == 64 && (m.window > 0 || m.doc_ids != nullptr); }
 // The sm90 backward's tiles: a block owns kB90Own keys (64 a warpgroup) and walks query tiles of
 // kB90Walk rows. The two-kernel backward (the default at head dim 64) takes blocks of
-// kB90SmallOwn keys (dK/dV) or queries (dQ) there on masks with a window or documents: one
-// warpgroup, two blocks an SM, as the forward. Measured on one H200 (forward + backward, 64 against
-// 128 in one run): with documents 4.7-5.5% faster (window 1024, 2048, 8 blocks, none), window 512
-// 4%, window 1024 and non-causal bidirectional 512 even, dense causal 6% slower.
+// kB90SmallOwn keys (dK/dV) or queries (dQ) there on masks with a window or documents (the
+// forward's rule): one warpgroup, two blocks an SM (registers allow no more). Measured on one
+// H200 (forward + backward, 64 against 128 in one run): with documents 4.7-5.5% faster (window
+// 1024, 2048, 8 blocks, none), window 512 4%, window 1024 and non-causal bidirectional 512 even,
+// dense causal 6% slower.
 constexpr int kB90Own = 128, kB90Walk = 64, kB90SmallOwn = 64;
 inline bool bwd_small_tiles(int D, const MaskDesc& m) { return fwd_small_tiles(D, m); }
 

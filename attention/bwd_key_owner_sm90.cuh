@@ -182,15 +182,17 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
     if constexpr (DQ) {
       bulk_wait_read(leader);  // the staging buffer is free again (the addition is counted with the next)
       named_barrier_256();     // both warpgroups' matmuls have read P^T, dS^T
-      const int prow = wg * 64 + warp * 16 + (lane >> 2);
+      // two n8 blocks a stmatrix: this lane gives the address of row mrow of chunk nb + lane / 16
+      const int mrow = wg * 64 + warp * 16 + (lane & 7) + (lane & 8);
 #pragma unroll
-      for (int nb = 0; nb < BQ / 8; nb++)
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-          const int o = sw128<BK>(prow + 8 * r, nb) + 2 * (lane & 3);
-          *reinterpret_cast<uint32_t*>(sP + o) = pack_bf16(s[nb][2 * r], s[nb][2 * r + 1]);
-          *reinterpret_cast<uint32_t*>(sdS + o) = pack_bf16(dp[nb][2 * r], dp[nb][2 * r + 1]);
-        }
+      for (int nb = 0; nb < BQ / 8; nb += 2) {
+        const int o = sw128<BK>(mrow, nb + (lane >> 4));
+        uint32_t f[4];
+        c_to_a(f, s[nb], s[nb + 1]);
+        stmatrix_x4(smem_addr(sP + o), f);
+        c_to_a(f, dp[nb], dp[nb + 1]);
+        stmatrix_x4(smem_addr(sdS + o), f);
+      }
       if (it > 0) stage_dq();
       fence_proxy_async();
       named_barrier_256();  // tile j's P^T, dS^T and tile j - 1's dQ share written by both warpgroups

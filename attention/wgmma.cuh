@@ -73,6 +73,15 @@ __device__ __forceinline__ uint64_t desc_mn(const bf16* tile, int kk) {
   return desc(tile + kk * 16 * 64, ROWS * 128, 1024);
 }
 
+// Four 8 x 8 bf16 matrices from registers into shared memory (stmatrix): lanes 8m..8m+7 give the
+// addresses of matrix m's rows (16 bytes each), r[m] holds this thread's pair of matrix m (row
+// lane / 4, columns 2 (lane % 4) and + 1), which is an accumulator tile's layout: c_to_a's
+// fragment of two n8 blocks stores with one instruction.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
+}
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }

@@ -31,21 +31,25 @@
 namespace attn {
 
 // A tile shape: BM queries a block (64 a warpgroup), key tiles of BN, kStages buffers, and the
-// blocks an SM is meant to hold.
+// blocks an SM is meant to hold. kSplit: with two buffers K and V have pipes of their own (the
+// kernel's loop says why), with three they share one.
 template <int BM_, int BN_, int kStages_, int kBlocksPerSM_>
 struct FwdTiles {
   static constexpr int BM = BM_, BN = BN_, kStages = kStages_, kBlocksPerSM = kBlocksPerSM_, kThreads = 2 * BM;
+  static constexpr bool kSplit = kStages == 2;
+  static_assert(kStages == 2 || kStages == 3, "two buffers each for K and V in pipes of their own, or three in one");
 };
 using FwdTiles128 = FwdTiles<kF90Own, kF90Walk, 3, 1>;
 using FwdTiles64 = FwdTiles<kF90SmallOwn, kF90SmallWalk, 2, 4>;
 
-// Dynamic shared memory: the tiles, the document ids and the barriers, and 1024 bytes of room to
-// align the tiles where one block an SM leaves it (with two, the kernel traps should the
-// block's shared memory not start 1024-aligned: it does, as the fused backward also relies on).
+// Dynamic shared memory: the tiles, the document ids and the barriers (full and empty, a pair
+// for each pipe), and 1024 bytes of room to align the tiles where one block an SM leaves it
+// (with more, the kernel traps should the block's shared memory not start 1024-aligned: it does,
+// as the fused backward also relies on).
 template <int D, typename Tl>
 constexpr size_t fwd_sm90_smem_used() {
   return (size_t)(Tl::BM + 2 * Tl::kStages * Tl::BN) * D * sizeof(__nv_bfloat16) + Tl::BM * sizeof(int32_t) +
-         (Tl::kStages == 2 ? 4 : 2) * Tl::kStages * sizeof(uint64_t);
+         (Tl::kSplit ? 4 : 2) * Tl::kStages * sizeof(uint64_t);
 }
 template <int D, typename Tl>
 constexpr size_t fwd_sm90_smem() {
@@ -79,9 +83,7 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
   using namespace sm90;
   constexpr int BM = Tl::BM, BN = Tl::BN, NB = BN / 8, kStages = Tl::kStages;
   constexpr bool PINGPONG = D == 128 && BM == 128;  // measured: see turn_wait
-  // With two buffers, K and V have pipes of their own (pk, pv; below); with three, one (pk).
-  constexpr bool kSplit = kStages == 2;
-  static_assert(kStages == 2 || kStages == 3, "two buffers each for K and V in pipes of their own, or three in one");
+  constexpr bool kSplit = Tl::kSplit;               // K and V in pipes pk and pv; else both in pk
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const unsigned pad = (1024 - (smem_addr(smem_raw) & 1023)) & 1023;  // the SW128 tiles start 1024-aligned
   if (pad > fwd_sm90_smem<D, Tl>() - fwd_sm90_smem_used<D, Tl>()) __trap();
@@ -89,11 +91,11 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
   bf16* sK = sQ + BM * D;                // kStages buffers
   bf16* sV = sK + kStages * BN * D;      // kStages buffers
   int32_t* s_ids = reinterpret_cast<int32_t*>(sV + kStages * BN * D);  // BM document ids
-  TmaPipe<kStages> pk, pv;  // kSplit: the K tiles' and the V tiles'; else pk for both
+  TmaPipe<kStages> pk, pv;  // kSplit: the K tiles' and the V tiles'; else pk for both (pv unused)
   pk.full = reinterpret_cast<uint64_t*>(s_ids + BM);
   pk.empty = pk.full + kStages;
-  pv.full = pk.empty + kStages;
-  pv.empty = pv.full + kStages;
+  pv.full = kSplit ? pk.empty + kStages : nullptr;
+  pv.empty = kSplit ? pv.full + kStages : nullptr;
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
   const int n_qt = (T + BM - 1) / BM;
   const int q0 = query_tile_longest_first(n_qt) * BM, h = blockIdx.y;

@@ -88,8 +88,8 @@ static std::vector<BenchCase> table() {
 // no GPU): tiles visited (full and partial) by the forward (a block owns kF90Own queries, walks
 // key tiles of kF90Walk; kF90SmallOwn and kF90SmallWalk where fwd_small_tiles says so) and the
 // backward (owns kB90Own keys, kB90SmallOwn where bwd_small_tiles says so, and walks query tiles
-// of kB90Walk), and the kept pairs as a share of the pairs those tiles compute. Two masks with the same share and
-// the same kernel speed per computed pair run at the same useful TFLOP/s.
+// of kB90Walk), and the kept pairs as a share of the pairs those tiles compute. Two masks with
+// the same share and the same kernel speed per computed pair run at the same useful TFLOP/s.
 struct Geometry {
   long long fwd_full = 0, fwd_partial = 0, bwd_full = 0, bwd_partial = 0;
   double fwd_useful = 0, bwd_useful = 0;
@@ -174,9 +174,9 @@ static int run(int argc, char** argv) {
     std::printf("%-44s %12s %8s %9s %8s %7s %9s %8s %7s\n", "mask", "kept pairs", "density", "fwd tiles", "partial", "useful",
                 "bwd tiles", "partial", "useful");
     for (const auto& c : cases) {
-      const attn::MaskBounds b = attn::make_bounds(mask_of(c, doc.data()), T);
-      const long long pairs = attn::kept_pairs(b);
       const attn::MaskDesc m = mask_of(c, doc.data());
+      const attn::MaskBounds b = attn::make_bounds(m, T);
+      const long long pairs = attn::kept_pairs(b);
       const Geometry g = geometry(b, pairs, attn::fwd_small_tiles(D, m), attn::bwd_small_tiles(D, m));
       std::printf("%-44s %12lld %8.5f %9lld %8lld %7.4f %9lld %8lld %7.4f\n", c.name.c_str(), pairs, (double)pairs / ((double)T * T),
                   g.fwd_full + g.fwd_partial, g.fwd_partial, g.fwd_useful, g.bwd_full + g.bwd_partial, g.bwd_partial, g.bwd_useful);

@@ -129,6 +129,11 @@ test-torch: $(BUILD)/model_dump
 $(BUILD)/tests/test_attention_gpu: $(BUILD)/tests/test_attention_gpu.o $(ATTN_OBJS) $(BUILD)/attention/reference.o
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -Xcompiler -fopenmp -lgomp
 
+# (their fp64 references may run on every core)
+$(BUILD)/tests/layers/%.o: tests/layers/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -Xcompiler -fopenmp -c $< -o $@
+
 $(BUILD)/tests/layers/%: $(BUILD)/tests/layers/%.o $(MODEL_REF_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt -Xcompiler -fopenmp -lgomp
 

@@ -11,6 +11,8 @@
 //     tile (1024-byte aligned); their bytes (the whole box, rows past T included) complete on an
 //     mbarrier whose transaction count the issuing thread raised first (mbar_expect_tx or
 //     mbar_arrive_expect_tx).
+//   make_matrix_map / tma_load_panel: the same for a row-major [rows][cols] matrix (the MLP's
+//     products, layers/mlp_gemm.cuh): a box of 64 columns x box_rows rows, one SW128 panel.
 //
 // TmaPipe is wgmma.cuh's TilePipe with one producer thread: full[b] completes when the producer
 // has arrived (once, with the tile's byte count) and the bytes have landed; empty[b], as there,
@@ -27,25 +29,51 @@
 
 namespace attn {
 
-// Host: a tensor map for tiles of `rows` rows of one head of the [T, H, D] tensor at base (the
-// driver's encoder, reached through the runtime: no link against libcuda).
-inline cudaError_t make_tile_map(CUtensorMap* map, const __nv_bfloat16* base, int T, int H, int D, int rows) {
+// The driver's tensor-map encoder, reached through the runtime (no link against libcuda); null
+// with the error in *err when the driver has none.
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(cudaError_t* err) {
   static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+  *err = cudaSuccess;
   if (!encode) {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
     const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found);
-    if (e != cudaSuccess) return e;
-    if (found != cudaDriverEntryPointSuccess || !fn) return cudaErrorNotSupported;
+    if (e != cudaSuccess) return *err = e, nullptr;
+    if (found != cudaDriverEntryPointSuccess || !fn) return *err = cudaErrorNotSupported, nullptr;
     encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }
-  const cuuint64_t dims[3] = {(cuuint64_t)D, (cuuint64_t)H, (cuuint64_t)T};
-  const cuuint64_t strides[2] = {(cuuint64_t)D * sizeof(__nv_bfloat16), (cuuint64_t)H * D * sizeof(__nv_bfloat16)};  // bytes, dims 1, 2
-  const cuuint32_t box[3] = {64, 1, (cuuint32_t)rows}, unit[3] = {1, 1, 1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<__nv_bfloat16*>(base), dims, strides, box, unit,
+  return encode;
+}
+
+// Host: a bf16 tensor map of `rank` dimensions (innermost first, byte strides of dimensions
+// 1.., boxes of box[] elements) with the 128-byte swizzle; coordinates past the end read zeros.
+inline cudaError_t make_swizzled_map(CUtensorMap* map, const __nv_bfloat16* base, int rank, const cuuint64_t* dims,
+                                     const cuuint64_t* strides, const cuuint32_t* box) {
+  cudaError_t err;
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder(&err);
+  if (!encode) return err;
+  const cuuint32_t unit[3] = {1, 1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<__nv_bfloat16*>(base), dims, strides, box, unit,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+// Host: a tensor map for tiles of `rows` rows of one head of the [T, H, D] tensor at base.
+inline cudaError_t make_tile_map(CUtensorMap* map, const __nv_bfloat16* base, int T, int H, int D, int rows) {
+  const cuuint64_t dims[3] = {(cuuint64_t)D, (cuuint64_t)H, (cuuint64_t)T};
+  const cuuint64_t strides[2] = {(cuuint64_t)D * sizeof(__nv_bfloat16), (cuuint64_t)H * D * sizeof(__nv_bfloat16)};  // bytes, dims 1, 2
+  const cuuint32_t box[3] = {64, 1, (cuuint32_t)rows};
+  return make_swizzled_map(map, base, 3, dims, strides, box);
+}
+
+// Host: a tensor map for panels of a row-major [rows][cols] bf16 matrix (cols a multiple of 8,
+// base 16-byte aligned): boxes of box_rows rows by 64 columns, each landing as one SW128 panel.
+inline cudaError_t make_matrix_map(CUtensorMap* map, const __nv_bfloat16* base, long long rows, long long cols, int box_rows) {
+  const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+  const cuuint64_t strides[1] = {(cuuint64_t)cols * sizeof(__nv_bfloat16)};
+  const cuuint32_t box[2] = {64, (cuuint32_t)box_rows};
+  return make_swizzled_map(map, base, 2, dims, strides, box);
 }
 
 namespace sm90 {
@@ -69,6 +97,16 @@ __device__ __forceinline__ void tma_load_tile(bf16* tile, const CUtensorMap* map
             smem_addr(tile + p * ROWS * 64)),
         "l"(reinterpret_cast<uint64_t>(map)), "r"(p * 64), "r"(h), "r"(row0), "r"(smem_addr(bar))
         : "memory");
+}
+
+// The 64-column panel of rows [row0, row0 + box_rows) starting at column col0 of a
+// make_matrix_map matrix, into smem (1024-byte aligned), completing on bar as tma_load_tile's.
+__device__ __forceinline__ void tma_load_panel(bf16* smem, const CUtensorMap* map, uint64_t* bar, int col0, int row0) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          smem_addr(smem)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(col0), "r"(row0), "r"(smem_addr(bar))
+      : "memory");
 }
 
 // wgmma.cuh's TilePipe (wait_empty and release as there) with one producer: full[b] expects

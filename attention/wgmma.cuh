@@ -167,6 +167,9 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&
 #define ATTN_D16 ATTN_F4(0), ATTN_F4(1), ATTN_F4(2), ATTN_F4(3)
 #define ATTN_D32 ATTN_F4(0), ATTN_F4(1), ATTN_F4(2), ATTN_F4(3), ATTN_F4(4), ATTN_F4(5), ATTN_F4(6), ATTN_F4(7)
 #define ATTN_D64 ATTN_D32, ATTN_F4(8), ATTN_F4(9), ATTN_F4(10), ATTN_F4(11), ATTN_F4(12), ATTN_F4(13), ATTN_F4(14), ATTN_F4(15)
+#define ATTN_D128                                                                                           \
+  ATTN_D64, ATTN_F4(16), ATTN_F4(17), ATTN_F4(18), ATTN_F4(19), ATTN_F4(20), ATTN_F4(21), ATTN_F4(22), ATTN_F4(23),         \
+      ATTN_F4(24), ATTN_F4(25), ATTN_F4(26), ATTN_F4(27), ATTN_F4(28), ATTN_F4(29), ATTN_F4(30), ATTN_F4(31)
 #define ATTN_R16 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}"
 #define ATTN_R32                                                                                                    \
   "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30," \
@@ -176,9 +179,16 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&
   "%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,"   \
   "%59,%60,%61,%62,%63}"
 
+#define ATTN_R128 \
+  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29," \
+  "%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57," \
+  "%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85," \
+  "%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110," \
+  "%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}"
+
 template <int N, int TA, int TB>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b, int scale_d) {
-  static_assert(N == 32 || N == 64 || N == 128, "wgmma_ss: N is 32, 64 or 128");
+  static_assert(N == 32 || N == 64 || N == 128 || N == 256, "wgmma_ss: N is 32, 64, 128 or 256");
   if constexpr (N == 32)
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
@@ -191,11 +201,17 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint6
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " ATTN_R32 ", %32, %33, p, 1, 1, %35, %36;\n}\n"
         : ATTN_D32
         : "l"(a), "l"(b), "r"(scale_d), "n"(TA), "n"(TB));
-  else
+  else if constexpr (N == 128)
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " ATTN_R64 ", %64, %65, p, 1, 1, %67, %68;\n}\n"
         : ATTN_D64
+        : "l"(a), "l"(b), "r"(scale_d), "n"(TA), "n"(TB));
+  else
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " ATTN_R128 ", %128, %129, p, 1, 1, %131, %132;\n}\n"
+        : ATTN_D128
         : "l"(a), "l"(b), "r"(scale_d), "n"(TA), "n"(TB));
 }
 template <>
@@ -218,6 +234,8 @@ __device__ __forceinline__ void wgmma_rs<128>(float (&d)[16][4], const uint32_t 
 #undef ATTN_D16
 #undef ATTN_D32
 #undef ATTN_D64
+#undef ATTN_D128
+#undef ATTN_R128
 #undef ATTN_R16
 #undef ATTN_R32
 #undef ATTN_R64

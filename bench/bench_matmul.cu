@@ -4,7 +4,7 @@
 // first --ranks whatever its bits (what a choice free to change the numbers could gain).
 //
 //   bench_matmul [--T 65536] [--width 768] [--hidden 3072] [--vocab 50304] [--head-chunk 16384]
-//                [--micro-steps 8] [--layers 12] [--ranks 8]
+//                [--micro-steps 8] [--layers 12] [--ranks 8] [--mlp-only]
 //
 // Each product is the call layers::Matmul makes in model/gpt.cuh (forward y = x W, with the
 // residual add where the model has one; dX = dy W^T; dW += x^T dy in fp32), on fresh random
@@ -16,9 +16,13 @@
 // layers::Batch) and their weight gradients as three calls, as the model makes them; after the
 // totals, each the other way, for comparison. A call's time includes its launch, so short
 // calls read slower here than in the step. Each choice's algorithm is listed after the table.
+// On Hopper a last table compares the MLP's products with ReLU^2 in their epilogue
+// (layers/mlp_gemm.cuh, what train_gpt runs there) against the tuned product and relu2.cuh's pass.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -27,6 +31,8 @@
 #include "common/cuda_check.h"
 #include "bench/fill.cuh"
 #include "layers/matmul.cuh"
+#include "layers/mlp_gemm.cuh"
+#include "layers/relu2.cuh"
 
 typedef __nv_bfloat16 bf16;
 
@@ -38,8 +44,72 @@ struct Product {
   layers::Batch batch = {};  // products of one call (A shared): the q, k, v projections
 };
 
+// The MLP's activation fused into its products (layers/mlp_gemm.cuh) against the products
+// through cuBLASLt (tuned) followed by relu2.cuh's pass, on the same operands: each side's time
+// a call (the median of 10 after 3 warm-ups, alternating the two sides) and the relative
+// difference of their outputs (the order of the fp32 sums differs; each is one bf16 rounding
+// from the other, about 1e-3 to 3e-3).
+static void fused_mlp(int T, int C, int F, long long calls, layers::Matmul& mm, bf16* A, bf16* B, cudaEvent_t e0, cudaEvent_t e1) {
+  const size_t TF = (size_t)T * F;
+  bf16 *u, *r1, *r2, *du1, *du2;
+  for (bf16** p : {&u, &r1, &r2, &du1, &du2}) CUDA_CHECK(cudaMalloc(p, TF * sizeof(bf16)));
+  // h = A [T][C]; Wfc = B [C][F]; dx = A; Wproj = B [F][C]; r from the forward (r1)
+  auto unfused_fwd = [&] {
+    mm.xW(A, B, u, T, C, F);
+    CUDA_CHECK(layers::relu2_forward(u, r1, TF));
+  };
+  auto fused_fwd = [&] { CUDA_CHECK(layers::mlp_up_relu2(A, B, r2, T, C, F)); };
+  auto unfused_bwd = [&] {
+    mm.dX(A, B, u, T, F, C);
+    CUDA_CHECK(layers::relu2_backward_from_r(r1, u, du1, TF));
+  };
+  auto fused_bwd = [&] { CUDA_CHECK(layers::mlp_down_dx_relu2(A, B, r1, du2, T, C, F)); };
+  auto time = [&](const std::function<void()>& f) {
+    CUDA_CHECK(cudaEventRecord(e0));
+    f();
+    CUDA_CHECK(cudaEventRecord(e1));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float t;
+    CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    return (double)t;
+  };
+  auto rel_diff = [&](const bf16* x, const bf16* y) {
+    std::vector<bf16> hx(TF), hy(TF);
+    CUDA_CHECK(cudaMemcpy(hx.data(), x, TF * sizeof(bf16), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(hy.data(), y, TF * sizeof(bf16), cudaMemcpyDeviceToHost));
+    double num = 0, den = 0;
+    for (size_t i = 0; i < TF; i++) {
+      const double a = __bfloat162float(hx[i]), b = __bfloat162float(hy[i]);
+      num += (a - b) * (a - b), den += b * b;
+    }
+    return std::sqrt(num / den);
+  };
+  const double tf = 2.0 * T * C * F / 1e9;
+  std::printf("\nthe MLP's activation inside its products (layers/mlp_gemm.cuh) against cuBLASLt (tuned) + relu2.cuh:\n");
+  std::printf("%-34s %9s %9s %9s | %9s %9s %9s | %9s %9s\n", "product", "apart ms", "TFLOP/s", "ms/step", "fused ms", "TFLOP/s",
+              "ms/step", "saved/step", "rel diff");
+  const char* names[2] = {"r = relu(h Wfc)^2", "du = 2 sqrt(r) (dx Wproj^T)"};
+  for (int which = 0; which < 2; which++) {
+    const std::function<void()> apart = which ? std::function<void()>(unfused_bwd) : std::function<void()>(unfused_fwd);
+    const std::function<void()> fused = which ? std::function<void()>(fused_bwd) : std::function<void()>(fused_fwd);
+    std::vector<double> ta, tb;
+    for (int it = 0; it < 13; it++) {
+      const double a = time(apart), b = time(fused);
+      if (it >= 3) ta.push_back(a), tb.push_back(b);
+    }
+    std::sort(ta.begin(), ta.end());
+    std::sort(tb.begin(), tb.end());
+    const double a = ta[ta.size() / 2], b = tb[tb.size() / 2];
+    const double d = which ? rel_diff(du2, du1) : rel_diff(r2, r1);
+    std::printf("%-34s %9.4f %9.1f %9.2f | %9.4f %9.1f %9.2f | %9.2f %9.1e\n", names[which], a, tf / a, a * calls, b, tf / b, b * calls,
+                (a - b) * calls, d);
+  }
+  for (bf16* p : {u, r1, r2, du1, du2}) CUDA_CHECK(cudaFree(p));
+}
+
 static int run(int argc, char** argv) {
   int T = 65536, C = 768, F = 3072, V = 50304, chunk = 16384, micro = 8, L = 12, ranks = 8;
+  bool mlp_only = false;
   CLI::App app{"bench_matmul: the model's matrix products through cuBLASLt, and cuBLASLt's other choices for them"};
   cli::integer(app, "--T", T, 8, 1 << 20, "tokens a micro-step")->capture_default_str();
   cli::integer(app, "--width", C, 8, 1 << 14, "model width C")->capture_default_str();
@@ -49,6 +119,7 @@ static int run(int argc, char** argv) {
   cli::integer(app, "--micro-steps", micro, 1, 1 << 10, "micro-steps a step")->capture_default_str();
   cli::integer(app, "--layers", L, 1, 1 << 10, "layers")->capture_default_str();
   cli::integer(app, "--ranks", ranks, 1, 16, "cuBLASLt heuristic choices to try")->capture_default_str();
+  app.add_flag("--mlp-only", mlp_only, "only the last table: the MLP's products with ReLU^2 fused, against them apart");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -139,6 +210,15 @@ static int run(int argc, char** argv) {
     return ms[ms.size() / 2];
   };
   layers::Matmul first(32u << 20, 0), tuned(32u << 20, layers::Matmul::kTuned);
+  if (mlp_only) {
+    if (!layers::mlp_gemm_available()) {
+      std::fprintf(stderr, "bench_matmul: --mlp-only needs an sm90 device (the fused MLP products are Hopper's)\n");
+      return 1;
+    }
+    std::printf("device: %s; T=%d C=%d hidden=%d; %lld calls a step\n", prop.name, T, C, F, blk);
+    fused_mlp(T, C, F, blk, tuned, A, B, e0, e1);
+    return 0;
+  }
   std::vector<layers::Matmul*> others;
   for (int r = 1; r < ranks; r++) others.push_back(new layers::Matmul(32u << 20, r));
   std::printf("device: %s; T=%d C=%d hidden=%d vocab=%d head chunk=%d; %d micro-steps x %d layers a step\n", prop.name, T, C, F, V,
@@ -174,6 +254,7 @@ static int run(int argc, char** argv) {
   std::printf("all products, ms a step: first %.1f, tuned %.1f, any %.1f\n", total[0], total[1], total[2]);
   for (const std::string& s : algos) std::printf("  %s\n", s.c_str());
   for (auto* m : others) delete m;
+  if (layers::mlp_gemm_available()) fused_mlp(T, C, F, blk, tuned, A, B, e0, e1);
   return 0;
 }
 

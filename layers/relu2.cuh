@@ -3,9 +3,11 @@
 //   u, r, dr, du: bf16 [n], n a multiple of 8; math in fp32, 16-byte loads.
 // relu2_backward_from_r takes the output r instead of u: max(u, 0) = sqrt(r), so the model keeps
 // r only (u is 4 x width a token and layer); sqrt of the bf16-rounded r is max(u, 0) within
-// 2^-9 relative, under the bf16 rounding of du itself.
+// 2^-9 relative, under the bf16 rounding of du itself (so the special-function unit's sqrt,
+// within 1 ulp of fp32, serves: the same one as the fused path's, layers/mlp_gemm.cuh).
 // CPU reference: model/reference_layers.h (relu2, relu2_bwd).
 #pragma once
+#include "common/fast_math.cuh"
 #include "layers/common.cuh"
 
 namespace layers {
@@ -27,7 +29,7 @@ __global__ void relu2_backward_from_r_kernel(const bf16* __restrict__ r, const b
   if (i >= n8) return;
   Pack8 a = load8(r + 8 * i), g = load8(dr + 8 * i), o;
 #pragma unroll
-  for (int k = 0; k < 8; k++) o.set(k, 2.f * sqrtf(a.get(k)) * g.get(k));
+  for (int k = 0; k < 8; k++) o.set(k, 2.f * sqrt_approx(a.get(k)) * g.get(k));
   store8(du + 8 * i, o);
 }
 

@@ -14,6 +14,9 @@
 // layers that take a U-net skip): x_mix, h, q, k, qn, kn, v_lin, v, y, x_attn, h2 and r =
 // relu(u)^2. The MLP's pre-activation u (4 C) is not kept: its backward needs only
 // max(u, 0) = sqrt(r). The value embedding ve is gathered from its table again where needed.
+// On Hopper the MLP's ReLU^2 runs inside the epilogues of the products around it (forward
+// r = relu(h Wfc)^2, backward du = 2 sqrt(r) dx Wproj^T: layers/mlp_gemm.cuh), so neither u nor
+// dr is ever written; elsewhere the products run through cuBLASLt and relu2.cuh apart.
 // Element-wise work is fused where a tensor would otherwise make two round trips to memory
 // (q/k norm + rotary, value embedding + mix, lambda mix + norm, the mixes' backwards with their
 // scalar gradients), and residual adds are written by the matmul (D = C + AB) instead of copies.
@@ -30,6 +33,7 @@
 #include "layers/matmul.cuh"
 #include "layers/mix.cuh"
 #include "layers/mix_backward.cuh"
+#include "layers/mlp_gemm.cuh"
 #include "layers/norm_mix.cuh"
 #include "layers/qk_norm_rotary.cuh"
 #include "layers/reduce.cuh"
@@ -63,7 +67,8 @@ class Model {
     alloc(&w32_, n * sizeof(float));
     alloc(&g32_, n * sizeof(float));
     for (bf16** p : {&emb_, &x0_, &x_, &hf_, &dhf_, &dx_, &dx0_, &dh_, &dy_, &dq_, &dk_, &dv_, &t1_, &t2_}) alloc(p, TC * sizeof(bf16));
-    for (bf16** p : {&dr_, &du_}) alloc(p, TF * sizeof(bf16));
+    alloc(&du_, TF * sizeof(bf16));
+    set_fused_mlp(layers::mlp_gemm_available());  // the unfused path allocates dr_
     acts_.resize(cfg.layers);
     for (int i = 0; i < cfg.layers; i++) {
       Acts& a = acts_[i];
@@ -134,6 +139,15 @@ class Model {
   bf16* weights() { return w16_; }
   float* grads() { return g32_; }
   void set_window(int w) { cfg_.mask.window = w; }  // the window schedule changes it per step
+  // The MLP's activation inside its two products (layers/mlp_gemm.cuh, Hopper; on by default
+  // where the device runs it) or as the products through cuBLASLt and relu2.cuh apart (tests
+  // compare the two).
+  void set_fused_mlp(bool on) {
+    if (on && !layers::mlp_gemm_available()) throw std::invalid_argument("set_fused_mlp: this device cannot run the fused MLP products");
+    fused_mlp_ = on;
+    if (!on && !dr_) alloc(&dr_, (size_t)T_ * cfg_.hidden * sizeof(bf16));
+  }
+  bool fused_mlp() const { return fused_mlp_; }
   std::vector<float> gradients() const {
     std::vector<float> g(layout_.size());
     cuda_check(cudaMemcpy(g.data(), g32_, g.size() * sizeof(float), cudaMemcpyDeviceToHost), "gradients");
@@ -198,10 +212,15 @@ class Model {
       mm_.xW_plus(a.y, W(lp.wo), a.x_mix, a.x_attn, T, C, C);  // x_attn = x_mix + y Wo
       prof_.mark(Profiler::kNormMix, "norm before the MLP");
       ok(layers::rmsnorm_forward(a.x_attn, a.h2, a.rstd_h2, T, C, eps));
-      prof_.mark(Profiler::kMatmul, "u = h Wfc (C x 4C)");
-      mm_.xW(a.h2, W(lp.wfc), dr_, T, C, F);  // u: dr_ is free until the backward
-      prof_.mark(Profiler::kNormMix, "ReLU^2");
-      ok(layers::relu2_forward(dr_, a.r, (size_t)T * F));  // only r is kept
+      if (fused_mlp_) {
+        prof_.mark(Profiler::kMatmul, "r = relu(h Wfc)^2 (C x 4C, fused)");
+        ok(layers::mlp_up_relu2(a.h2, W(lp.wfc), a.r, T, C, F));
+      } else {
+        prof_.mark(Profiler::kMatmul, "u = h Wfc (C x 4C)");
+        mm_.xW(a.h2, W(lp.wfc), dr_, T, C, F);  // u: dr_ is free until the backward
+        prof_.mark(Profiler::kNormMix, "ReLU^2");
+        ok(layers::relu2_forward(dr_, a.r, (size_t)T * F));  // only r is kept
+      }
       prof_.mark(Profiler::kMatmul, "x + r Wproj (4C x C)");
       bf16* out = i < L / 2 ? pushed_[i] : x_;
       mm_.xW_plus(a.r, W(lp.wproj), a.x_attn, out, T, F, C);  // x_attn + r Wproj
@@ -262,12 +281,19 @@ class Model {
       const LayerParams& lp = at_.layer[i];
       Acts& a = acts_[i];
       // MLP: x = x_attn + relu(norm(x_attn) Wfc)^2 Wproj
-      prof_.mark(Profiler::kMatmul, "Wproj dX (4C x C)");
-      mm_.dX(dx_, W(lp.wproj), dr_, T, F, C);
+      if (fused_mlp_) {
+        prof_.mark(Profiler::kMatmul, "Wproj dX, ReLU^2 backward (fused)");
+        ok(layers::mlp_down_dx_relu2(dx_, W(lp.wproj), a.r, du_, T, C, F));
+      } else {
+        prof_.mark(Profiler::kMatmul, "Wproj dX (4C x C)");
+        mm_.dX(dx_, W(lp.wproj), dr_, T, F, C);
+      }
       prof_.mark(Profiler::kMatmul, "Wproj dW (4C x C)");
       mm_.dW(a.r, dx_, G(lp.wproj), T, F, C);
-      prof_.mark(Profiler::kNormMix, "ReLU^2 backward");
-      ok(layers::relu2_backward_from_r(a.r, dr_, du_, (size_t)T * F));
+      if (!fused_mlp_) {
+        prof_.mark(Profiler::kNormMix, "ReLU^2 backward");
+        ok(layers::relu2_backward_from_r(a.r, dr_, du_, (size_t)T * F));
+      }
       prof_.mark(Profiler::kMatmul, "Wfc dX (C x 4C)");
       mm_.dX(du_, W(lp.wfc), dh_, T, C, F);
       prof_.mark(Profiler::kMatmul, "Wfc dW (C x 4C)");
@@ -386,7 +412,9 @@ class Model {
   std::vector<void*> buffers_;
   std::vector<Acts> acts_;
   std::vector<bf16*> pushed_, dpushed_;
-  bf16 *w16_, *emb_, *x0_, *x_, *hf_, *dhf_, *dx_, *dx0_, *dh_, *dy_, *dq_, *dk_, *dv_, *t1_, *t2_, *dr_, *du_, *z_;
+  bf16 *w16_, *emb_, *x0_, *x_, *hf_, *dhf_, *dx_, *dx0_, *dh_, *dy_, *dq_, *dk_, *dv_, *t1_, *t2_, *du_, *z_;
+  bf16* dr_ = nullptr;  // dr (and u in the forward) of the unfused MLP path only
+  bool fused_mlp_ = false;
   float *w32_, *g32_, *rstd_e_, *rstd_f_, *loss_, *partial_, *one_;
   void* ws_;
   int *tokens_, *targets_, *doc_, *ix_buf_, *bad_;

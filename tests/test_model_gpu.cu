@@ -2,7 +2,8 @@
 // configurations with every parameter mattering (outputs not zero-initialised, scalars away
 // from their initial values) and three masks (causal + 2-block window + documents; no causal +
 // a bidirectional token window; prefix-LM of 50 tokens + documents + a bidirectional 1-block
-// window, whose loss drops the predictions inside each prefix).
+// window, whose loss drops the predictions inside each prefix); on Hopper both MLP paths (ReLU^2
+// fused into the products, and apart).
 // Tolerance: the GPU keeps every activation in bf16 (2^-9 relative rounding, a few dozen
 // roundings along any path through 4 layers, about sqrt(30) * 2e-3 = 1e-2): softcapped logits
 // within 3e-2 relative (Frobenius; 7.5e-3 and 4.8e-3 measured on H100), the mean loss within
@@ -70,52 +71,59 @@ int main() {
     std::vector<double> logits_ref;
     const double loss_ref = model_ref::forward_backward(p, tokens, targets, nullptr, &logits_ref);
 
-    gpt::Model m(cfg, T, /*head_chunk=*/160);  // chunks of 160 rows: 3 chunks, the last partial
-    m.load(p.data);
-    std::vector<float> z;
-    const double loss = m.forward(batch, gscale, &z);
-    double num = 0, den = 0;
-    for (size_t i = 0; i < z.size(); i++) {
-      const double lg = 30.0 * std::tanh(z[i] / 30.0), d = lg - logits_ref[i];
-      num += d * d;
-      den += logits_ref[i] * logits_ref[i];
-    }
-    const double le = std::sqrt(num / den), lossrel = std::fabs(loss - loss_ref) / loss_ref;
-    CHECK(le < 3e-2, "variant %d: logits rel err %.2e", variant, le);
-    CHECK(lossrel < 1e-3, "variant %d: loss %.6f vs reference %.6f", variant, loss, loss_ref);
-    std::printf("model forward, variant %d: loss %.6f (reference %.6f, rel %.1e), logits rel err %.2e, logit rms %.2f\n", variant,
-                loss, loss_ref, lossrel, le, std::sqrt(den / z.size()));
-    // the backward against the reference gradient, tensor by tensor
-    m.backward();
-    std::vector<float> g = m.gradients();
     std::vector<double> gref;
     model_ref::forward_backward(p, tokens, targets, &gref);
-    // scalar gradients (l, a, s) are sums over the whole residual stream that can cancel to
-    // nearly nothing: their error is measured against the norm of all scalar gradients together
-    auto is_scalar = [](const std::string& n) { return n.find("lambda") != std::string::npos || n == "skip"; };
-    double scalar_norm2 = 0;
-    for (auto& t : p.tensors)
-      if (is_scalar(t.name))
-        for (size_t i = t.offset; i < t.offset + t.size(); i++) scalar_norm2 += gref[i] * gref[i];
-    double worst = 0;
-    std::string worst_name;
-    for (auto& t : p.tensors) {
+    // both MLP paths where the device has the fused one (layers/mlp_gemm.cuh: ReLU^2 in the
+    // products' epilogues), each against the reference
+    std::vector<int> paths = {0};
+    if (layers::mlp_gemm_available()) paths.insert(paths.begin(), 1);
+    for (int fused : paths) {
+      gpt::Model m(cfg, T, /*head_chunk=*/160);  // chunks of 160 rows: 3 chunks, the last partial
+      m.set_fused_mlp(fused);
+      m.load(p.data);
+      std::vector<float> z;
+      const double loss = m.forward(batch, gscale, &z);
       double num = 0, den = 0;
-      for (size_t i = t.offset; i < t.offset + t.size(); i++) {
-        num += (g[i] - gref[i]) * (g[i] - gref[i]);
-        den += gref[i] * gref[i];
+      for (size_t i = 0; i < z.size(); i++) {
+        const double lg = 30.0 * std::tanh(z[i] / 30.0), d = lg - logits_ref[i];
+        num += d * d;
+        den += logits_ref[i] * logits_ref[i];
       }
-      const double e = std::sqrt(num / std::max(is_scalar(t.name) ? scalar_norm2 : den, 1e-300));
-      if (e > worst) worst = e, worst_name = t.name;
-      std::printf("  grad %-22s rel err %.2e (norm %.2e)\n", t.name.c_str(), e, std::sqrt(den));
-      CHECK(e < kGradTol && den > 0, "variant %d: gradient of %s rel err %.2e", variant, t.name.c_str(), e);
+      const double le = std::sqrt(num / den), lossrel = std::fabs(loss - loss_ref) / loss_ref;
+      CHECK(le < 3e-2, "variant %d, fused MLP %d: logits rel err %.2e", variant, fused, le);
+      CHECK(lossrel < 1e-3, "variant %d, fused MLP %d: loss %.6f vs reference %.6f", variant, fused, loss, loss_ref);
+      std::printf("model forward, variant %d, fused MLP %d: loss %.6f (reference %.6f, rel %.1e), logits rel err %.2e, logit rms %.2f\n", variant,
+                  fused, loss, loss_ref, lossrel, le, std::sqrt(den / z.size()));
+      // the backward against the reference gradient, tensor by tensor
+      m.backward();
+      std::vector<float> g = m.gradients();
+      // scalar gradients (l, a, s) are sums over the whole residual stream that can cancel to
+      // nearly nothing: their error is measured against the norm of all scalar gradients together
+      auto is_scalar = [](const std::string& n) { return n.find("lambda") != std::string::npos || n == "skip"; };
+      double scalar_norm2 = 0;
+      for (auto& t : p.tensors)
+        if (is_scalar(t.name))
+          for (size_t i = t.offset; i < t.offset + t.size(); i++) scalar_norm2 += gref[i] * gref[i];
+      double worst = 0;
+      std::string worst_name;
+      for (auto& t : p.tensors) {
+        double num = 0, den = 0;
+        for (size_t i = t.offset; i < t.offset + t.size(); i++) {
+          num += (g[i] - gref[i]) * (g[i] - gref[i]);
+          den += gref[i] * gref[i];
+        }
+        const double e = std::sqrt(num / std::max(is_scalar(t.name) ? scalar_norm2 : den, 1e-300));
+        if (e > worst) worst = e, worst_name = t.name;
+        std::printf("  grad %-22s rel err %.2e (norm %.2e)\n", t.name.c_str(), e, std::sqrt(den));
+        CHECK(e < kGradTol && den > 0, "variant %d, fused MLP %d: gradient of %s rel err %.2e", variant, fused, t.name.c_str(), e);
+      }
+      std::printf("model backward, variant %d, fused MLP %d: worst gradient %s at %.2e\n", variant, fused, worst_name.c_str(), worst);
+      // the same inputs give the same loss and gradients to the bit
+      m.zero_grad();
+      CHECK(m.forward(batch, gscale) == loss, "variant %d, fused MLP %d: forward is not deterministic", variant, fused);
+      m.backward();
+      CHECK(m.gradients() == g, "variant %d, fused MLP %d: backward is not deterministic", variant, fused);
     }
-    std::printf("model backward, variant %d: worst gradient %s at %.2e\n", variant, worst_name.c_str(), worst);
-    // the same inputs give the same loss and gradients to the bit
-    m.zero_grad();
-    CHECK(m.forward(batch, gscale) == loss, "variant %d: forward is not deterministic", variant);
-    m.backward();
-    CHECK(m.gradients() == g, "variant %d: backward is not deterministic", variant);
   }
   return test_summary("model-gpu");
 }

@@ -1,0 +1,242 @@
+// The MLP's two products that make or take its 4C-wide activation, with ReLU^2 fused into the
+// matmul's epilogue (Hopper only: TMA loads, wgmma), so the activation is never written and read
+// again by a separate pass (docs/model.md):
+//   forward:   r  = max(u, 0)^2,          u  = h Wfc      h  [M][K], Wfc   [K][N] (N contiguous)
+//   backward:  du = 2 sqrt(r) dr,         dr = dx Wproj^T dx [M][K], Wproj [N][K] (K contiguous)
+//   r, du: bf16 [M][N]; every operand bf16, row-major, accumulation in fp32; K and N multiples of
+//   8, pointers 16-byte aligned, any M. In the model K = width C, N = hidden F.
+// The products' outputs u and dr are rounded to bf16 before the activation, as the unfused path
+// (layers/matmul.cuh, then layers/relu2.cuh) rounds them, so the two differ only in the order of
+// the fp32 sums. CPU reference: model/reference_layers.h (relu2, relu2_bwd) over an fp64 product
+// (tests/layers/mlp_gemm.cu).
+//
+// Kernel: persistent, one block an SM, its two consumer warpgroups taking turns on output tiles
+// of 128 x 128 (the block's tiles alternate between them; tiles in n-fastest order, so the
+// blocks at work share the rows of the first operand and all of the second in L2): while one
+// runs its tile's matmuls, the other runs its epilogue, so the tensor cores never wait for an
+// epilogue. One producer warp issues the TMA loads of K-slices of 64 (A: 128 x 64, B: 128 x 64,
+// 32 KB a stage) into one ring of stages, in the order the tiles come, so the two warpgroups
+// meet only there. Per slice a warpgroup issues two m64n128k16 wgmmas a k16 step (its rows 0-63
+// and 64-127 against the same B), leaving one slice's group in flight while the next is issued.
+// The epilogue goes from registers to global memory. The backward's epilogue reads r, whose tile
+// the producer loads by TMA (two SW128 panels) into a buffer of the warpgroup's own as the tile's
+// first slice goes out.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "attention/tma.cuh"
+#include "attention/wgmma.cuh"
+#include "common/fast_math.cuh"
+#include "layers/common.cuh"
+
+namespace layers {
+namespace mlp_sm90 {
+
+constexpr int BM = 128, BN = 128, BK = 64;
+constexpr int kConsumerThreads = 256, kThreads = kConsumerThreads + 32;  // two warpgroups and the producer warp
+template <bool BWD>
+struct Shape {
+  static constexpr int kStages = BWD ? 4 : 6;  // the backward's two r tiles take two stages' room
+  static constexpr size_t kStageBytes = (size_t)(BM + BN) * BK * sizeof(bf16);
+  static constexpr size_t kRTileBytes = (size_t)BM * BN * sizeof(bf16);
+  static constexpr size_t kRBytes = BWD ? 2 * kRTileBytes : 0;
+  // the stages, r, 2 barriers a stage and 2 an r buffer, and room to align the tiles to 1024 bytes
+  static constexpr size_t kSmem = kStages * kStageBytes + kRBytes + (2 * kStages + 4) * sizeof(uint64_t) + 1024;
+};
+
+// bf16 rounding as the unfused path's bf16 tensors round
+__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
+
+// BWD = false: out = r of the forward (B = Wfc, [K][N]: MN-major for wgmma); true: out = du of
+// the backward (B = Wproj, [N][K]: K-major), reading r through tmR.
+template <bool BWD>
+// (168 registers at most: the SM allocates a block's registers by whole warpgroups, so 288
+// threads take the room of 384)
+__global__ void __launch_bounds__(kThreads, 1)
+    mlp_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+                    const __grid_constant__ CUtensorMap tmR, bf16* __restrict__ out, int M, int N, int K) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using namespace attn::sm90;
+  using attn::smem_addr;
+  using Sh = Shape<BWD>;
+  constexpr int S = Sh::kStages;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const unsigned pad = (1024 - (smem_addr(smem_raw) & 1023)) & 1023;
+  bf16* sA = reinterpret_cast<bf16*>(smem_raw + pad);  // S stages of BM x BK (one SW128 panel)
+  bf16* sB = sA + S * BM * BK;                          // S stages of BN x BK (K-major) or BK x BN (2 panels)
+  bf16* sR = sB + S * BN * BK;                          // BWD: a BM x BN tile (2 panels of BM x 64) a warpgroup
+  uint64_t* full = reinterpret_cast<uint64_t*>(sR + (BWD ? 2 * BM * BN : 0));
+  uint64_t *empty = full + S, *r_full = empty + S, *r_empty = r_full + 2;
+  const int tiles_n = (N + BN - 1) / BN, tiles = ((M + BM - 1) / BM) * tiles_n, nk = (K + BK - 1) / BK;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  if (threadIdx.x == kConsumerThreads) {
+    for (int i = 0; i < S; i++) {
+      mbar_init(&full[i], 1);
+      mbar_init(&empty[i], 4);  // the 4 warps of the warpgroup that took the slice
+    }
+    for (int i = 0; i < 2; i++) {
+      mbar_init(&r_full[i], 1);
+      mbar_init(&r_empty[i], 4);
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (warp == kConsumerThreads / 32) {  // the producer warp: one thread issues every load
+    if (lane == 0) {
+      constexpr uint32_t kStageTx = (uint32_t)Sh::kStageBytes, kRTx = (uint32_t)Sh::kRTileBytes;
+      int it = 0;  // slices loaded so far
+      for (int ti = 0, t = blockIdx.x; t < tiles; t += gridDim.x, ti++) {
+        const int m0 = (t / tiles_n) * BM, n0 = (t % tiles_n) * BN;
+        for (int kb = 0; kb < nk; kb++, it++) {
+          const int s = it % S;
+          if (it >= S) mbar_wait(&empty[s], (it / S - 1) & 1);
+          mbar_arrive_expect_tx(&full[s], kStageTx);
+          tma_load_panel(sA + s * BM * BK, &tmA, &full[s], kb * BK, m0);
+          bf16* b = sB + s * BN * BK;
+          if (BWD) {  // Wproj rows n0.., columns (k) kb * BK..: one K-major panel of 128 rows
+            tma_load_panel(b, &tmB, &full[s], kb * BK, n0);
+          } else {  // Wfc rows (k) kb * BK.., columns n0..: two MN-major panels of 64 columns
+#pragma unroll
+            for (int p = 0; p < BN / 64; p++) tma_load_panel(b + p * BK * 64, &tmB, &full[s], n0 + 64 * p, kb * BK);
+          }
+          // r of this tile into its warpgroup's buffer, once that warpgroup has read its
+          // previous tile's (two tiles back)
+          if (BWD && kb == 0) {
+            const int w = ti & 1;
+            if (ti >= 2) mbar_wait(&r_empty[w], (ti / 2 - 1) & 1);
+            mbar_arrive_expect_tx(&r_full[w], kRTx);
+#pragma unroll
+            for (int p = 0; p < BN / 64; p++) tma_load_panel(sR + w * BM * BN + p * BM * 64, &tmR, &r_full[w], n0 + 64 * p, m0);
+          }
+        }
+      }
+    }
+    return;  // the consumers wait on every load issued, so none is left in flight at the block's end
+  }
+
+  // the consumer warpgroups: wg takes the block's tiles wg, wg + 2, ...
+  const int wg = threadIdx.x / 128, w = warp % 4;
+  const int rr = w * 16 + (lane >> 2);  // this thread's rows in each 64-row half of the tile: rr, rr + 8
+  const int c0 = 2 * (lane & 3);        // and its columns 8 j + c0, + 1
+  bf16* my_r = sR + wg * BM * BN;
+  for (int ti = wg, t = blockIdx.x + wg * gridDim.x; t < tiles; t += 2 * gridDim.x, ti += 2) {
+    const int m0 = (t / tiles_n) * BM, n0 = (t % tiles_n) * BN;
+    float acc[2][BN / 8][4];  // rows 0-63 and 64-127 of the tile
+    int it = ti * nk;         // this tile's first slice in the ring's order
+    // Turns: a warpgroup starts its tile's slices once the other has waited for all of the tile
+    // before (named barrier 1 + wg: the waiting warpgroup syncs, the other arrives). Besides
+    // making the two alternate, this keeps every wait on a stage's barrier within one phase of
+    // the slice it wants (a parity names only the last two phases: running a whole tile ahead,
+    // the second warpgroup would take an older phase's completion for its slice's).
+    if (ti > 0) asm volatile("bar.sync %0, 256;\n" ::"r"(1 + wg) : "memory");
+    for (int kb = 0; kb < nk; kb++, it++) {
+      const int s = it % S;
+      mbar_wait(&full[s], (it / S) & 1);
+      wgmma_fence();
+      const bf16 *a = sA + s * BM * BK, *b = sB + s * BN * BK;
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; kk++) {
+        const uint64_t db = BWD ? desc_k<BN>(b, 0, kk) : desc_mn<BK>(b, kk);
+#pragma unroll
+        for (int half = 0; half < 2; half++) wgmma_ss<BN, 0, BWD ? 0 : 1>(acc[half], desc_k<BM>(a, 64 * half, kk), db, kb > 0 || kk > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous slice's wgmmas are done: its stage is free
+      if (kb > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % S]);
+    }
+    if (t + gridDim.x < tiles) asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - wg) : "memory");  // the next tile's turn
+    wgmma_wait<0>();
+    reg_fence(acc[0]);
+    reg_fence(acc[1]);
+    if (lane == 0) mbar_arrive(&empty[(it - 1) % S]);
+
+    if (BWD) mbar_wait(&r_full[wg], (ti / 2) & 1);
+#pragma unroll
+    for (int half = 0; half < 2; half++)
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int rs = 64 * half + rr + 8 * h, row = m0 + rs;  // row in the tile, in the matrix
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+          const float x0 = round_bf16(acc[half][j][2 * h]), x1 = round_bf16(acc[half][j][2 * h + 1]);
+          float y0, y1;
+          if (BWD) {
+            // r at (rs, 8 j + c0): panel j / 8, 16-byte chunk j % 8 swizzled with the row
+            const __nv_bfloat162 r2 =
+                *reinterpret_cast<const __nv_bfloat162*>(my_r + (j / 8) * BM * 64 + rs * 64 + (((j % 8) ^ (rs & 7)) << 3) + c0);
+            const float2 rf = __bfloat1622float2(r2);
+            y0 = 2.f * sqrt_approx(rf.x) * x0, y1 = 2.f * sqrt_approx(rf.y) * x1;  // as relu2.cuh
+          } else {
+            const float u0 = fmaxf(x0, 0.f), u1 = fmaxf(x1, 0.f);
+            y0 = u0 * u0, y1 = u1 * u1;
+          }
+          const int col = n0 + 8 * j + c0;
+          if (row < M && col < N) *reinterpret_cast<__nv_bfloat162*>(out + (size_t)row * N + col) = __floats2bfloat162_rn(y0, y1);
+        }
+      }
+    if (BWD) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&r_empty[wg]);  // this warp has read the r tile
+    }
+  }
+#else
+  __trap();  // built for another architecture: mlp_gemm_available() is false there
+#endif
+}
+
+template <bool BWD>
+inline cudaError_t launch(const bf16* A, const bf16* B, const bf16* R, bf16* out, int M, int N, int K, cudaStream_t stream) {
+  if (M < 0 || N <= 0 || K <= 0 || N % 8 || K % 8) return cudaErrorInvalidValue;
+  for (const void* p : {(const void*)A, (const void*)B, (const void*)R, (const void*)out})
+    if (reinterpret_cast<uintptr_t>(p) % 16) return cudaErrorInvalidValue;
+  if (M == 0) return cudaSuccess;
+  auto kernel = mlp_gemm_kernel<BWD>;
+  static int sms = 0;
+  if (!sms) {
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Shape<BWD>::kSmem);
+    int dev = 0;
+    if (err == cudaSuccess) err = cudaGetDevice(&dev);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (err != cudaSuccess) return sms = 0, err;
+  }
+  CUtensorMap ta, tb, tr;
+  cudaError_t err = attn::make_matrix_map(&ta, A, M, K, BM);
+  if (err == cudaSuccess) err = BWD ? attn::make_matrix_map(&tb, B, N, K, BN) : attn::make_matrix_map(&tb, B, K, N, BK);
+  if (err == cudaSuccess) err = BWD ? attn::make_matrix_map(&tr, R, M, N, BM) : attn::make_matrix_map(&tr, A, M, K, BM);  // unused
+  if (err != cudaSuccess) return err;
+  const long long tiles = (long long)((M + BM - 1) / BM) * ((N + BN - 1) / BN);
+  // two tiles a block at least, one a warpgroup
+  kernel<<<(unsigned)std::min<long long>((tiles + 1) / 2, sms), kThreads, Shape<BWD>::kSmem, stream>>>(ta, tb, tr, out, M, N, K);
+  return cudaGetLastError();
+}
+
+}  // namespace mlp_sm90
+
+// Whether this device runs the fused products (Hopper, and the binary holds their sm90a code).
+inline bool mlp_gemm_available() {
+  static int known = -1;
+  if (known < 0) {
+    int dev = 0, major = 0;
+    cudaFuncAttributes attr{};
+    known = cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+            major == 9 && cudaFuncGetAttributes(&attr, mlp_sm90::mlp_gemm_kernel<false>) == cudaSuccess && attr.ptxVersion >= 90;
+    cudaGetLastError();  // a failed query leaves no error behind
+  }
+  return known == 1;
+}
+
+// r = max(h Wfc, 0)^2: h [M][K], Wfc [K][N], r [M][N]
+inline cudaError_t mlp_up_relu2(const bf16* h, const bf16* Wfc, bf16* r, int M, int K, int N, cudaStream_t stream = 0) {
+  return mlp_sm90::launch<false>(h, Wfc, h, r, M, N, K, stream);
+}
+// du = 2 sqrt(r) (dx Wproj^T): dx [M][K], Wproj [N][K], r and du [M][N]
+inline cudaError_t mlp_down_dx_relu2(const bf16* dx, const bf16* Wproj, const bf16* r, bf16* du, int M, int K, int N,
+                                     cudaStream_t stream = 0) {
+  return mlp_sm90::launch<true>(dx, Wproj, r, du, M, N, K, stream);
+}
+
+}  // namespace layers

@@ -12,6 +12,15 @@
 
 #include <omp.h>
 
+// The first MN values of out (MN + guard rows' worth, poisoned before the call) against want,
+// and whether the guard rows after them are still poisoned (NaN)
+static double out_err(const bf16* out, const std::vector<double>& want, size_t guard_values, bool* guard_ok) {
+  const std::vector<double> got = from_device(out, want.size() + guard_values);
+  *guard_ok = true;
+  for (size_t i = want.size(); i < got.size(); i++) *guard_ok &= std::isnan(got[i]);
+  return rel_err(std::vector<double>(got.begin(), got.begin() + want.size()), want);
+}
+
 static void test_mlp_gemm() {
   if (!layers::mlp_gemm_available()) {
     std::printf("mlp_gemm: skipped, the fused products need an sm90 device (the model then runs cuBLASLt and relu2)\n");
@@ -34,10 +43,8 @@ static void test_mlp_gemm() {
       model_ref::relu2(u.data(), want.data(), MN);
       bf16 *dh = to_device(h), *dW = to_device(W), *dr = poisoned(MN + (size_t)guard * N);
       CUDA_CHECK(layers::mlp_up_relu2(dh, dW, dr, M, K, N));
-      const std::vector<double> got = from_device(dr, MN + (size_t)guard * N);
-      const double e = rel_err(std::vector<double>(got.begin(), got.begin() + MN), want);
-      bool guard_ok = true;
-      for (size_t i = MN; i < got.size(); i++) guard_ok &= std::isnan(got[i]);
+      bool guard_ok;
+      const double e = out_err(dr, want, (size_t)guard * N, &guard_ok);
       CHECK(e < 6e-3 && guard_ok, "mlp_gemm forward M=%d K=%d N=%d: rel err %.2e, guard rows untouched %d", M, K, N, e, guard_ok);
       std::printf("mlp_gemm forward (r = relu(h Wfc)^2) M=%d K=%d N=%d: %.2e\n", M, K, N, e);
       for (void* p : {(void*)dh, (void*)dW, (void*)dr}) CUDA_CHECK(cudaFree(p));
@@ -57,10 +64,8 @@ static void test_mlp_gemm() {
       for (size_t i = 0; i < MN; i++) want[i] = 2 * std::sqrt(r[i]) * dr[i];
       bf16 *ddx = to_device(dx), *dWp = to_device(Wp), *drr = to_device(r), *ddu = poisoned(MN + (size_t)guard * N);
       CUDA_CHECK(layers::mlp_down_dx_relu2(ddx, dWp, drr, ddu, M, K, N));
-      const std::vector<double> got = from_device(ddu, MN + (size_t)guard * N);
-      const double e = rel_err(std::vector<double>(got.begin(), got.begin() + MN), want);
-      bool guard_ok = true;
-      for (size_t i = MN; i < got.size(); i++) guard_ok &= std::isnan(got[i]);
+      bool guard_ok;
+      const double e = out_err(ddu, want, (size_t)guard * N, &guard_ok);
       CHECK(e < 4e-3 && guard_ok, "mlp_gemm backward M=%d K=%d N=%d: rel err %.2e, guard rows untouched %d", M, K, N, e, guard_ok);
       std::printf("mlp_gemm backward (du = 2 sqrt(r) dx Wproj^T) M=%d K=%d N=%d: %.2e\n", M, K, N, e);
       for (void* p : {(void*)ddx, (void*)dWp, (void*)drr, (void*)ddu}) CUDA_CHECK(cudaFree(p));

@@ -51,10 +51,9 @@ struct Shape {
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
 // BWD = false: out = r of the forward (B = Wfc, [K][N]: MN-major for wgmma); true: out = du of
-// the backward (B = Wproj, [N][K]: K-major), reading r through tmR.
+// the backward (B = Wproj, [N][K]: K-major), reading r through tmR. (168 registers at most: the
+// SM allocates a block's registers by whole warpgroups, so 288 threads take the room of 384.)
 template <bool BWD>
-// (168 registers at most: the SM allocates a block's registers by whole warpgroups, so 288
-// threads take the room of 384)
 __global__ void __launch_bounds__(kThreads, 1)
     mlp_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                     const __grid_constant__ CUtensorMap tmR, bf16* __restrict__ out, int M, int N, int K) {
@@ -68,20 +67,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   bf16* sA = reinterpret_cast<bf16*>(smem_raw + pad);  // S stages of BM x BK (one SW128 panel)
   bf16* sB = sA + S * BM * BK;                          // S stages of BN x BK (K-major) or BK x BN (2 panels)
   bf16* sR = sB + S * BN * BK;                          // BWD: a BM x BN tile (2 panels of BM x 64) a warpgroup
-  uint64_t* full = reinterpret_cast<uint64_t*>(sR + (BWD ? 2 * BM * BN : 0));
-  uint64_t *empty = full + S, *r_full = empty + S, *r_empty = r_full + 2;
+  // the ring of stages (a stage released by the 4 warps of the warpgroup that took its slice),
+  // and each warpgroup's r buffer, a pipe of one (its j-th tile, ti = 2 j + wg, is step j)
+  uint64_t* bars = reinterpret_cast<uint64_t*>(sR + (BWD ? 2 * BM * BN : 0));
+  TmaPipe<S> ring{{bars, bars + S}};
+  auto rpipe = [&](int w) { return TmaPipe<1>{{bars + 2 * S + 2 * w, bars + 2 * S + 2 * w + 1}}; };
   const int tiles_n = (N + BN - 1) / BN, tiles = ((M + BM - 1) / BM) * tiles_n, nk = (K + BK - 1) / BK;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   if (threadIdx.x == kConsumerThreads) {
-    for (int i = 0; i < S; i++) {
-      mbar_init(&full[i], 1);
-      mbar_init(&empty[i], 4);  // the 4 warps of the warpgroup that took the slice
-    }
-    for (int i = 0; i < 2; i++) {
-      mbar_init(&r_full[i], 1);
-      mbar_init(&r_empty[i], 4);
-    }
-    fence_mbarrier_init();
+    ring.init(4);
+    rpipe(0).init(4);
+    rpipe(1).init(4);
   }
   __syncthreads();
 
@@ -93,24 +89,25 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int m0 = (t / tiles_n) * BM, n0 = (t % tiles_n) * BN;
         for (int kb = 0; kb < nk; kb++, it++) {
           const int s = it % S;
-          if (it >= S) mbar_wait(&empty[s], (it / S - 1) & 1);
-          mbar_arrive_expect_tx(&full[s], kStageTx);
-          tma_load_panel(sA + s * BM * BK, &tmA, &full[s], kb * BK, m0);
+          ring.wait_empty(it);
+          mbar_arrive_expect_tx(ring.full_of(it), kStageTx);
+          tma_load_panel(sA + s * BM * BK, &tmA, ring.full_of(it), kb * BK, m0);
           bf16* b = sB + s * BN * BK;
           if (BWD) {  // Wproj rows n0.., columns (k) kb * BK..: one K-major panel of 128 rows
-            tma_load_panel(b, &tmB, &full[s], kb * BK, n0);
+            tma_load_panel(b, &tmB, ring.full_of(it), kb * BK, n0);
           } else {  // Wfc rows (k) kb * BK.., columns n0..: two MN-major panels of 64 columns
 #pragma unroll
-            for (int p = 0; p < BN / 64; p++) tma_load_panel(b + p * BK * 64, &tmB, &full[s], n0 + 64 * p, kb * BK);
+            for (int p = 0; p < BN / 64; p++) tma_load_panel(b + p * BK * 64, &tmB, ring.full_of(it), n0 + 64 * p, kb * BK);
           }
           // r of this tile into its warpgroup's buffer, once that warpgroup has read its
           // previous tile's (two tiles back)
           if (BWD && kb == 0) {
-            const int w = ti & 1;
-            if (ti >= 2) mbar_wait(&r_empty[w], (ti / 2 - 1) & 1);
-            mbar_arrive_expect_tx(&r_full[w], kRTx);
+            TmaPipe<1> rp = rpipe(ti & 1);
+            rp.wait_empty(ti / 2);
+            mbar_arrive_expect_tx(rp.full_of(ti / 2), kRTx);
 #pragma unroll
-            for (int p = 0; p < BN / 64; p++) tma_load_panel(sR + w * BM * BN + p * BM * 64, &tmR, &r_full[w], n0 + 64 * p, m0);
+            for (int p = 0; p < BN / 64; p++)
+              tma_load_panel(sR + (ti & 1) * BM * BN + p * BM * 64, &tmR, rp.full_of(ti / 2), n0 + 64 * p, m0);
           }
         }
       }
@@ -135,7 +132,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (ti > 0) asm volatile("bar.sync %0, 256;\n" ::"r"(1 + wg) : "memory");
     for (int kb = 0; kb < nk; kb++, it++) {
       const int s = it % S;
-      mbar_wait(&full[s], (it / S) & 1);
+      ring.wait_full(it);
       wgmma_fence();
       const bf16 *a = sA + s * BM * BK, *b = sB + s * BN * BK;
 #pragma unroll
@@ -146,15 +143,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       wgmma_commit();
       wgmma_wait<1>();  // the previous slice's wgmmas are done: its stage is free
-      if (kb > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % S]);
+      if (kb > 0) ring.release(it - 1);
     }
     if (t + gridDim.x < tiles) asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - wg) : "memory");  // the next tile's turn
     wgmma_wait<0>();
     reg_fence(acc[0]);
     reg_fence(acc[1]);
-    if (lane == 0) mbar_arrive(&empty[(it - 1) % S]);
+    ring.release(it - 1);
 
-    if (BWD) mbar_wait(&r_full[wg], (ti / 2) & 1);
+    if (BWD) rpipe(wg).wait_full(ti / 2);
 #pragma unroll
     for (int half = 0; half < 2; half++)
 #pragma unroll
@@ -180,7 +177,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     if (BWD) {
       __syncwarp();
-      if (lane == 0) mbar_arrive(&r_empty[wg]);  // this warp has read the r tile
+      rpipe(wg).release(ti / 2);  // this warp has read the r tile
     }
   }
 #else

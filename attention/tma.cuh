@@ -12,7 +12,8 @@
 //     mbarrier whose transaction count the issuing thread raised first (mbar_expect_tx or
 //     mbar_arrive_expect_tx).
 //   make_matrix_map / tma_load_panel: the same for a row-major [rows][cols] matrix (the MLP's
-//     products, layers/mlp_gemm.cuh): a box of 64 columns x box_rows rows, one SW128 panel.
+//     products, layers/mlp_gemm.cuh): a box of 64 columns x box_rows rows, one SW128 panel;
+//     tma_store_panel writes such a panel back.
 //
 // TmaPipe is wgmma.cuh's TilePipe with one producer thread: full[b] completes when the producer
 // has arrived (once, with the tile's byte count) and the bytes have landed; empty[b], as there,
@@ -108,6 +109,22 @@ __device__ __forceinline__ void tma_load_panel(bf16* smem, const CUtensorMap* ma
       "l"(reinterpret_cast<uint64_t>(map)), "r"(col0), "r"(row0), "r"(smem_addr(bar))
       : "memory");
 }
+
+// The 64-column SW128 panel in smem (written as tma_load_panel lands one) to rows [row0, row0 +
+// box_rows) from column col0 of a make_matrix_map matrix; the parts past the matrix's edges are
+// not written. Shared memory written by ordinary stores must be fenced (fence_proxy_async) by
+// each writing thread before it is read here. The store joins the issuing thread's bulk group.
+__device__ __forceinline__ void tma_store_panel(const bf16* smem, const CUtensorMap* map, int col0, int row0) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(col0), "r"(row0), "r"(smem_addr(smem))
+               : "memory");
+}
+// The issuing thread's bulk stores so far form one group; wait until they have read shared
+// memory (store_wait_read), or until they are complete (store_wait).
+__device__ __forceinline__ void store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void store_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 // wgmma.cuh's TilePipe (wait_empty and release as there) with one producer: full[b] expects
 // its single arrival and the tile's bytes.

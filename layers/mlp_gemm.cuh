@@ -18,9 +18,13 @@
 // 32 KB a stage) into one ring of stages, in the order the tiles come, so the two warpgroups
 // meet only there. Per slice a warpgroup issues two m64n128k16 wgmmas a k16 step (its rows 0-63
 // and 64-127 against the same B), leaving one slice's group in flight while the next is issued.
-// The epilogue goes from registers to global memory. The backward's epilogue reads r, whose tile
-// the producer loads by TMA (two SW128 panels) into a buffer of the warpgroup's own as the tile's
-// first slice goes out.
+// The epilogue writes the tile into a buffer of the warpgroup's own (stmatrix, two SW128 panels),
+// from which one thread stores it by TMA: whole 128-byte lines, and the store runs on while the
+// warpgroup goes on to its next tile's matmuls. (Storing straight from registers, 16 bytes a row
+// at a time, cost 23% of the forward's time at full occupancy, against 3% on a quarter of the
+// SMs: the scattered stores contend with the loads.) The backward's epilogue reads r from the
+// same buffer, where the producer loads r's tile by TMA as the tile's first slice goes out, and
+// writes du over it in place.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -37,53 +41,53 @@ namespace mlp_sm90 {
 
 constexpr int BM = 128, BN = 128, BK = 64;
 constexpr int kConsumerThreads = 256, kThreads = kConsumerThreads + 32;  // two warpgroups and the producer warp
-template <bool BWD>
 struct Shape {
-  static constexpr int kStages = BWD ? 4 : 6;  // the backward's two r tiles take two stages' room
+  static constexpr int kStages = 5;
   static constexpr size_t kStageBytes = (size_t)(BM + BN) * BK * sizeof(bf16);
-  static constexpr size_t kRTileBytes = (size_t)BM * BN * sizeof(bf16);
-  static constexpr size_t kRBytes = BWD ? 2 * kRTileBytes : 0;
-  // the stages, r, 2 barriers a stage and 2 an r buffer, and room to align the tiles to 1024 bytes
-  static constexpr size_t kSmem = kStages * kStageBytes + kRBytes + (2 * kStages + 4) * sizeof(uint64_t) + 1024;
+  static constexpr size_t kTileBytes = (size_t)BM * BN * sizeof(bf16);  // a warpgroup's output buffer
+  // the stages, the two output buffers, 2 barriers a stage and 2 an output buffer (the
+  // backward's r), and room to align the tiles to 1024 bytes
+  static constexpr size_t kSmem = kStages * kStageBytes + 2 * kTileBytes + (2 * kStages + 4) * sizeof(uint64_t) + 1024;
 };
+static_assert(Shape::kSmem <= 232448, "more shared memory than a block may have");
 
 // bf16 rounding as the unfused path's bf16 tensors round
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
 // BWD = false: out = r of the forward (B = Wfc, [K][N]: MN-major for wgmma); true: out = du of
-// the backward (B = Wproj, [N][K]: K-major), reading r through tmR. (168 registers at most: the
+// the backward (B = Wproj, [N][K]: K-major), reading r through tmR. out is written through tmO. (168 registers at most: the
 // SM allocates a block's registers by whole warpgroups, so 288 threads take the room of 384.)
 template <bool BWD>
 __global__ void __launch_bounds__(kThreads, 1)
     mlp_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                    const __grid_constant__ CUtensorMap tmR, bf16* __restrict__ out, int M, int N, int K) {
+                    const __grid_constant__ CUtensorMap tmR, const __grid_constant__ CUtensorMap tmO, int M, int N, int K) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace attn::sm90;
   using attn::smem_addr;
-  using Sh = Shape<BWD>;
-  constexpr int S = Sh::kStages;
+  constexpr int S = Shape::kStages;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const unsigned pad = (1024 - (smem_addr(smem_raw) & 1023)) & 1023;
   bf16* sA = reinterpret_cast<bf16*>(smem_raw + pad);  // S stages of BM x BK (one SW128 panel)
   bf16* sB = sA + S * BM * BK;                          // S stages of BN x BK (K-major) or BK x BN (2 panels)
-  bf16* sR = sB + S * BN * BK;                          // BWD: a BM x BN tile (2 panels of BM x 64) a warpgroup
+  bf16* sC = sB + S * BN * BK;                          // a BM x BN tile (2 panels of BM x 64) a warpgroup
   // the ring of stages (a stage released by the 4 warps of the warpgroup that took its slice),
-  // and each warpgroup's r buffer, a pipe of one (its j-th tile, ti = 2 j + wg, is step j)
-  uint64_t* bars = reinterpret_cast<uint64_t*>(sR + (BWD ? 2 * BM * BN : 0));
+  // and BWD: each warpgroup's output buffer as a pipe of one for r (its j-th tile, ti = 2 j + wg,
+  // is step j; released by the thread that stores du from it)
+  uint64_t* bars = reinterpret_cast<uint64_t*>(sC + 2 * BM * BN);
   TmaPipe<S> ring{{bars, bars + S}};
   auto rpipe = [&](int w) { return TmaPipe<1>{{bars + 2 * S + 2 * w, bars + 2 * S + 2 * w + 1}}; };
   const int tiles_n = (N + BN - 1) / BN, tiles = ((M + BM - 1) / BM) * tiles_n, nk = (K + BK - 1) / BK;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   if (threadIdx.x == kConsumerThreads) {
     ring.init(4);
-    rpipe(0).init(4);
-    rpipe(1).init(4);
+    rpipe(0).init(1);
+    rpipe(1).init(1);
   }
   __syncthreads();
 
   if (warp == kConsumerThreads / 32) {  // the producer warp: one thread issues every load
     if (lane == 0) {
-      constexpr uint32_t kStageTx = (uint32_t)Sh::kStageBytes, kRTx = (uint32_t)Sh::kRTileBytes;
+      constexpr uint32_t kStageTx = (uint32_t)Shape::kStageBytes, kRTx = (uint32_t)Shape::kTileBytes;
       int it = 0;  // slices loaded so far
       for (int ti = 0, t = blockIdx.x; t < tiles; t += gridDim.x, ti++) {
         const int m0 = (t / tiles_n) * BM, n0 = (t % tiles_n) * BN;
@@ -107,7 +111,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             mbar_arrive_expect_tx(rp.full_of(ti / 2), kRTx);
 #pragma unroll
             for (int p = 0; p < BN / 64; p++)
-              tma_load_panel(sR + (ti & 1) * BM * BN + p * BM * 64, &tmR, rp.full_of(ti / 2), n0 + 64 * p, m0);
+              tma_load_panel(sC + (ti & 1) * BM * BN + p * BM * 64, &tmR, rp.full_of(ti / 2), n0 + 64 * p, m0);
           }
         }
       }
@@ -119,7 +123,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = threadIdx.x / 128, w = warp % 4;
   const int rr = w * 16 + (lane >> 2);  // this thread's rows in each 64-row half of the tile: rr, rr + 8
   const int c0 = 2 * (lane & 3);        // and its columns 8 j + c0, + 1
-  bf16* my_r = sR + wg * BM * BN;
+  const int srow = w * 16 + (lane & 7) + (lane & 8);  // the row whose address this lane gives stmatrix
+  const bool storer = threadIdx.x % 128 == 0;         // issues the warpgroup's TMA stores
+  bf16* my_c = sC + wg * BM * BN;
   for (int ti = wg, t = blockIdx.x + wg * gridDim.x; t < tiles; t += 2 * gridDim.x, ti += 2) {
     const int m0 = (t / tiles_n) * BM, n0 = (t % tiles_n) * BN;
     float acc[2][BN / 8][4];  // rows 0-63 and 64-127 of the tile
@@ -151,35 +157,51 @@ __global__ void __launch_bounds__(kThreads, 1)
     reg_fence(acc[1]);
     ring.release(it - 1);
 
-    if (BWD) rpipe(wg).wait_full(ti / 2);
+    if (BWD) {
+      rpipe(wg).wait_full(ti / 2);  // r has landed (its buffer was released once the last du had left it)
+    } else {
+      if (storer) store_wait_read();  // the previous tile has left the buffer
+      asm volatile("bar.sync %0, 128;\n" ::"r"(3 + wg) : "memory");
+    }
 #pragma unroll
     for (int half = 0; half < 2; half++)
 #pragma unroll
-      for (int h = 0; h < 2; h++) {
-        const int rs = 64 * half + rr + 8 * h, row = m0 + rs;  // row in the tile, in the matrix
+      for (int j = 0; j < BN / 8; j += 2) {  // two n8 blocks, then their stmatrix
 #pragma unroll
-        for (int j = 0; j < BN / 8; j++) {
-          const float x0 = round_bf16(acc[half][j][2 * h]), x1 = round_bf16(acc[half][j][2 * h + 1]);
-          float y0, y1;
-          if (BWD) {
-            // r at (rs, 8 j + c0): panel j / 8, 16-byte chunk j % 8 swizzled with the row
-            const __nv_bfloat162 r2 =
-                *reinterpret_cast<const __nv_bfloat162*>(my_r + (j / 8) * BM * 64 + rs * 64 + (((j % 8) ^ (rs & 7)) << 3) + c0);
-            const float2 rf = __bfloat1622float2(r2);
-            y0 = 2.f * sqrt_approx(rf.x) * x0, y1 = 2.f * sqrt_approx(rf.y) * x1;  // as relu2.cuh
-          } else {
-            const float u0 = fmaxf(x0, 0.f), u1 = fmaxf(x1, 0.f);
-            y0 = u0 * u0, y1 = u1 * u1;
+        for (int jj = j; jj < j + 2; jj++)
+#pragma unroll
+          for (int h = 0; h < 2; h++) {
+            const int rs = 64 * half + rr + 8 * h;  // row in the tile
+            const float x0 = round_bf16(acc[half][jj][2 * h]), x1 = round_bf16(acc[half][jj][2 * h + 1]);
+            float y0, y1;
+            if (BWD) {
+              const float2 rf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(my_c + sw128<BM>(rs, jj) + c0));
+              y0 = 2.f * sqrt_approx(rf.x) * x0, y1 = 2.f * sqrt_approx(rf.y) * x1;  // as relu2.cuh
+            } else {
+              const float u0 = fmaxf(x0, 0.f), u1 = fmaxf(x1, 0.f);
+              y0 = u0 * u0, y1 = u1 * u1;
+            }
+            acc[half][jj][2 * h] = y0, acc[half][jj][2 * h + 1] = y1;
           }
-          const int col = n0 + 8 * j + c0;
-          if (row < M && col < N) *reinterpret_cast<__nv_bfloat162*>(out + (size_t)row * N + col) = __floats2bfloat162_rn(y0, y1);
-        }
+        // BWD: over r in place. The stmatrix writes blocks j, j + 1 of this warp's rows, whose r
+        // every lane has read before it (a warp's shared-memory accesses complete in order).
+        uint32_t f[4];
+        attn::c_to_a(f, acc[half][j], acc[half][j + 1]);
+        stmatrix_x4(smem_addr(my_c + sw128<BM>(64 * half + srow, j + (lane >> 4))), f);
       }
-    if (BWD) {
-      __syncwarp();
-      rpipe(wg).release(ti / 2);  // this warp has read the r tile
+    fence_proxy_async();
+    asm volatile("bar.sync %0, 128;\n" ::"r"(3 + wg) : "memory");
+    if (storer) {
+#pragma unroll
+      for (int p = 0; p < BN / 64; p++) tma_store_panel(my_c + p * BM * 64, &tmO, n0 + 64 * p, m0);
+      store_commit();
+      if (BWD) {
+        store_wait_read();
+        rpipe(wg).release(ti / 2);  // the producer may load the next r into it
+      }
     }
   }
+  if (storer) store_wait();  // the stores are complete before the block's shared memory goes
 #else
   __trap();  // built for another architecture: mlp_gemm_available() is false there
 #endif
@@ -194,20 +216,21 @@ inline cudaError_t launch(const bf16* A, const bf16* B, const bf16* R, bf16* out
   auto kernel = mlp_gemm_kernel<BWD>;
   static int sms = 0;
   if (!sms) {
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Shape<BWD>::kSmem);
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Shape::kSmem);
     int dev = 0;
     if (err == cudaSuccess) err = cudaGetDevice(&dev);
     if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (err != cudaSuccess) return sms = 0, err;
   }
-  CUtensorMap ta, tb, tr;
+  CUtensorMap ta, tb, tr, to;
   cudaError_t err = attn::make_matrix_map(&ta, A, M, K, BM);
   if (err == cudaSuccess) err = BWD ? attn::make_matrix_map(&tb, B, N, K, BN) : attn::make_matrix_map(&tb, B, K, N, BK);
   if (err == cudaSuccess) err = BWD ? attn::make_matrix_map(&tr, R, M, N, BM) : attn::make_matrix_map(&tr, A, M, K, BM);  // unused
+  if (err == cudaSuccess) err = attn::make_matrix_map(&to, out, M, N, BM);
   if (err != cudaSuccess) return err;
   const long long tiles = (long long)((M + BM - 1) / BM) * ((N + BN - 1) / BN);
   // two tiles a block at least, one a warpgroup
-  kernel<<<(unsigned)std::min<long long>((tiles + 1) / 2, sms), kThreads, Shape<BWD>::kSmem, stream>>>(ta, tb, tr, out, M, N, K);
+  kernel<<<(unsigned)std::min<long long>((tiles + 1) / 2, sms), kThreads, Shape::kSmem, stream>>>(ta, tb, tr, to, M, N, K);
   return cudaGetLastError();
 }
 

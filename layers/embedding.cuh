@@ -1,6 +1,9 @@
 // Token and value embeddings (docs/model.md):
 //   forward:  out[t][:] = table[tokens[t]][:]                 table: bf16 [V][C]; out: bf16 [T][C]
 //   backward: dtable[v][:] += sum over t with tokens[t] = v of dout[t][:]    dtable: fp32 [V][C]
+//             (embedding_backward_scaled: of bf16(a dout[t][:]), a scalar on the device: the
+//             value embedding's gradient, a1 dv of the value mix, rounded as a tensor of it
+//             would be, so that the mix's backward need not write it)
 // C a multiple of 8 (16-byte rows of 8 bf16), at most 8192.
 // The backward is deterministic and balanced: the host groups the positions of each distinct
 // token and cuts them into chunks (layers/token_index.h, built once a micro-step with the
@@ -47,15 +50,29 @@ __global__ void embedding_forward_kernel(const bf16* __restrict__ table, const i
   for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) store8(out + (size_t)t * C + c, load8(src + c));
 }
 
-__global__ void embedding_chunk_kernel(const bf16* __restrict__ dout, TokenIndexView ix, float* __restrict__ dtable, int C) {
+// scale: null, or the scalar a of embedding_backward_scaled
+__global__ void embedding_chunk_kernel(const bf16* __restrict__ dout, TokenIndexView ix, float* __restrict__ dtable, int C,
+                                       const float* __restrict__ scale) {
   const int j = blockIdx.x, b = ix.chunk_start[j], e = ix.chunk_start[j + 1], slot = ix.chunk_slot[j];
   float* dst = slot < 0 ? dtable + (size_t)ix.unique[ix.chunk_token[j]] * C : ix.partial + (size_t)slot * C;
+  const float a = scale != nullptr ? *scale : 1.f;
+  auto term = [&](float x) { return scale != nullptr ? __bfloat162float(__float2bfloat16(a * x)) : x; };
   for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) {
     float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int p = b; p < e; p++) {
+    int p = b;
+    for (; p + 4 <= e; p += 4) {  // four rows' loads in flight, added in position order
+      Pack8 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; u++) v[u] = load8(dout + (size_t)ix.positions[p + u] * C + c);
+#pragma unroll
+      for (int u = 0; u < 4; u++)
+#pragma unroll
+        for (int k = 0; k < 8; k++) s[k] += term(v[u].get(k));
+    }
+    for (; p < e; p++) {
       const Pack8 v = load8(dout + (size_t)ix.positions[p] * C + c);
 #pragma unroll
-      for (int k = 0; k < 8; k++) s[k] += v.get(k);
+      for (int k = 0; k < 8; k++) s[k] += term(v.get(k));
     }
     float4* d4 = reinterpret_cast<float4*>(dst + c);
     float4 lo = d4[0], hi = d4[1];
@@ -85,12 +102,22 @@ inline cudaError_t embedding_forward(const bf16* table, const int* tokens, bf16*
   return cudaGetLastError();
 }
 
-inline cudaError_t embedding_backward(const bf16* dout, const TokenIndexView& ix, float* dtable, int C, cudaStream_t stream = 0) {
+// scale: null, or the device scalar a of embedding_backward_scaled
+inline cudaError_t embedding_backward_impl(const bf16* dout, const float* scale, const TokenIndexView& ix, float* dtable, int C,
+                                           cudaStream_t stream) {
   if (C % 8 || C > 8192) return cudaErrorInvalidValue;
   if (ix.n_chunks == 0) return cudaSuccess;
-  embedding_chunk_kernel<<<ix.n_chunks, std::min(C / 8, 256), 0, stream>>>(dout, ix, dtable, C);
+  embedding_chunk_kernel<<<ix.n_chunks, std::min(C / 8, 256), 0, stream>>>(dout, ix, dtable, C, scale);
   if (ix.n_multi) embedding_combine_kernel<<<ix.n_multi, 256, 0, stream>>>(ix, dtable, C);
   return cudaGetLastError();
+}
+inline cudaError_t embedding_backward(const bf16* dout, const TokenIndexView& ix, float* dtable, int C, cudaStream_t stream = 0) {
+  return embedding_backward_impl(dout, nullptr, ix, dtable, C, stream);
+}
+// The rows summed are bf16(a dout[t]), a = *scale (device memory).
+inline cudaError_t embedding_backward_scaled(const bf16* dout, const float* scale, const TokenIndexView& ix, float* dtable, int C,
+                                             cudaStream_t stream = 0) {
+  return embedding_backward_impl(dout, scale, ix, dtable, C, stream);
 }
 
 }  // namespace layers

@@ -1,7 +1,7 @@
 // The backward of a two-input mix out = c[0] a + c[1] b (the block's lambda mix with
 // (a, b) = (x_in, x0), the value mix with (v_lin, ve)), in one pass over the tensors:
 //   gc[0] += sum_i g[i] a[i],  gc[1] += sum_i g[i] b[i]        (the scalars' gradients, fp32)
-//   gb = c[1] g (written), or gb += c[1] g (accumulate)        (b's gradient)
+//   gb = c[1] g (written), or gb += c[1] g (accumulate)        (b's gradient; gb null: not written)
 //   g = c[0] g (in place)                                      (a's gradient)
 // mix_backward_gather takes b as rows of an embedding table gathered by token (the value
 // embedding, never stored: b[t][:] = table[tok[t]][:], rows of C, C a multiple of 8).
@@ -32,7 +32,7 @@ __global__ void mix_backward_kernel(bf16* g, const bf16* __restrict__ a, const b
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n8; i += (size_t)gridDim.x * blockDim.x) {
     const Pack8 x = load8(g + 8 * i), y = load8(a + 8 * i);
     const Pack8 z = load8(b + 8 * (GATHER ? (size_t)tok[i / C8] * C8 + i % C8 : i));
-    const Pack8 prev = accumulate ? load8(gb + 8 * i) : Pack8{};
+    const Pack8 prev = accumulate && gb ? load8(gb + 8 * i) : Pack8{};
     Pack8 og, ob;
 #pragma unroll
     for (int k = 0; k < 8; k++) {
@@ -41,7 +41,7 @@ __global__ void mix_backward_kernel(bf16* g, const bf16* __restrict__ a, const b
       ob.set(k, accumulate ? prev.get(k) + c1 * x.get(k) : c1 * x.get(k));
       og.set(k, c0 * x.get(k));
     }
-    store8(gb + 8 * i, ob);
+    if (gb) store8(gb + 8 * i, ob);
     store8(g + 8 * i, og);
   }
   block_tree_sum<256>(acc_a, s);

@@ -307,12 +307,14 @@ class Model {
       mm_.dW(a.y, dx_, G(lp.wo), T, C, C);
       prof_.mark(Profiler::kAttnBwd);
       ok(attn::attention_backward(a.qn, a.kn, a.v, a.y, dy_, a.lse, t1_, t2_, dv_, ws_, T, H, Dh, mask()));
-      prof_.mark(Profiler::kNormMix, "value embedding mix backward");
-      // v = a0 v_lin + a1 ve (ve gathered from its table again): dv_ becomes d v_lin, dk_ d ve
-      ok(layers::mix_backward_gather(dv_, a.v_lin, W(lp.value_embed), tokens_, T, C, dk_, false, S(lp.attn_lambda), G(lp.attn_lambda),
-                                     partial_));
+      // v = a0 v_lin + a1 ve (ve gathered from its table again): d ve = a1 dv goes straight into
+      // the table's gradient (summed by token, rounded to bf16 as a tensor of it would be), read
+      // before the mix's backward turns dv_ into d v_lin in place
       prof_.mark(Profiler::kEmbed, "value embedding backward");
-      ok(layers::embedding_backward(dk_, ixv_, G(lp.value_embed), C));
+      ok(layers::embedding_backward_scaled(dv_, S(lp.attn_lambda) + 1, ixv_, G(lp.value_embed), C));
+      prof_.mark(Profiler::kNormMix, "value embedding mix backward");
+      ok(layers::mix_backward_gather(dv_, a.v_lin, W(lp.value_embed), tokens_, T, C, nullptr, false, S(lp.attn_lambda),
+                                     G(lp.attn_lambda), partial_));
       prof_.mark(Profiler::kNormMix, "q, k norm + rotary backward");
       ok(layers::qk_norm_rotary_backward({a.q, a.k}, {a.rstd_q, a.rstd_k}, {t1_, t2_}, {dq_, dk_}, rot_, T, H, Dh));
       // q, k, v = h Wq, h Wk, h Wv

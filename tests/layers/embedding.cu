@@ -54,6 +54,30 @@ static void test_embedding() {
     CHECK(got[0] == got[1], "embedding backward is not deterministic");
     std::printf("embedding: %zu distinct tokens of %d (%d chunk sums of frequent tokens), backward %.2e, deterministic\n",
                 ix.unique.size(), T, ix.slots(), e);
+    // embedding_backward_scaled(dout, a) == embedding_backward(bf16(a dout)), to the bit (the
+    // model's value embedding: a1 dv of the mix, never written as a tensor)
+    {
+      const float a = -0.7310586f;
+      std::vector<double> scaled(dout.size());
+      for (size_t i = 0; i < dout.size(); i++) scaled[i] = (double)__bfloat162float(__float2bfloat16(a * (float)dout[i]));
+      bf16* dscaled = to_device(scaled);
+      float *da, *dg1, *dg2;
+      CUDA_CHECK(cudaMalloc(&da, sizeof(float)));
+      CUDA_CHECK(cudaMemcpy(da, &a, sizeof(float), cudaMemcpyHostToDevice));
+      for (float** g : {&dg1, &dg2}) {
+        CUDA_CHECK(cudaMalloc(g, dtab0.size() * sizeof(float)));
+        CUDA_CHECK(cudaMemcpy(*g, dtab0.data(), dtab0.size() * sizeof(float), cudaMemcpyHostToDevice));
+      }
+      CUDA_CHECK(layers::embedding_backward(dscaled, ixv, dg1, C));
+      CUDA_CHECK(layers::embedding_backward_scaled(dout_d, da, ixv, dg2, C));
+      std::vector<float> h1(dtab0.size()), h2(dtab0.size());
+      CUDA_CHECK(cudaDeviceSynchronize());
+      CUDA_CHECK(cudaMemcpy(h1.data(), dg1, h1.size() * sizeof(float), cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpy(h2.data(), dg2, h2.size() * sizeof(float), cudaMemcpyDeviceToHost));
+      CHECK(h1 == h2 && h1 != dtab0, "embedding_backward_scaled differs from embedding_backward on the scaled rows");
+      std::printf("embedding backward with the rows scaled on the fly: the bits of the scaled rows' backward\n");
+      for (void* p : {(void*)dscaled, (void*)da, (void*)dg1, (void*)dg2}) CUDA_CHECK(cudaFree(p));
+    }
     for (void* p : {(void*)dtok, (void*)dix, (void*)dpart, (void*)dtable, (void*)dout_d, (void*)demb}) CUDA_CHECK(cudaFree(p));
   }
 }

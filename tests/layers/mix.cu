@@ -62,18 +62,26 @@ static void test_mix_backward_and_value_embed() {
     }
     // value_embed_mix == embedding_forward then lambda_mix, and the fp64 mix of the gathered rows
     bf16 *dvl = to_device(a), *dtab = to_device(table), *dve = poisoned(n), *dv1 = poisoned(n), *dv2 = poisoned(n);
-    {  // mix_backward_gather == mix_backward on the gathered rows, to the bit
-      bf16 *g1 = to_device(g), *g2 = to_device(g), *gb1 = poisoned(n), *gb2 = poisoned(n);
+    {  // mix_backward_gather == mix_backward on the gathered rows, to the bit; and without gb
+       // (the model's call: b's gradient goes elsewhere), g and the sums the same again
+      bf16 *g1 = to_device(g), *g2 = to_device(g), *g3 = to_device(g), *gb1 = poisoned(n), *gb2 = poisoned(n);
       CUDA_CHECK(layers::embedding_forward(dtab, dtok, dve, T, C));
+      float* dgc3;
+      CUDA_CHECK(cudaMalloc(&dgc3, 2 * sizeof(float)));
       CUDA_CHECK(cudaMemset(dgc, 0, 4 * sizeof(float)));
+      CUDA_CHECK(cudaMemset(dgc3, 0, 2 * sizeof(float)));
       CUDA_CHECK(layers::mix_backward(g1, dvl, dve, gb1, false, dc, dgc, n, dpart));
       CUDA_CHECK(layers::mix_backward_gather(g2, dvl, dtab, dtok, T, C, gb2, false, dc, dgc + 2, dpart));
-      float got[4];
+      CUDA_CHECK(layers::mix_backward_gather(g3, dvl, dtab, dtok, T, C, nullptr, false, dc, dgc3, dpart));
+      float got[6];
       CUDA_CHECK(cudaDeviceSynchronize());
-      CUDA_CHECK(cudaMemcpy(got, dgc, sizeof(got), cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpy(got, dgc, 4 * sizeof(float), cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpy(got + 4, dgc3, 2 * sizeof(float), cudaMemcpyDeviceToHost));
       CHECK(got[0] == got[2] && got[1] == got[3] && from_device(g1, n) == from_device(g2, n) && from_device(gb1, n) == from_device(gb2, n),
             "mix_backward_gather differs from mix_backward on the gathered rows");
-      for (void* q : {(void*)g1, (void*)g2, (void*)gb1, (void*)gb2}) CUDA_CHECK(cudaFree(q));
+      CHECK(got[4] == got[2] && got[5] == got[3] && from_device(g3, n) == from_device(g2, n),
+            "mix_backward_gather without gb differs from it with gb");
+      for (void* q : {(void*)g1, (void*)g2, (void*)g3, (void*)gb1, (void*)gb2, (void*)dgc3}) CUDA_CHECK(cudaFree(q));
     }
     CUDA_CHECK(layers::value_embed_mix(dvl, dtab, dtok, dv1, dc, T, C));
     CUDA_CHECK(layers::embedding_forward(dtab, dtok, dve, T, C));

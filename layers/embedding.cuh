@@ -59,17 +59,7 @@ __global__ void embedding_chunk_kernel(const bf16* __restrict__ dout, TokenIndex
   auto term = [&](float x) { return scale != nullptr ? __bfloat162float(__float2bfloat16(a * x)) : x; };
   for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) {
     float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int p = b;
-    for (; p + 4 <= e; p += 4) {  // four rows' loads in flight, added in position order
-      Pack8 v[4];
-#pragma unroll
-      for (int u = 0; u < 4; u++) v[u] = load8(dout + (size_t)ix.positions[p + u] * C + c);
-#pragma unroll
-      for (int u = 0; u < 4; u++)
-#pragma unroll
-        for (int k = 0; k < 8; k++) s[k] += term(v[u].get(k));
-    }
-    for (; p < e; p++) {
+    for (int p = b; p < e; p++) {
       const Pack8 v = load8(dout + (size_t)ix.positions[p] * C + c);
 #pragma unroll
       for (int k = 0; k < 8; k++) s[k] += term(v.get(k));
@@ -102,9 +92,9 @@ inline cudaError_t embedding_forward(const bf16* table, const int* tokens, bf16*
   return cudaGetLastError();
 }
 
-// scale: null, or the device scalar a of embedding_backward_scaled
-inline cudaError_t embedding_backward_impl(const bf16* dout, const float* scale, const TokenIndexView& ix, float* dtable, int C,
-                                           cudaStream_t stream) {
+// The rows summed are bf16(a dout[t]), a = *scale (device memory); scale null: dout[t] as it is.
+inline cudaError_t embedding_backward_scaled(const bf16* dout, const float* scale, const TokenIndexView& ix, float* dtable, int C,
+                                             cudaStream_t stream = 0) {
   if (C % 8 || C > 8192) return cudaErrorInvalidValue;
   if (ix.n_chunks == 0) return cudaSuccess;
   embedding_chunk_kernel<<<ix.n_chunks, std::min(C / 8, 256), 0, stream>>>(dout, ix, dtable, C, scale);
@@ -112,12 +102,7 @@ inline cudaError_t embedding_backward_impl(const bf16* dout, const float* scale,
   return cudaGetLastError();
 }
 inline cudaError_t embedding_backward(const bf16* dout, const TokenIndexView& ix, float* dtable, int C, cudaStream_t stream = 0) {
-  return embedding_backward_impl(dout, nullptr, ix, dtable, C, stream);
-}
-// The rows summed are bf16(a dout[t]), a = *scale (device memory).
-inline cudaError_t embedding_backward_scaled(const bf16* dout, const float* scale, const TokenIndexView& ix, float* dtable, int C,
-                                             cudaStream_t stream = 0) {
-  return embedding_backward_impl(dout, scale, ix, dtable, C, stream);
+  return embedding_backward_scaled(dout, nullptr, ix, dtable, C, stream);
 }
 
 }  // namespace layers

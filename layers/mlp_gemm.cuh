@@ -55,8 +55,9 @@ static_assert(Shape::kSmem <= 232448, "more shared memory than a block may have"
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
 // BWD = false: out = r of the forward (B = Wfc, [K][N]: MN-major for wgmma); true: out = du of
-// the backward (B = Wproj, [N][K]: K-major), reading r through tmR. out is written through tmO. (168 registers at most: the
-// SM allocates a block's registers by whole warpgroups, so 288 threads take the room of 384.)
+// the backward (B = Wproj, [N][K]: K-major), reading r through tmR; out is written through tmO.
+// (168 registers at most: the SM allocates a block's registers by whole warpgroups, so 288
+// threads take the room of 384.)
 template <bool BWD>
 __global__ void __launch_bounds__(kThreads, 1)
     mlp_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,

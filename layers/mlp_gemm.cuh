@@ -18,13 +18,17 @@
 // 32 KB a stage) into one ring of stages, in the order the tiles come, so the two warpgroups
 // meet only there. Per slice a warpgroup issues two m64n128k16 wgmmas a k16 step (its rows 0-63
 // and 64-127 against the same B), leaving one slice's group in flight while the next is issued.
-// The epilogue writes the tile into a buffer of the warpgroup's own (stmatrix, two SW128 panels),
+// The epilogue writes the tile into a buffer of the warpgroup's own (stmatrix, SW128 panels),
 // from which one thread stores it by TMA: whole 128-byte lines, and the store runs on while the
 // warpgroup goes on to its next tile's matmuls. (Storing straight from registers, 16 bytes a row
 // at a time, cost 23% of the forward's time at full occupancy, against 3% on a quarter of the
 // SMs: the scattered stores contend with the loads.) The backward's epilogue reads r from the
 // same buffer, where the producer loads r's tile by TMA as the tile's first slice goes out, and
 // writes du over it in place.
+// Stages: what bounds these products is the loads' latency, the slices in flight while one is
+// consumed, not L2's or shared memory's bandwidth (docs/runs/2026-11-24_mlp_gemm_coop_tried_h200.txt).
+// So the forward writes its tile in two rounds of one 64-column panel, through a buffer half the
+// size, and takes 6 stages where the backward, which needs r's whole tile at once, keeps 5.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -41,15 +45,19 @@ namespace mlp_sm90 {
 
 constexpr int BM = 128, BN = 128, BK = 64;
 constexpr int kConsumerThreads = 256, kThreads = kConsumerThreads + 32;  // two warpgroups and the producer warp
+// The forward writes a tile in two rounds of one 64-column panel through its warpgroup's output
+// buffer, which leaves room for a sixth stage; the backward needs the whole tile of r at once.
+template <bool BWD>
 struct Shape {
-  static constexpr int kStages = 5;
+  static constexpr int kStages = BWD ? 5 : 6;
+  static constexpr int kPanels = BWD ? 2 : 1;  // 64-column panels an epilogue round
   static constexpr size_t kStageBytes = (size_t)(BM + BN) * BK * sizeof(bf16);
-  static constexpr size_t kTileBytes = (size_t)BM * BN * sizeof(bf16);  // a warpgroup's output buffer
+  static constexpr size_t kOutBytes = (size_t)BM * 64 * kPanels * sizeof(bf16);  // a warpgroup's output buffer
   // the stages, the two output buffers, 2 barriers a stage and 2 an output buffer (the
   // backward's r), and room to align the tiles to 1024 bytes
-  static constexpr size_t kSmem = kStages * kStageBytes + 2 * kTileBytes + (2 * kStages + 4) * sizeof(uint64_t) + 1024;
+  static constexpr size_t kSmem = kStages * kStageBytes + 2 * kOutBytes + (2 * kStages + 4) * sizeof(uint64_t) + 1024;
+  static_assert(kSmem <= 232448, "more shared memory than a block may have");
 };
-static_assert(Shape::kSmem <= 232448, "more shared memory than a block may have");
 
 // bf16 rounding as the unfused path's bf16 tensors round
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
@@ -65,16 +73,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace attn::sm90;
   using attn::smem_addr;
-  constexpr int S = Shape::kStages;
+  constexpr int S = Shape<BWD>::kStages, P = Shape<BWD>::kPanels, JB = 8 * P;  // JB: n8 blocks a round
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const unsigned pad = (1024 - (smem_addr(smem_raw) & 1023)) & 1023;
   bf16* sA = reinterpret_cast<bf16*>(smem_raw + pad);  // S stages of BM x BK (one SW128 panel)
   bf16* sB = sA + S * BM * BK;                          // S stages of BN x BK (K-major) or BK x BN (2 panels)
-  bf16* sC = sB + S * BN * BK;                          // a BM x BN tile (2 panels of BM x 64) a warpgroup
+  bf16* sC = sB + S * BN * BK;                          // P panels of BM x 64 a warpgroup
   // the ring of stages (a stage released by the 4 warps of the warpgroup that took its slice),
   // and BWD: each warpgroup's output buffer as a pipe of one for r (its j-th tile, ti = 2 j + wg,
   // is step j; released by the thread that stores du from it)
-  uint64_t* bars = reinterpret_cast<uint64_t*>(sC + 2 * BM * BN);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(sC + 2 * BM * 64 * P);
   TmaPipe<S> ring{{bars, bars + S}};
   auto rpipe = [&](int w) { return TmaPipe<1>{{bars + 2 * S + 2 * w, bars + 2 * S + 2 * w + 1}}; };
   const int tiles_n = (N + BN - 1) / BN, tiles = ((M + BM - 1) / BM) * tiles_n, nk = (K + BK - 1) / BK;
@@ -88,7 +96,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warp == kConsumerThreads / 32) {  // the producer warp: one thread issues every load
     if (lane == 0) {
-      constexpr uint32_t kStageTx = (uint32_t)Shape::kStageBytes, kRTx = (uint32_t)Shape::kTileBytes;
+      constexpr uint32_t kStageTx = (uint32_t)Shape<BWD>::kStageBytes, kRTx = (uint32_t)Shape<BWD>::kOutBytes;
       int it = 0;  // slices loaded so far
       for (int ti = 0, t = blockIdx.x; t < tiles; t += gridDim.x, ti++) {
         const int m0 = (t / tiles_n) * BM, n0 = (t % tiles_n) * BN;
@@ -126,7 +134,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int c0 = 2 * (lane & 3);        // and its columns 8 j + c0, + 1
   const int srow = w * 16 + (lane & 7) + (lane & 8);  // the row whose address this lane gives stmatrix
   const bool storer = threadIdx.x % 128 == 0;         // issues the warpgroup's TMA stores
-  bf16* my_c = sC + wg * BM * BN;
+  bf16* my_c = sC + wg * BM * 64 * P;
   for (int ti = wg, t = blockIdx.x + wg * gridDim.x; t < tiles; t += 2 * gridDim.x, ti += 2) {
     const int m0 = (t / tiles_n) * BM, n0 = (t % tiles_n) * BN;
     float acc[2][BN / 8][4];  // rows 0-63 and 64-127 of the tile
@@ -158,47 +166,51 @@ __global__ void __launch_bounds__(kThreads, 1)
     reg_fence(acc[1]);
     ring.release(it - 1);
 
-    if (BWD) {
-      rpipe(wg).wait_full(ti / 2);  // r has landed (its buffer was released once the last du had left it)
-    } else {
-      if (storer) store_wait_read();  // the previous tile has left the buffer
-      asm volatile("bar.sync %0, 128;\n" ::"r"(3 + wg) : "memory");
-    }
+    // the epilogue, in BN / 64 / P rounds of P panels through the warpgroup's buffer
 #pragma unroll
-    for (int half = 0; half < 2; half++)
-#pragma unroll
-      for (int j = 0; j < BN / 8; j += 2) {  // two n8 blocks, then their stmatrix
-#pragma unroll
-        for (int jj = j; jj < j + 2; jj++)
-#pragma unroll
-          for (int h = 0; h < 2; h++) {
-            const int rs = 64 * half + rr + 8 * h;  // row in the tile
-            const float x0 = round_bf16(acc[half][jj][2 * h]), x1 = round_bf16(acc[half][jj][2 * h + 1]);
-            float y0, y1;
-            if (BWD) {
-              const float2 rf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(my_c + sw128<BM>(rs, jj) + c0));
-              y0 = 2.f * sqrt_approx(rf.x) * x0, y1 = 2.f * sqrt_approx(rf.y) * x1;  // as relu2.cuh
-            } else {
-              const float u0 = fmaxf(x0, 0.f), u1 = fmaxf(x1, 0.f);
-              y0 = u0 * u0, y1 = u1 * u1;
-            }
-            acc[half][jj][2 * h] = y0, acc[half][jj][2 * h + 1] = y1;
-          }
-        // BWD: over r in place. The stmatrix writes blocks j, j + 1 of this warp's rows, whose r
-        // every lane has read before it (a warp's shared-memory accesses complete in order).
-        uint32_t f[4];
-        attn::c_to_a(f, acc[half][j], acc[half][j + 1]);
-        stmatrix_x4(smem_addr(my_c + sw128<BM>(64 * half + srow, j + (lane >> 4))), f);
-      }
-    fence_proxy_async();
-    asm volatile("bar.sync %0, 128;\n" ::"r"(3 + wg) : "memory");
-    if (storer) {
-#pragma unroll
-      for (int p = 0; p < BN / 64; p++) tma_store_panel(my_c + p * BM * 64, &tmO, n0 + 64 * p, m0);
-      store_commit();
+    for (int q = 0; q < BN / 64 / P; q++) {
       if (BWD) {
-        store_wait_read();
-        rpipe(wg).release(ti / 2);  // the producer may load the next r into it
+        rpipe(wg).wait_full(ti / 2);  // r has landed (its buffer was released once the last du had left it)
+      } else {
+        if (storer) store_wait_read();  // the previous round has left the buffer
+        asm volatile("bar.sync %0, 128;\n" ::"r"(3 + wg) : "memory");
+      }
+#pragma unroll
+      for (int half = 0; half < 2; half++)
+#pragma unroll
+        for (int j = q * JB; j < q * JB + JB; j += 2) {  // two n8 blocks, then their stmatrix
+#pragma unroll
+          for (int jj = j; jj < j + 2; jj++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+              const int rs = 64 * half + rr + 8 * h;  // row in the tile
+              const float x0 = round_bf16(acc[half][jj][2 * h]), x1 = round_bf16(acc[half][jj][2 * h + 1]);
+              float y0, y1;
+              if (BWD) {
+                const float2 rf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(my_c + sw128<BM>(rs, jj - q * JB) + c0));
+                y0 = 2.f * sqrt_approx(rf.x) * x0, y1 = 2.f * sqrt_approx(rf.y) * x1;  // as relu2.cuh
+              } else {
+                const float u0 = fmaxf(x0, 0.f), u1 = fmaxf(x1, 0.f);
+                y0 = u0 * u0, y1 = u1 * u1;
+              }
+              acc[half][jj][2 * h] = y0, acc[half][jj][2 * h + 1] = y1;
+            }
+          // BWD: over r in place. The stmatrix writes blocks j, j + 1 of this warp's rows, whose
+          // r every lane has read before it (a warp's shared-memory accesses complete in order).
+          uint32_t f[4];
+          attn::c_to_a(f, acc[half][j], acc[half][j + 1]);
+          stmatrix_x4(smem_addr(my_c + sw128<BM>(64 * half + srow, j - q * JB + (lane >> 4))), f);
+        }
+      fence_proxy_async();
+      asm volatile("bar.sync %0, 128;\n" ::"r"(3 + wg) : "memory");
+      if (storer) {
+#pragma unroll
+        for (int p = 0; p < P; p++) tma_store_panel(my_c + p * BM * 64, &tmO, n0 + 64 * (q * P + p), m0);
+        store_commit();
+        if (BWD) {
+          store_wait_read();
+          rpipe(wg).release(ti / 2);  // the producer may load the next r into it
+        }
       }
     }
   }
@@ -217,7 +229,7 @@ inline cudaError_t launch(const bf16* A, const bf16* B, const bf16* R, bf16* out
   auto kernel = mlp_gemm_kernel<BWD>;
   static int sms = 0;
   if (!sms) {
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Shape::kSmem);
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Shape<BWD>::kSmem);
     int dev = 0;
     if (err == cudaSuccess) err = cudaGetDevice(&dev);
     if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
@@ -231,7 +243,7 @@ inline cudaError_t launch(const bf16* A, const bf16* B, const bf16* R, bf16* out
   if (err != cudaSuccess) return err;
   const long long tiles = (long long)((M + BM - 1) / BM) * ((N + BN - 1) / BN);
   // two tiles a block at least, one a warpgroup
-  kernel<<<(unsigned)std::min<long long>((tiles + 1) / 2, sms), kThreads, Shape::kSmem, stream>>>(ta, tb, tr, to, M, N, K);
+  kernel<<<(unsigned)std::min<long long>((tiles + 1) / 2, sms), kThreads, Shape<BWD>::kSmem, stream>>>(ta, tb, tr, to, M, N, K);
   return cudaGetLastError();
 }
 

@@ -6,12 +6,14 @@
 //             (+ add, rounded after l[0] g, when add is given: a U-net skip source's gradient
 //             joining the stream, with the bits of skip_add(dx, add, 1))
 // x_in, x0, x_mix, h, dh, dx, dx0: bf16 [T][C], C a multiple of 8, 16-byte aligned; rstd fp32 [T].
+// The backward recomputes x_mix from x_in and x0, which it reads for the sums anyway (mix8: the
+// forward's arithmetic, so the same bits), rather than reading the forward's x_mix back.
 // Each gives the bits of the unfused kernels it replaces (lambda_mix then rmsnorm_forward;
 // rmsnorm_backward then mix_backward) except the two scalar sums, which are added in another
 // fixed order (per row, then per block, then the blocks in order): deterministic as well.
 // One warp per row, rows strided over a fixed grid of kDotBlocks blocks of 8 warps. The saving
-// is one pass over a T x C tensor in the forward (x_mix is not read back) and two in the
-// backward (g is not written and read back).
+// is one pass over a T x C tensor in the forward (x_mix is not read back) and three in the
+// backward (g is not written and read back, x_mix not read).
 #pragma once
 #include <initializer_list>
 
@@ -19,6 +21,14 @@
 #include "layers/reduce.cuh"
 
 namespace layers {
+
+// x_mix's 8 values from x_in's and x0's (fp32 math, rounded to bf16 as stored)
+__device__ __forceinline__ Pack8 mix8(const Pack8& u, const Pack8& v, float a, float b) {
+  Pack8 o;
+#pragma unroll
+  for (int k = 0; k < 8; k++) o.set(k, a * u.get(k) + b * v.get(k));
+  return o;
+}
 
 __global__ void mix_rmsnorm_forward_kernel(const bf16* __restrict__ x_in, const bf16* __restrict__ x0, const float* __restrict__ l,
                                            bf16* __restrict__ x_mix, bf16* __restrict__ h, float* __restrict__ rstd, int T, int C,
@@ -29,10 +39,7 @@ __global__ void mix_rmsnorm_forward_kernel(const bf16* __restrict__ x_in, const 
   const float a = l[0], b = l[1];
   float ss = 0.f;
   for (int i = lane * 8; i < C; i += 256) {  // rmsnorm_forward's order of additions
-    const Pack8 u = load8(x_in + base + i), v = load8(x0 + base + i);
-    Pack8 o;
-#pragma unroll
-    for (int k = 0; k < 8; k++) o.set(k, a * u.get(k) + b * v.get(k));
+    const Pack8 o = mix8(load8(x_in + base + i), load8(x0 + base + i), a, b);
 #pragma unroll
     for (int k = 0; k < 8; k++) ss += o.get(k) * o.get(k);
     store8(x_mix + base + i, o);
@@ -48,7 +55,7 @@ __global__ void mix_rmsnorm_forward_kernel(const bf16* __restrict__ x_in, const 
   if (lane == 0) rstd[row] = r;
 }
 
-__global__ void rmsnorm_mix_backward_kernel(const bf16* __restrict__ x_mix, const float* __restrict__ rstd, const bf16* __restrict__ dh,
+__global__ void rmsnorm_mix_backward_kernel(const float* __restrict__ rstd, const bf16* __restrict__ dh,
                                             bf16* __restrict__ dx, const bf16* __restrict__ x_in, const bf16* __restrict__ x0,
                                             bf16* __restrict__ dx0, const float* __restrict__ l, const bf16* __restrict__ add, int T, int C,
                                             float* __restrict__ partial) {
@@ -60,15 +67,15 @@ __global__ void rmsnorm_mix_backward_kernel(const bf16* __restrict__ x_mix, cons
     const size_t base = (size_t)row * C;
     float dot = 0.f;
     for (int i = lane * 8; i < C; i += 256) {  // rmsnorm_backward's order
-      const Pack8 a = load8(x_mix + base + i), g = load8(dh + base + i);
+      const Pack8 a = mix8(load8(x_in + base + i), load8(x0 + base + i), l0, l1), g = load8(dh + base + i);
 #pragma unroll
       for (int k = 0; k < 8; k++) dot += a.get(k) * g.get(k);
     }
     dot = warp_sum(dot);
     const float r = rstd[row], c = r * r * r * dot / C;
     for (int i = lane * 8; i < C; i += 256) {
-      const Pack8 a = load8(x_mix + base + i), g = load8(dh + base + i), prev = load8(dx + base + i);
-      const Pack8 xi = load8(x_in + base + i), xz = load8(x0 + base + i), p0 = load8(dx0 + base + i);
+      const Pack8 xi = load8(x_in + base + i), xz = load8(x0 + base + i), a = mix8(xi, xz, l0, l1);
+      const Pack8 g = load8(dh + base + i), prev = load8(dx + base + i), p0 = load8(dx0 + base + i);
       Pack8 gr, o, o0;
 #pragma unroll
       for (int k = 0; k < 8; k++) gr.set(k, prev.get(k) + r * g.get(k) - c * a.get(k));  // g, rounded to bf16
@@ -105,11 +112,11 @@ inline cudaError_t mix_rmsnorm_forward(const bf16* x_in, const bf16* x0, const f
 }
 // partial: 2 * kDotBlocks floats of scratch; gl: the two scalar gradients (added to); add: nullptr
 // or a bf16 [T][C] added to dx
-inline cudaError_t rmsnorm_mix_backward(const bf16* x_mix, const float* rstd, const bf16* dh, bf16* dx, const bf16* x_in, const bf16* x0,
-                                        bf16* dx0, const float* l, float* gl, int T, int C, float* partial, const bf16* add = nullptr,
+inline cudaError_t rmsnorm_mix_backward(const float* rstd, const bf16* dh, bf16* dx, const bf16* x_in, const bf16* x0, bf16* dx0,
+                                        const float* l, float* gl, int T, int C, float* partial, const bf16* add = nullptr,
                                         cudaStream_t st = 0) {
-  if (!norm_mix_ok(T, C, {x_mix, dh, dx, x_in, x0, dx0, add})) return cudaErrorInvalidValue;
-  rmsnorm_mix_backward_kernel<<<kDotBlocks, 256, 0, st>>>(x_mix, rstd, dh, dx, x_in, x0, dx0, l, add, T, C, partial);
+  if (!norm_mix_ok(T, C, {dh, dx, x_in, x0, dx0, add})) return cudaErrorInvalidValue;
+  rmsnorm_mix_backward_kernel<<<kDotBlocks, 256, 0, st>>>(rstd, dh, dx, x_in, x0, dx0, l, add, T, C, partial);
   dot_final_kernel<<<1, kDotBlocks, 0, st>>>(partial, gl, true);
   dot_final_kernel<<<1, kDotBlocks, 0, st>>>(partial + kDotBlocks, gl + 1, true);
   return cudaGetLastError();

@@ -331,7 +331,7 @@ class Model {
       prof_.mark(Profiler::kNormMix, "lambda mix + norm backward");
       // h = norm(x_mix), x_mix = l0 x_in + l1 x0: dx_ becomes d x_in, dx0_ gathers d x0; x_in of
       // a layer 0 < i < L/2 is pushed_[i - 1], whose skip gradient joins dx_ here (final by now)
-      ok(layers::rmsnorm_mix_backward(a.x_mix, a.rstd_h, dh_, dx_, a.x_in, x0_, dx0_, S(lp.lambda), G(lp.lambda), T, C, partial_,
+      ok(layers::rmsnorm_mix_backward(a.rstd_h, dh_, dx_, a.x_in, x0_, dx0_, S(lp.lambda), G(lp.lambda), T, C, partial_,
                                       i > 0 && i < L / 2 ? dpushed_[i - 1] : nullptr));
       // x_in = x_prev + s_j pushed_[src]: the skip weight's gradient, and pushed's gradient kept
       // for layer src + 1 above, or (src = L/2 - 1, where pushed_[src] is x_prev) added to dx_

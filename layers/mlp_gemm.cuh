@@ -23,7 +23,7 @@
 // warpgroup goes on to its next tile's matmuls. (Storing straight from registers, 16 bytes a row
 // at a time, cost 23% of the forward's time at full occupancy, against 3% on a quarter of the
 // SMs: the scattered stores contend with the loads.) The backward's epilogue reads r from the
-// same buffer, where the producer loads r's tile by TMA as the tile's first slice goes out, and
+// same buffer, where the producer loads r's tile by TMA halfway through the tile's slices, and
 // writes du over it in place.
 // Stages: what bounds these products is the loads' latency, the slices in flight while one is
 // consumed, not L2's or shared memory's bandwidth (docs/runs/2026-11-24_mlp_gemm_coop_tried_h200.txt).
@@ -113,8 +113,10 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int p = 0; p < BN / 64; p++) tma_load_panel(b + p * BK * 64, &tmB, ring.full_of(it), n0 + 64 * p, kb * BK);
           }
           // r of this tile into its warpgroup's buffer, once that warpgroup has read its
-          // previous tile's (two tiles back)
-          if (BWD && kb == 0) {
+          // previous tile's (two tiles back): halfway through the tile's slices, so that its
+          // first slices are not queued behind it (that warpgroup is at work on this tile by
+          // then, so the wait is over)
+          if (BWD && kb == nk / 2) {
             TmaPipe<1> rp = rpipe(ti & 1);
             rp.wait_empty(ti / 2);
             mbar_arrive_expect_tx(rp.full_of(ti / 2), kRTx);

@@ -7,10 +7,17 @@
 //   loss: fp32 [rows]; grad_scale = 1 / (tokens in the batch). All arithmetic in fp32.
 // The logits are bounded by 30, so the log-sum-exp needs no max pass. With e = exp(2z/30) and
 // r = 1 / (1 + e): tanh(z/30) = 1 - 2r, logit - 30 = -60 r, 1 - tanh^2 = 4 r (1 - r), where 1 - r
-// is taken as e r when e < 1 (no cancellation for either sign of z). exp(logit - 30) = exp(-60 r)
-// lies in [e^-60, 1], so its sum S over a row is a normal fp32 number for any V < 2^100; then
-// lse = 30 + log S, loss = log S + 60 r_t and softmax = exp(-60 r) / S. Two passes over the row:
-// the sum, then dz (the row, 2V bytes, is still in L2 for the second). One block per row;
+// is taken as e r when e < 1 (no cancellation for either sign of z). q = exp(logit - 30) =
+// exp(-60 r) lies in [e^-60, 1], so its sum S over a row is a normal fp32 number for any V < 2^100;
+// then lse = 30 + log S, loss = log S + 60 r_t and softmax = q / S.
+// Two passes over the row, the special functions all in the first: it reads z, sums q and writes
+// g = q (1 - tanh^2) / 4 as bf16 where dz goes; the second reads g back and writes dz = g 4
+// grad_scale / S (the target's element from z_t, with its one-hot term). So dz is rounded twice
+// (g, then dz). One block of 1024 threads a row and two blocks an SM: the 2 x 132 rows in flight
+// (26 MB) stay in L2 between the passes, so HBM sees one read of z and one write of dz. (The
+// earlier kernel recomputed e, r and q in its second pass from z: with four rows of 512 threads
+// an SM, the second read of z missed L2, 3.07 GB read where 1.65 were needed, and it was bound
+// by HBM and the special-function unit at once: 1.24 against 1.03 ms a 16384-row chunk, one H200.)
 // 16-byte accesses when V % 8 == 0.
 // A target of kIgnoreTarget (-1) is a prediction left out of the loss (prefix-LM: a target the
 // position can see): its loss is 0 and its dz row 0. Other targets outside [0, V) are reported
@@ -41,24 +48,6 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return scratch[0];
 }
 
-// 2^(a b) for a b in [-126, 0] on the FMA pipe, where the special-function unit is the
-// bottleneck: a b = j + f with j = round(a b) (1.5 * 2^23 added puts j in the low mantissa bits)
-// and f in [-1/2, 1/2]; 2^f by a degree-5 polynomial (relative error 2.3e-7 in fp32, fitted
-// here for minimax relative error), then j added to its exponent.
-__device__ __forceinline__ float exp2_fma(float a, float b) {
-  constexpr float kRound = 12582912.f;  // 1.5 * 2^23
-  const float t = fmaf(a, b, kRound);
-  const float f = fmaf(a, b, -(t - kRound));
-  float p = 0.001327647129073739f;
-  p = fmaf(p, f, 0.009675540961325169f);
-  p = fmaf(p, f, 0.05550713092088699f);
-  p = fmaf(p, f, 0.24022120237350464f);
-  p = fmaf(p, f, 0.6931469440460205f);
-  p = fmaf(p, f, 1.0000001192092896f);
-  // the low 9 bits of t hold j mod 512: shifted into the exponent field, they add j to it
-  return __uint_as_float(__float_as_uint(p) + (__float_as_uint(t) << 23));
-}
-
 // e = exp(2z/30) and r = 1 / (1 + e) of one head output z (see the top comment)
 struct SoftcapTerms {
   static constexpr float kLogit = -2.f * kSoftcap * 1.4426950408889634f;  // exp(logit - 30) = 2^(r kLogit)
@@ -67,27 +56,26 @@ struct SoftcapTerms {
     e = ex2_approx(z * (2.f / kSoftcap * 1.4426950408889634f));
     r = rcp_approx(1.f + e);  // e = inf gives r = 0, the right limit
   }
-  // exp(logit - 30) in [e^-60, 1], on the special-function unit (q) or the FMA pipe (q_fma): the
-  // first pass, with fewer other instructions, takes q_fma so that both units share the work.
+  // q = exp(logit - 30) in [e^-60, 1]
   __device__ __forceinline__ float q() const { return ex2_approx(r * kLogit); }
-  __device__ __forceinline__ float q_fma() const { return exp2_fma(r, kLogit); }
   // (1 - tanh^2(z / 30)) / 4 = r (1 - r), with 1 - r = e r when e < 1 (no cancellation near
   // r = 1; e = inf, where e r is NaN, takes the other branch)
   __device__ __forceinline__ float dtanh_4() const { return r * (e < 1.f ? e * r : 1.f - r); }
 };
 
-template <int THREADS, bool VEC>
-__global__ void __launch_bounds__(THREADS) softcap_ce_kernel(__nv_bfloat16* z, const int* __restrict__ targets,
-                                                             __nv_bfloat16* dz, float* __restrict__ loss, int V,
-                                                             float grad_scale, int* bad_target) {
+template <int THREADS, bool VEC, bool GRAD>
+__global__ void __launch_bounds__(THREADS, 2) softcap_ce_kernel(__nv_bfloat16* z, const int* __restrict__ targets,
+                                                                __nv_bfloat16* dz, float* __restrict__ loss, int V,
+                                                                float grad_scale, int* bad_target) {
   __shared__ float scratch[32];
   const int row = blockIdx.x;
-  __nv_bfloat16* zr = z + (size_t)row * V;
+  const __nv_bfloat16* zr = z + (size_t)row * V;
+  __nv_bfloat16* dr = GRAD ? dz + (size_t)row * V : nullptr;
   const int target = targets[row];
   if (target == kIgnoreTarget) {
     if (threadIdx.x == 0) loss[row] = 0.f;
-    if (dz != nullptr)
-      for (int i = threadIdx.x; i < V; i += THREADS) dz[(size_t)row * V + i] = __float2bfloat16(0.f);
+    if (GRAD)
+      for (int i = threadIdx.x; i < V; i += THREADS) dr[i] = __float2bfloat16(0.f);
     return;
   }
   if (target < 0 || target >= V) {
@@ -97,53 +85,72 @@ __global__ void __launch_bounds__(THREADS) softcap_ce_kernel(__nv_bfloat16* z, c
     }
     return;
   }
-  const float zt = __bfloat162float(zr[target]);  // read before any thread overwrites the row
-  float sum = 0.f;
+  // The thread whose loop reaches the target's element (its 16-byte chunk when VEC) keeps z_t
+  // from its own load, before its own store over it (in place, no other thread writes there),
+  // and writes the loss and the target's dz.
+  const int t_unit = VEC ? target / 8 : target;
+  const bool owner = threadIdx.x == t_unit % THREADS;
+  float zt = 0.f, sum = 0.f;
   if (VEC) {
     const uint4* zv = reinterpret_cast<const uint4*>(zr);
+    uint4* gv = reinterpret_cast<uint4*>(dr);
     for (int j = threadIdx.x; j < V / 8; j += THREADS) {
       const uint4 u = zv[j];
       const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+      if (j == t_unit) {  // element target % 8 of the chunk, picked without indexing a register array
+        const int w = (target % 8) / 2;
+        const uint32_t word = w == 0 ? u.x : w == 1 ? u.y : w == 2 ? u.z : u.w;
+        zt = __uint_as_float(target % 2 ? word & 0xffff0000u : word << 16);  // bf16 -> fp32: the high half
+      }
+      uint4 o;
+      __nv_bfloat162* oh = reinterpret_cast<__nv_bfloat162*>(&o);
 #pragma unroll
       for (int k = 0; k < 4; k++) {
         const float2 f = __bfloat1622float2(h[k]);
-        sum += SoftcapTerms(f.x).q_fma() + SoftcapTerms(f.y).q_fma();
+        const SoftcapTerms a(f.x), b(f.y);
+        const float qa = a.q(), qb = b.q();
+        sum += qa + qb;
+        if (GRAD) oh[k] = __floats2bfloat162_rn(qa * a.dtanh_4(), qb * b.dtanh_4());
       }
+      if (GRAD) gv[j] = o;
     }
   } else {
-    for (int i = threadIdx.x; i < V; i += THREADS) sum += SoftcapTerms(__bfloat162float(zr[i])).q_fma();
+    for (int i = threadIdx.x; i < V; i += THREADS) {
+      const float f = __bfloat162float(zr[i]);
+      if (i == target) zt = f;
+      const SoftcapTerms s(f);
+      const float q = s.q();
+      sum += q;
+      if (GRAD) dr[i] = __float2bfloat16(q * s.dtanh_4());
+    }
   }
-  sum = block_sum<THREADS>(sum, scratch);  // its barriers also order every read of zt and pass 1 before pass 2's writes
-  if (threadIdx.x == 0) loss[row] = logf(sum) + 2.f * kSoftcap * SoftcapTerms(zt).r;
-  if (dz == nullptr) return;
-  __nv_bfloat16* dr = dz + (size_t)row * V;
+  sum = block_sum<THREADS>(sum, scratch);
+  if (owner) loss[row] = logf(sum) + 2.f * kSoftcap * SoftcapTerms(zt).r;
+  if (!GRAD) return;
   // dz = (q inv4 - onehot tgt4) (1 - tanh^2) / 4: the scale and the 4 folded into the constants.
-  // The loop leaves the target's onehot out; the thread that wrote the target's element writes
-  // it again after the loop, with it (from zt: in place, the row is dz by then).
+  // Each thread reads back only the g it wrote itself (the same chunks in the same order).
   const float inv4 = 4.f * grad_scale / sum, tgt4 = 4.f * grad_scale;
-  auto grad = [&](float zf, float onehot4) {
-    const SoftcapTerms s(zf);
-    return (s.q() * inv4 - onehot4) * s.dtanh_4();
-  };
   if (VEC) {
-    const uint4* zv = reinterpret_cast<const uint4*>(zr);
-    uint4* dv = reinterpret_cast<uint4*>(dr);
+    uint4* gv = reinterpret_cast<uint4*>(dr);
     for (int j = threadIdx.x; j < V / 8; j += THREADS) {
-      const uint4 u = zv[j];
+      const uint4 u = gv[j];
       const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
       uint4 o;
       __nv_bfloat162* oh = reinterpret_cast<__nv_bfloat162*>(&o);
 #pragma unroll
       for (int k = 0; k < 4; k++) {
         const float2 f = __bfloat1622float2(h[k]);
-        oh[k] = __floats2bfloat162_rn(grad(f.x, 0.f), grad(f.y, 0.f));
+        oh[k] = __floats2bfloat162_rn(f.x * inv4, f.y * inv4);
       }
-      dv[j] = o;
+      gv[j] = o;
     }
   } else {
-    for (int i = threadIdx.x; i < V; i += THREADS) dr[i] = __float2bfloat16(grad(__bfloat162float(zr[i]), 0.f));
+    for (int i = threadIdx.x; i < V; i += THREADS) dr[i] = __float2bfloat16(__bfloat162float(dr[i]) * inv4);
   }
-  if (threadIdx.x == (VEC ? target / 8 : target) % THREADS) dr[target] = __float2bfloat16(grad(zt, tgt4));
+  if (owner) {  // after its own store of the chunk: the target's element again, with its one-hot term
+    const SoftcapTerms s(zt);
+    dr[target] = __float2bfloat16((s.q() * inv4 - tgt4) * s.dtanh_4());
+  }
 }
 
 // dz may equal z (in place) or be nullptr (loss only).
@@ -151,12 +158,11 @@ inline cudaError_t softcap_ce(__nv_bfloat16* z, const int* targets, __nv_bfloat1
                               float grad_scale, int* bad_target, cudaStream_t stream = 0) {
   if (rows < 0 || V < 1) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
-  constexpr int kThreads = 512;
+  constexpr int kThreads = 1024;
   const bool vec = V % 8 == 0 && (uintptr_t)z % 16 == 0 && (dz == nullptr || (uintptr_t)dz % 16 == 0);
-  if (vec)
-    softcap_ce_kernel<kThreads, true><<<rows, kThreads, 0, stream>>>(z, targets, dz, loss, V, grad_scale, bad_target);
-  else
-    softcap_ce_kernel<kThreads, false><<<rows, kThreads, 0, stream>>>(z, targets, dz, loss, V, grad_scale, bad_target);
+  auto k = vec ? (dz != nullptr ? softcap_ce_kernel<kThreads, true, true> : softcap_ce_kernel<kThreads, true, false>)
+               : (dz != nullptr ? softcap_ce_kernel<kThreads, false, true> : softcap_ce_kernel<kThreads, false, false>);
+  k<<<rows, kThreads, 0, stream>>>(z, targets, dz, loss, V, grad_scale, bad_target);
   return cudaGetLastError();
 }
 

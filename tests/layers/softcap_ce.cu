@@ -1,13 +1,17 @@
 // The layer test of softcap_ce (tests/layers/gpu_test.h: helpers and tolerances), against fp64 softcap and log-sum-exp, written out here
 // (CPU references: model/reference_layers.h unless named otherwise).
-// Tolerances: loss 1e-5 (fp32 over 50304 terms), dz 4e-3 (bf16 output); exp2_fma 4e-7.
+// Tolerances: loss 1e-5 (fp32 over 50304 terms), dz 4e-3 rms and 8e-3 an element (two bf16 roundings).
 #include "tests/layers/gpu_test.h"
 #include "layers/softcap_ce.cuh"
 
 // ---- softcapped cross-entropy: the real vocabulary (16-byte path) and an odd one (scalar
 // path); logits large enough to saturate, and a few extreme ones (+-8192, where tanh is +-1).
 // Tolerances: the loss is fp32 arithmetic on bf16 inputs the reference sees too: 1e-5
-// relative; dz is rounded to bf16 once: 4e-3 relative (rms), as every bf16 output here.
+// relative; dz: 4e-3 relative (rms, which the targets' elements dominate), as every bf16 output
+// here, and 8e-3 relative on every element whose reference is a normal number (above 1e-30):
+// the kernel rounds g = q (1 - tanh^2) / 4 to bf16 and then g 4 scale / S again, each rounding
+// within bf16's unit roundoff 2^-8, so (1 + 2^-8)^2 - 1 = 7.83e-3, plus about 1e-5 from the
+// special functions (q = 2^(r kLogit) with |r kLogit| up to 87 and r within 1 ulp).
 static void test_softcap_ce() {
   for (const int V : {50304, 1001}) {
     const int rows = 48;
@@ -58,9 +62,14 @@ static void test_softcap_ce() {
     for (int r = 0; r < rows; r++) le = std::max(le, std::fabs(hl[r] - loss_ref[r]) / loss_ref[r]);
     const std::vector<double> dz_out = from_device(ddz, z.size()), dz_in = from_device(dzin, z.size());
     const double de = rel_err(dz_out, dz_ref);
-    CHECK(le < 1e-5 && de < 4e-3 && bad == 0, "softcap CE (V=%d): loss %.2e dz %.2e bad flag %d", V, le, de, bad);
+    double de_max = 0;
+    for (size_t i = 0; i < dz_ref.size(); i++)
+      if (std::fabs(dz_ref[i]) > 1e-30) de_max = std::max(de_max, std::fabs(dz_out[i] - dz_ref[i]) / std::fabs(dz_ref[i]));
+    CHECK(le < 1e-5 && de < 4e-3 && de_max < 8e-3 && bad == 0,
+          "softcap CE (V=%d): loss %.2e dz %.2e (rms) %.2e (max) bad flag %d", V, le, de, de_max, bad);
     CHECK(hl_only == hl && hl_inplace == hl && dz_in == dz_out, "softcap CE (V=%d): loss-only or in-place call differs", V);
-    std::printf("softcap CE (V=%d): loss %.2e, dz %.2e; loss-only and in-place calls give the same bits\n", V, le, de);
+    std::printf("softcap CE (V=%d): loss %.2e, dz %.2e rms, %.2e max; loss-only and in-place calls give the same bits\n", V,
+                le, de, de_max);
     CUDA_CHECK(cudaFree(dzin));
     dzin = to_device(z);  // the in-place call overwrote z
     tg[5] = V + 3;  // a target out of range is reported, not read
@@ -92,34 +101,4 @@ static void test_softcap_ce() {
   }
 }
 
-// ---- exp2_fma, the first pass's 2^(a b) on the FMA pipe, against exp2 in fp64 over its whole
-// range: a on a fine grid of [0, 1] (and its ends) times the kernel's b = -60 log2(e).
-// Tolerance: 4e-7 relative, the polynomial's 2.3e-7 plus fp32 rounding of the evaluation
-// (the special-function unit's ex2 is within about 2 ulp, 2.4e-7).
-__global__ void exp2_fma_kernel(const float* a, float b, float* out, int n) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = layers::exp2_fma(a[i], b);
-}
-static void test_exp2_fma() {
-  const int n = 1 << 20;
-  std::vector<float> a(n);
-  for (int i = 0; i < n; i++) a[i] = (float)i / (n - 1);
-  a[1] = 1e-30f, a[2] = std::nextafter(1.f, 0.f);
-  const float b = layers::SoftcapTerms::kLogit;
-  float *da, *dout;
-  CUDA_CHECK(cudaMalloc(&da, n * sizeof(float)));
-  CUDA_CHECK(cudaMalloc(&dout, n * sizeof(float)));
-  CUDA_CHECK(cudaMemcpy(da, a.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-  exp2_fma_kernel<<<n / 256, 256>>>(da, b, dout, n);
-  CUDA_CHECK(cudaGetLastError());
-  std::vector<float> out(n);
-  CUDA_CHECK(cudaMemcpy(out.data(), dout, n * sizeof(float), cudaMemcpyDeviceToHost));
-  double worst = 0;
-  for (int i = 0; i < n; i++) worst = std::max(worst, std::fabs(out[i] / std::exp2((double)a[i] * b) - 1));
-  CHECK(worst < 4e-7, "exp2_fma: relative error %.2e", worst);
-  std::printf("exp2_fma over [%g, 0]: relative error %.2e\n", (double)b, worst);
-  CUDA_CHECK(cudaFree(da));
-  CUDA_CHECK(cudaFree(dout));
-}
-
-LAYER_TEST_MAIN("softcap_ce", test_softcap_ce, test_exp2_fma)
+LAYER_TEST_MAIN("softcap_ce", test_softcap_ce)

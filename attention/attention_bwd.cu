@@ -16,6 +16,7 @@
 #include "attention/tile_scheduler.cuh"
 #include "attention/mma.cuh"
 #include "attention/own_intervals.cuh"
+#include "attention/q_norm_rotary_bwd.cuh"
 #include "attention/softmax.cuh"
 
 namespace attn {
@@ -234,10 +235,12 @@ static cudaError_t launch_bwd(const bf16* q, const bf16* k, const bf16* v, const
 
 cudaError_t attention_backward_sm80(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse, bf16* dq,
                                     bf16* dk, bf16* dv, const BwdWorkspace& ws, int T, int H, int D, const MaskDesc& mask,
-                                    cudaStream_t stream) {
-  if (D == 64) return launch_bwd<64>(q, k, v, dout, lse, dq, dk, dv, ws, T, H, mask, stream);
-  if (D == 128) return launch_bwd<128>(q, k, v, dout, lse, dq, dk, dv, ws, T, H, mask, stream);
-  return cudaErrorInvalidValue;
+                                    const QNormRotary* q_norm, cudaStream_t stream) {
+  cudaError_t err = cudaErrorInvalidValue;
+  if (D == 64) err = launch_bwd<64>(q, k, v, dout, lse, dq, dk, dv, ws, T, H, mask, stream);
+  if (D == 128) err = launch_bwd<128>(q, k, v, dout, lse, dq, dk, dv, ws, T, H, mask, stream);
+  if (err != cudaSuccess || q_norm == nullptr) return err;
+  return q_norm_rotary_backward_inplace(dq, *q_norm, T, H, D, stream);
 }
 
 }  // namespace attn

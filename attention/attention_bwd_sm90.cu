@@ -28,6 +28,7 @@
 #include "attention/bwd_dq_sm90.cuh"
 #include "attention/bwd_key_owner_sm90.cuh"
 #include "attention/kernels.h"
+#include "attention/q_norm_rotary_bwd.cuh"
 
 namespace attn {
 
@@ -83,7 +84,7 @@ static cudaError_t launch_two_kernels(const bf16* q, const bf16* k, const bf16* 
 template <int D>
 static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, bf16* dq, bf16* dk,
                                    bf16* dv, const BwdWorkspace& ws, int T, int H, const MaskDesc& mask, bool fused,
-                                   bool small, cudaStream_t stream) {
+                                   bool small, const QNormRotary* q_norm, cudaStream_t stream) {
   const MaskBounds mb = make_bounds(mask, T);
   const float scale = (float)(1.0 / std::sqrt((double)D)), scale_log2 = (float)(M_LOG2E / std::sqrt((double)D));
   cudaError_t err;
@@ -102,21 +103,28 @@ static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
         q, k, v, dout, ws.lse2, ws.drow, ws.dq_ranges, ws.dq_count, ws.dq_acc, dk, dv, T, H, mb, scale_log2, scale);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     const int warps = 8;
-    attention_bwd_dq_convert_kernel<D><<<(int)(((size_t)T * H + warps - 1) / warps), warps * 32, 0, stream>>>(
-        ws.dq_acc, ws.dq_ranges, dq, T, H, scale);
+    const unsigned blocks = (unsigned)(((size_t)T * H + warps - 1) / warps);
+    if (q_norm)
+      attention_bwd_dq_convert_kernel<D, true><<<blocks, warps * 32, 0, stream>>>(ws.dq_acc, ws.dq_ranges, dq, T, H, scale, *q_norm);
+    else
+      attention_bwd_dq_convert_kernel<D, false><<<blocks, warps * 32, 0, stream>>>(ws.dq_acc, ws.dq_ranges, dq, T, H, scale, {});
     return cudaGetLastError();
   }
 
   if constexpr (D == 64)
-    if (small) return launch_two_kernels<D, kB90SmallOwn>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, stream);
-  return launch_two_kernels<D, kB90Own>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, stream);
+    err = small ? launch_two_kernels<D, kB90SmallOwn>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, stream)
+                : launch_two_kernels<D, kB90Own>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, stream);
+  else
+    err = launch_two_kernels<D, kB90Own>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, stream);
+  if (err != cudaSuccess || q_norm == nullptr) return err;
+  return q_norm_rotary_backward_inplace(dq, *q_norm, T, H, D, stream);  // after the join: dq is complete
 }
 
 cudaError_t attention_backward_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, bf16* dq, bf16* dk,
                                     bf16* dv, const BwdWorkspace& ws, int T, int H, int D, const MaskDesc& mask, bool fused,
-                                    bool small, cudaStream_t stream) {
-  if (D == 64) return launch_bwd_sm90<64>(q, k, v, dout, dq, dk, dv, ws, T, H, mask, fused, small, stream);
-  if (D == 128) return launch_bwd_sm90<128>(q, k, v, dout, dq, dk, dv, ws, T, H, mask, fused, small, stream);
+                                    bool small, const QNormRotary* q_norm, cudaStream_t stream) {
+  if (D == 64) return launch_bwd_sm90<64>(q, k, v, dout, dq, dk, dv, ws, T, H, mask, fused, small, q_norm, stream);
+  if (D == 128) return launch_bwd_sm90<128>(q, k, v, dout, dq, dk, dv, ws, T, H, mask, fused, small, q_norm, stream);
   return cudaErrorInvalidValue;
 }
 

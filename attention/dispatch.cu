@@ -4,6 +4,8 @@
 //   backward: the pre-pass (bwd_preprocess.cu), then the same family; on sm90 the fused kernel
 //             for D = 128 and two kernels for D = 64 (measured: bench/RESULTS.md)
 // A new architecture's kernels are one more family here and in kernels.h.
+#include <cstdint>
+
 #include "attention/attention.h"
 
 #include "attention/kernels.h"
@@ -72,16 +74,19 @@ cudaError_t attention_forward(const bf16* q, const bf16* k, const bf16* v, bf16*
 
 cudaError_t attention_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const bf16* dout, const float* lse,
                                bf16* dq, bf16* dk, bf16* dv, void* workspace, int T, int H, int D, const MaskDesc& mask,
-                               cudaStream_t stream) {
+                               cudaStream_t stream, const QNormRotary* q_norm) {
   if (T < 1 || H < 1 || mask.window < 0 || !workspace || (D != 64 && D != 128)) return cudaErrorInvalidValue;
+  if (q_norm && (!q_norm->x || !q_norm->rstd || !q_norm->table || (uintptr_t)q_norm->x % 4 != 0 ||
+                 (uintptr_t)q_norm->table % 16 != 0))  // its loads: bf16 pairs and two (cos, sin) at once
+    return cudaErrorInvalidValue;
   const Family f = family();
   if (f == Family::kUnsupported) return cudaErrorNotSupported;
   const BwdWorkspace ws = BwdWorkspace::carve(workspace, T, H, D);
   cudaError_t err = attention_bwd_preprocess(o, dout, lse, ws, T, H, D, stream);
   if (err != cudaSuccess) return err;
   if (f == Family::kSm90) return attention_backward_sm90(q, k, v, dout, dq, dk, dv, ws, T, H, D, mask, sm90_fused(D),
-                                                         sm90_small_backward(D, mask), stream);
-  return attention_backward_sm80(q, k, v, dout, lse, dq, dk, dv, ws, T, H, D, mask, stream);
+                                                         sm90_small_backward(D, mask), q_norm, stream);
+  return attention_backward_sm80(q, k, v, dout, lse, dq, dk, dv, ws, T, H, D, mask, q_norm, stream);
 }
 
 }  // namespace attn

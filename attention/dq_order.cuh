@@ -20,6 +20,7 @@
 #include "attention/kernels.h"
 #include "attention/mask.h"
 #include "attention/primitives.cuh"
+#include "attention/q_norm_rotary_bwd.cuh"
 #include "attention/tile_scheduler.cuh"
 
 namespace attn {
@@ -40,21 +41,29 @@ __host__ __device__ __forceinline__ int dq_tile_index(int row, int col) {
   return row * D + (col ^ ((row & 7) << 3));
 }
 
-// dQ[i, h, :] = bf16(scale * dq_acc row), zeros where no block added (a tile that keeps nothing).
-// dq_acc: [H][tiles of 64 rows][64 x D, dq_tile_index] fp32. One warp a row.
-template <int D>
+// dQ[i, h, :] = bf16(scale * dq_acc row), zeros where no block added (a tile that keeps nothing);
+// with QNORM the gradient of the pre-norm q instead (q_norm_rotary_bwd.cuh), from the fp32 row.
+// dq_acc: [H][tiles of 64 rows][64 x D, dq_tile_index] fp32. One warp a row, lane l holding dims
+// 64 k + 2 l + {0, 1}.
+template <int D, bool QNORM>
 __global__ void attention_bwd_dq_convert_kernel(const float* __restrict__ dq_acc, const int2* __restrict__ ranges,
-                                                bf16* __restrict__ dQ, int T, int H, float scale) {
+                                                bf16* __restrict__ dQ, int T, int H, float scale, QNormRotary qn) {
   const int w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
-  if (w >= T * H) return;
+  if (w >= T * H) return;  // uniform in the warp (the norm's shuffles need all of it)
   const int i = w / H, h = w % H, m = i / kB90Walk, n_tiles = (T + kB90Walk - 1) / kB90Walk;
   const int2 r = ranges[m];
   const float* src = dq_acc + ((size_t)h * n_tiles + m) * kB90Walk * D;
-  for (int d = 2 * lane; d < D; d += 64) {
-    const float2 x = r.x <= r.y ? *reinterpret_cast<const float2*>(src + dq_tile_index<D>(i % kB90Walk, d))
+  float g[D / 32];
+#pragma unroll
+  for (int k = 0; k < D / 64; k++) {
+    const float2 x = r.x <= r.y ? *reinterpret_cast<const float2*>(src + dq_tile_index<D>(i % kB90Walk, 64 * k + 2 * lane))
                                 : make_float2(0.f, 0.f);
-    *reinterpret_cast<__nv_bfloat162*>(dQ + (size_t)w * D + d) = __floats2bfloat162_rn(x.x * scale, x.y * scale);
+    g[2 * k] = x.x * scale, g[2 * k + 1] = x.y * scale;
   }
+  if constexpr (QNORM) q_norm_rotary_backward_row<D>(g, qn, i, h, H, lane);
+#pragma unroll
+  for (int k = 0; k < D / 64; k++)
+    *reinterpret_cast<__nv_bfloat162*>(dQ + (size_t)w * D + 64 * k + 2 * lane) = __floats2bfloat162_rn(g[2 * k], g[2 * k + 1]);
 }
 
 __device__ __forceinline__ void named_barrier_256() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }

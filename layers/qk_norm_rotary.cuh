@@ -6,6 +6,8 @@
 //   backward: dn1 = dy1 cos - dy2 sin, dn2 = dy1 sin + dy2 cos  (the rotation's transpose), then
 //             dx = rstd dn - rstd^3 x (dn . x) / D
 //   x, y, dy, dx: bf16 [T][H][D], one each for q and k; rstd: fp32 [T * H] each. D = 64 or 128.
+//   The model's backward does k alone here: q's is fused into attention's last pass over dQ
+//   (attention/q_norm_rotary_bwd.cuh, the same math).
 // One row (t, h) is D / 8 lanes of a warp, 8 elements (16 bytes) a lane: lane l < D/16 holds
 // dims [8l, 8l + 8) of the first half and its partner l + D/16 the same dims of the second, so
 // the rotation pairs are one shuffle apart. The normalised values stay in fp32 between the two
@@ -103,7 +105,7 @@ __global__ void qk_norm_rotary_backward_kernel(QK<const bf16*> x, QK<const float
   float c[8], s[8];
   if (q.valid) q.angles(table, c, s);
   const bool first = q.lane < R::kHalf;
-  for (int j0 = 0; j0 < 2 * H; j0 += R::kBatch) {
+  for (int j0 = dy.q != nullptr ? 0 : H; j0 < 2 * H; j0 += R::kBatch) {  // q's rows, unless it has none
     Pack8 gv[R::kBatch], xv[R::kBatch];
 #pragma unroll
     for (int u = 0; u < R::kBatch; u++) {
@@ -148,9 +150,12 @@ inline cudaError_t qk_norm_rotary_forward(QK<const bf16*> x, QK<bf16*> y, QK<flo
   else qk_norm_rotary_forward_kernel<64><<<blocks, 256, 0, st>>>(x, y, rstd, table, T, H, eps);
   return cudaGetLastError();
 }
+// dy.q == nullptr: k alone (q's backward done elsewhere: attention.h QNormRotary); x.q, rstd.q
+// and dx.q are then not read.
 inline cudaError_t qk_norm_rotary_backward(QK<const bf16*> x, QK<const float*> rstd, QK<const bf16*> dy, QK<bf16*> dx, const float2* table,
                                            int T, int H, int D, cudaStream_t st = 0) {
   if ((D != 64 && D != 128) || T < 0 || H < 0 || !aligned16({x.q, x.k, dy.q, dy.k, dx.q, dx.k, table})) return cudaErrorInvalidValue;
+  if (!x.k || !dy.k || !dx.k || !rstd.k || (dy.q && (!x.q || !dx.q || !rstd.q))) return cudaErrorInvalidValue;
   const size_t threads = (size_t)T * (D / 8);
   if (!threads || !H) return cudaSuccess;
   const unsigned blocks = (unsigned)((threads + 255) / 256);

@@ -305,8 +305,11 @@ class Model {
       mm_.dX(dx_, W(lp.wo), dy_, T, C, C);
       prof_.mark(Profiler::kMatmul, "Wo dW (C x C)");
       mm_.dW(a.y, dx_, G(lp.wo), T, C, C);
+      // dq_ is the gradient of q before its norm + rotary: attention's last pass over dQ does that
+      // backward (attention.h QNormRotary); k's is done below
       prof_.mark(Profiler::kAttnBwd);
-      ok(attn::attention_backward(a.qn, a.kn, a.v, a.y, dy_, a.lse, t1_, t2_, dv_, ws_, T, H, Dh, mask()));
+      const attn::QNormRotary q_norm{a.q, a.rstd_q, rot_};
+      ok(attn::attention_backward(a.qn, a.kn, a.v, a.y, dy_, a.lse, dq_, t2_, dv_, ws_, T, H, Dh, mask(), 0, &q_norm));
       // v = a0 v_lin + a1 ve (ve gathered from its table again): d ve = a1 dv goes straight into
       // the table's gradient (summed by token, rounded to bf16 as a tensor of it would be), read
       // before the mix's backward turns dv_ into d v_lin in place
@@ -315,8 +318,8 @@ class Model {
       prof_.mark(Profiler::kNormMix, "value embedding mix backward");
       ok(layers::mix_backward_gather(dv_, a.v_lin, W(lp.value_embed), tokens_, T, C, nullptr, false, S(lp.attn_lambda),
                                      G(lp.attn_lambda), partial_));
-      prof_.mark(Profiler::kNormMix, "q, k norm + rotary backward");
-      ok(layers::qk_norm_rotary_backward({a.q, a.k}, {a.rstd_q, a.rstd_k}, {t1_, t2_}, {dq_, dk_}, rot_, T, H, Dh));
+      prof_.mark(Profiler::kNormMix, "k norm + rotary backward");
+      ok(layers::qk_norm_rotary_backward({nullptr, a.k}, {nullptr, a.rstd_k}, {nullptr, t2_}, {nullptr, dk_}, rot_, T, H, Dh));
       // q, k, v = h Wq, h Wk, h Wv
       prof_.mark(Profiler::kMatmul, "Wq, Wk, Wv dX (3 x C x C)");
       mm_.dX(dq_, W(lp.wq), dh_, T, C, C);

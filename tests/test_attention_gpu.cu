@@ -9,7 +9,8 @@
 // 1e-3 absolute. Errors are relative to max(||ref||, 1e-3 sqrt(n)): inputs are N(0, 1), and
 // some gradients are exactly zero in exact arithmetic (a row that keeps only itself has dS = 0),
 // where a purely relative error would divide rounding noise by zero. Also: uni and bi windows bit-identical under causal; bit-identical gradients
-// over 20 repeated runs; sampled rows of one T = 65536 case.
+// over 20 repeated runs; sampled rows of one T = 65536 case; dQ through the backward of Q's norm +
+// rotary (attention.h QNormRotary).
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -22,6 +23,8 @@
 #include "attention/kernels.h"
 #include "common/cuda_check.h"
 #include "attention/reference.h"
+#include "layers/rotary.cuh"
+#include "model/reference_layers.h"
 #include "tests/check.h"
 
 
@@ -292,6 +295,72 @@ int main(int argc, char** argv) {
     cases.push_back(c);
   for (auto& c : cases) check_case(c);
   std::printf("checked %zu mask/shape cases against the fp64 reference\n", cases.size());
+
+  // dQ through the backward of the norm + rotary that made Q (attention.h QNormRotary): dq is
+  // then the gradient of x, against rotary^T then rmsnorm_bwd in fp64 (model/reference_layers.h,
+  // its own angles) applied to the fp64 reference's dQ. Tolerance: twice the error of the same
+  // fp64 backward applied to the bf16 reference's dQ, plus 4e-3 for the kernel's one more bf16
+  // rounding (2^-8 / sqrt(3) = 2.3e-3 rms). dK and dV must keep their bits.
+  for (Case c : {Case{1000, 2, 128, true, 129, false, false, 2}, Case{1000, 3, 64, true, 0, false, false, 2},
+                 Case{4097, 2, 128, true, 1024, false, false, 2}, Case{129, 2, 64, false, 129, true, false, 0},
+                 Case{2, 1, 128, true, 0, false, false, 0}}) {
+    Buffers b = alloc(c.T, c.H, c.D);
+    new_inputs(b, c.docs);
+    const attn::MaskDesc m = kernel_mask(c, b);
+    const Outputs plain = run_kernels(b, m);
+    std::vector<float> x;
+    fill_random(x, b.n);
+    const size_t rows = (size_t)c.T * c.H;
+    std::vector<float> rstd(rows);
+    std::vector<double> xd(x.begin(), x.end()), rstd_d(rows);
+    for (size_t r = 0; r < rows; r++) {
+      double ss = 0;
+      for (int d = 0; d < c.D; d++) ss += xd[r * c.D + d] * xd[r * c.D + d];
+      rstd[r] = (float)(1.0 / std::sqrt(ss / c.D + 1.0 / 128));
+      rstd_d[r] = rstd[r];
+    }
+    const std::vector<float2> tab = layers::rotary_table(c.T, c.D);
+    bf16* dx;
+    float* drstd;
+    float2* dtab;
+    CUDA_CHECK(cudaMalloc(&dx, b.n * sizeof(bf16)));
+    CUDA_CHECK(cudaMalloc(&drstd, rows * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&dtab, tab.size() * sizeof(float2)));
+    upload(dx, x);
+    CUDA_CHECK(cudaMemcpy(drstd, rstd.data(), rows * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dtab, tab.data(), tab.size() * sizeof(float2), cudaMemcpyHostToDevice));
+    const attn::QNormRotary qn{dx, drstd, dtab};
+    for (bf16* p : {b.dgq, b.dgk, b.dgv}) CUDA_CHECK(cudaMemset(p, 0xFF, b.n * sizeof(bf16)));
+    CUDA_CHECK(attn::attention_backward(b.dq, b.dk, b.dv, b.o, b.ddo, b.lse, b.dgq, b.dgk, b.dgv, b.ws, b.T, b.H, b.D, m, 0, &qn));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> got = download(b.dgq, b.n), dk = download(b.dgk, b.n), dv = download(b.dgv, b.n);
+    std::vector<double> dq, dk_r, dv_r, dq16, dk16, dv16;
+    const ref::Mask rm = ref_mask(c, b);
+    ref::backward(b.q.data(), b.k.data(), b.v.data(), b.dout.data(), c.T, c.H, c.D, rm, dq, dk_r, dv_r);
+    ref::backward(b.q.data(), b.k.data(), b.v.data(), b.dout.data(), c.T, c.H, c.D, rm, dq16, dk16, dv16, true);
+    auto through_norm = [&](const std::vector<double>& g) {
+      std::vector<double> dn(b.n), out(b.n, 0.0);
+      model_ref::rotary(g.data(), dn.data(), c.T, c.H, c.D, -1.0);
+      model_ref::rmsnorm_bwd(xd.data(), rstd_d.data(), dn.data(), out.data(), c.T * c.H, c.D);
+      return out;
+    };
+    const std::vector<double> want = through_norm(dq), want16 = through_norm(dq16);
+    const double factor = c.T < 64 ? 4.0 : 2.0, e = rel_err(got, want), e16 = rel_err(want16, want);
+    const std::string n = c.name();
+    CHECK(all_finite(got) && e <= factor * e16 + 4e-3, "%s q norm + rotary: dx rel err %.3e > %.0f x bf16 reference %.3e + 4e-3",
+          n.c_str(), e, factor, e16);
+    CHECK(std::memcmp(dk.data(), plain.dk.data(), b.n * sizeof(float)) == 0 &&
+              std::memcmp(dv.data(), plain.dv.data(), b.n * sizeof(float)) == 0,
+          "%s q norm + rotary: dK or dV changed", n.c_str());
+    std::printf("%s, dQ through q's norm + rotary backward: dx rel err %.3e (bf16 reference %.3e)\n", n.c_str(), e, e16);
+    // a table not 16-byte aligned is refused, not read
+    const attn::QNormRotary bad{dx, drstd, reinterpret_cast<const float2*>(reinterpret_cast<const char*>(dtab) + 8)};
+    CHECK(attn::attention_backward(b.dq, b.dk, b.dv, b.o, b.ddo, b.lse, b.dgq, b.dgk, b.dgv, b.ws, b.T, b.H, b.D, m, 0, &bad) ==
+              cudaErrorInvalidValue,
+          "%s q norm + rotary: a misaligned table accepted", n.c_str());
+    for (void* p : {(void*)dx, (void*)drstd, (void*)dtab}) CUDA_CHECK(cudaFree(p));
+    release(b);
+  }
 
   // determinism: 20 runs, identical bits (causal window, and prefix-LM with a bi window)
   for (Case c : {Case{4097, 2, 128, true, 1024, false, false, 2}, Case{4097, 2, 128, true, 1024, true, false, 2, 400}}) {

@@ -8,7 +8,8 @@
 // rmsnorm then rotary in fp64 (model/reference_layers.h), and its backward against rotary^T
 // then rmsnorm_bwd; at the speedrun's length (angles up to 65535 rad), H = 3 so that a token's
 // 2H = 6 rows are not a multiple of the kernel's batch of 4 and rows do not align with warps.
-// q and k hold different values (a swap of the two would show).
+// q and k hold different values (a swap of the two would show). k alone (dy.q null) gives
+// k's bits of the call with both.
 // Tolerances: bf16 outputs rounded once from fp32 math, 4e-3 relative (rms); rstd fp32, 1e-5.
 static void test_qk_norm_rotary() {
   for (int D : {128, 64}) {
@@ -51,6 +52,17 @@ static void test_qk_norm_rotary() {
       CHECK(rerr < 1e-5 && ey < 4e-3 && ex < 4e-3, "qk norm+rotary D=%d %s: rstd %.2e y %.2e dx %.2e", D, w ? "k" : "q", rerr, ey, ex);
       std::printf("qk norm+rotary T=%d H=%d D=%d, %s: rstd %.1e, y %.2e, dx %.2e\n", T, H, D, w ? "k" : "q", rerr, ey, ex);
     }
+    // k alone (the model's call: q's backward runs in attention's last pass over dQ): the same
+    // bits as k's rows beside q's, every row written
+    bf16* dk_only = poisoned(n);
+    CUDA_CHECK(layers::qk_norm_rotary_backward({nullptr, t[1].dx_in}, {nullptr, t[1].drstd}, {nullptr, t[1].ddy}, {nullptr, dk_only},
+                                               dt, T, H, D));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CHECK(from_device(dk_only, n) == from_device(t[1].ddx, n), "qk norm+rotary D=%d: k alone differs from k beside q", D);
+    CHECK(layers::qk_norm_rotary_backward({t[0].dx_in, t[1].dx_in}, {t[0].drstd, t[1].drstd}, {t[0].ddy, t[1].ddy}, {nullptr, dk_only},
+                                          dt, T, H, D) == cudaErrorInvalidValue,
+          "qk norm+rotary backward: q's gradient with nowhere to go accepted");
+    CUDA_CHECK(cudaFree(dk_only));
     CHECK(layers::qk_norm_rotary_forward({t[0].dx_in, t[1].dx_in}, {t[0].dyo, t[1].dyo}, {t[0].drstd, t[1].drstd}, dt, T, H, 96, 0.f) ==
               cudaErrorInvalidValue,
           "qk norm+rotary: D=96 accepted");

@@ -10,15 +10,18 @@
 // is taken as e r when e < 1 (no cancellation for either sign of z). q = exp(logit - 30) =
 // exp(-60 r) lies in [e^-60, 1], so its sum S over a row is a normal fp32 number for any V < 2^100;
 // then lse = 30 + log S, loss = log S + 60 r_t and softmax = q / S.
-// Two passes over the row, the special functions all in the first: it reads z, sums q and writes
-// g = q (1 - tanh^2) / 4 as bf16 where dz goes; the second reads g back and writes dz = g 4
-// grad_scale / S (the target's element from z_t, with its one-hot term). So dz is rounded twice
-// (g, then dz). One block of 1024 threads a row and two blocks an SM: the 2 x 132 rows in flight
-// (26 MB) stay in L2 between the passes, so HBM sees one read of z and one write of dz. (The
-// earlier kernel recomputed e, r and q in its second pass from z: with four rows of 512 threads
-// an SM, the second read of z missed L2, 3.07 GB read where 1.65 were needed, and it was bound
-// by HBM and the special-function unit at once: 1.24 against 1.03 ms a 16384-row chunk, one H200.)
-// 16-byte accesses when V % 8 == 0.
+// Two passes over the row, the special functions all in the first: it reads z, sums q and keeps
+// g = q (1 - tanh^2) / 4 as bf16; the second reads g back and writes dz = g 4 grad_scale / S (the
+// target's element from z_t, with its one-hot term). So dz is rounded twice (g, then dz). One
+// block of 1024 threads a row, two blocks an SM. Where the row fits (2V bytes, two an SM: V up to
+// about 56000 on Hopper) each thread first copies its 16-byte chunks of z into shared memory with
+// cp.async, all of them in flight at once without holding registers, and g stays there; HBM
+// sees one read of z and one write of dz, at its bandwidth (one 16384 x 50304 chunk on one H200:
+// 0.783 ms, 4.2 TB/s). Otherwise g goes where dz goes and pass 2 reads it back from L2 (the 2 x
+// 132 rows in flight, 26 MB, stay there): 1.033 ms, with one load of 16 bytes in flight a thread
+// (32 registers, 2048 threads an SM). (Before both, the kernel recomputed e, r and q in its second
+// pass from a second read of z, which missed L2 with four rows of 512 threads an SM: 1.24 ms,
+// bound by HBM and the special-function unit at once.) 16-byte accesses when V % 8 == 0.
 // A target of kIgnoreTarget (-1) is a prediction left out of the loss (prefix-LM: a target the
 // position can see): its loss is 0 and its dz row 0. Other targets outside [0, V) are reported
 // through bad_target (set to 1), not read; their row's loss is NaN and its dz is left as it was.
@@ -63,10 +66,21 @@ struct SoftcapTerms {
   __device__ __forceinline__ float dtanh_4() const { return r * (e < 1.f ? e * r : 1.f - r); }
 };
 
-template <int THREADS, bool VEC, bool GRAD>
+// A 16-byte copy global -> shared that bypasses registers (cp.async), and the wait for all of
+// this thread's.
+__device__ __forceinline__ void cp_async_16(void* dst_shared, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst_shared)), "l"(src)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory"); }
+
+// SMEM (with VEC): the row goes through dynamic shared memory (2V bytes), see the top comment.
+template <int THREADS, bool VEC, bool GRAD, bool SMEM>
 __global__ void __launch_bounds__(THREADS, 2) softcap_ce_kernel(__nv_bfloat16* z, const int* __restrict__ targets,
                                                                 __nv_bfloat16* dz, float* __restrict__ loss, int V,
                                                                 float grad_scale, int* bad_target) {
+  static_assert(VEC || !SMEM, "the shared-memory row takes 16-byte chunks");
+  extern __shared__ uint4 s_row[];
   __shared__ float scratch[32];
   const int row = blockIdx.x;
   const __nv_bfloat16* zr = z + (size_t)row * V;
@@ -92,10 +106,17 @@ __global__ void __launch_bounds__(THREADS, 2) softcap_ce_kernel(__nv_bfloat16* z
   const bool owner = threadIdx.x == t_unit % THREADS;
   float zt = 0.f, sum = 0.f;
   if (VEC) {
-    const uint4* zv = reinterpret_cast<const uint4*>(zr);
+    // src: where pass 1 reads z; gv: where g goes (read back by pass 2). Each thread copies,
+    // reads and writes only its own chunks, so it needs no barrier with the others.
+    const uint4* src = reinterpret_cast<const uint4*>(zr);
     uint4* gv = reinterpret_cast<uint4*>(dr);
+    if (SMEM) {
+      for (int j = threadIdx.x; j < V / 8; j += THREADS) cp_async_16(s_row + j, src + j);
+      cp_async_wait_all();
+      src = gv = s_row;
+    }
     for (int j = threadIdx.x; j < V / 8; j += THREADS) {
-      const uint4 u = zv[j];
+      const uint4 u = src[j];
       const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
       if (j == t_unit) {  // element target % 8 of the chunk, picked without indexing a register array
         const int w = (target % 8) / 2;
@@ -131,7 +152,8 @@ __global__ void __launch_bounds__(THREADS, 2) softcap_ce_kernel(__nv_bfloat16* z
   // Each thread reads back only the g it wrote itself (the same chunks in the same order).
   const float inv4 = 4.f * grad_scale / sum, tgt4 = 4.f * grad_scale;
   if (VEC) {
-    uint4* gv = reinterpret_cast<uint4*>(dr);
+    const uint4* gv = SMEM ? s_row : reinterpret_cast<const uint4*>(dr);
+    uint4* dv = reinterpret_cast<uint4*>(dr);
     for (int j = threadIdx.x; j < V / 8; j += THREADS) {
       const uint4 u = gv[j];
       const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
@@ -142,7 +164,7 @@ __global__ void __launch_bounds__(THREADS, 2) softcap_ce_kernel(__nv_bfloat16* z
         const float2 f = __bfloat1622float2(h[k]);
         oh[k] = __floats2bfloat162_rn(f.x * inv4, f.y * inv4);
       }
-      gv[j] = o;
+      dv[j] = o;
     }
   } else {
     for (int i = threadIdx.x; i < V; i += THREADS) dr[i] = __float2bfloat16(__bfloat162float(dr[i]) * inv4);
@@ -153,15 +175,42 @@ __global__ void __launch_bounds__(THREADS, 2) softcap_ce_kernel(__nv_bfloat16* z
   }
 }
 
-// dz may equal z (in place) or be nullptr (loss only).
+// The row through shared memory when two blocks of 1024 threads with a row each fit an SM (the
+// device's shared memory, asked once per device); 16-byte chunks only.
+inline bool softcap_ce_row_fits_smem(int V) {
+  static int per_sm[64] = {}, per_block[64] = {};  // 0: not asked yet
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  if (per_sm[dev] == 0) {
+    int sm = 0, block = 0;
+    if (cudaDeviceGetAttribute(&sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+      return false;
+    per_sm[dev] = sm, per_block[dev] = block;
+  }
+  const size_t row = (size_t)V * 2, per_block_need = row + 1024 + 128;  // + the 1 KB the SM keeps a block, and scratch
+  return row <= (size_t)per_block[dev] && 2 * per_block_need <= (size_t)per_sm[dev];
+}
+
+// dz may equal z (in place) or be nullptr (loss only). allow_smem = false keeps g in dz between
+// the passes even where the row would fit in shared memory (tests: both paths give the same bits).
 inline cudaError_t softcap_ce(__nv_bfloat16* z, const int* targets, __nv_bfloat16* dz, float* loss, int rows, int V,
-                              float grad_scale, int* bad_target, cudaStream_t stream = 0) {
+                              float grad_scale, int* bad_target, cudaStream_t stream = 0, bool allow_smem = true) {
   if (rows < 0 || V < 1) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   constexpr int kThreads = 1024;
   const bool vec = V % 8 == 0 && (uintptr_t)z % 16 == 0 && (dz == nullptr || (uintptr_t)dz % 16 == 0);
-  auto k = vec ? (dz != nullptr ? softcap_ce_kernel<kThreads, true, true> : softcap_ce_kernel<kThreads, true, false>)
-               : (dz != nullptr ? softcap_ce_kernel<kThreads, false, true> : softcap_ce_kernel<kThreads, false, false>);
+  const bool grad = dz != nullptr;
+  if (vec && allow_smem && softcap_ce_row_fits_smem(V)) {
+    auto k = grad ? softcap_ce_kernel<kThreads, true, true, true> : softcap_ce_kernel<kThreads, true, false, true>;
+    const int smem = V * 2;
+    cudaError_t err = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err != cudaSuccess) return err;
+    k<<<rows, kThreads, smem, stream>>>(z, targets, dz, loss, V, grad_scale, bad_target);
+    return cudaGetLastError();
+  }
+  auto k = vec ? (grad ? softcap_ce_kernel<kThreads, true, true, false> : softcap_ce_kernel<kThreads, true, false, false>)
+               : (grad ? softcap_ce_kernel<kThreads, false, true, false> : softcap_ce_kernel<kThreads, false, false, false>);
   k<<<rows, kThreads, 0, stream>>>(z, targets, dz, loss, V, grad_scale, bad_target);
   return cudaGetLastError();
 }

@@ -68,8 +68,19 @@ static void test_softcap_ce() {
     CHECK(le < 1e-5 && de < 4e-3 && de_max < 8e-3 && bad == 0,
           "softcap CE (V=%d): loss %.2e dz %.2e (rms) %.2e (max) bad flag %d", V, le, de, de_max, bad);
     CHECK(hl_only == hl && hl_inplace == hl && dz_in == dz_out, "softcap CE (V=%d): loss-only or in-place call differs", V);
-    std::printf("softcap CE (V=%d): loss %.2e, dz %.2e rms, %.2e max; loss-only and in-place calls give the same bits\n", V,
-                le, de, de_max);
+    // g kept in dz between the passes instead of in shared memory (the path of rows too long for
+    // it): the same bits, in place and loss only
+    CUDA_CHECK(cudaFree(dzin));
+    dzin = to_device(z);
+    CUDA_CHECK(layers::softcap_ce(dzin, dtg, nullptr, dloss, rows, V, (float)scale, dbad, 0, /*allow_smem=*/false));
+    const std::vector<float> hl_global_only = losses();
+    CUDA_CHECK(layers::softcap_ce(dzin, dtg, dzin, dloss, rows, V, (float)scale, dbad, 0, /*allow_smem=*/false));
+    const std::vector<float> hl_global = losses();
+    CHECK(hl_global == hl && hl_global_only == hl && from_device(dzin, z.size()) == dz_out,
+          "softcap CE (V=%d): g through dz differs from g through shared memory", V);
+    std::printf("softcap CE (V=%d, row in shared memory: %d): loss %.2e, dz %.2e rms, %.2e max; loss-only, in-place and "
+                "g-through-dz calls give the same bits\n",
+                V, V % 8 == 0 && layers::softcap_ce_row_fits_smem(V), le, de, de_max);
     CUDA_CHECK(cudaFree(dzin));
     dzin = to_device(z);  // the in-place call overwrote z
     tg[5] = V + 3;  // a target out of range is reported, not read

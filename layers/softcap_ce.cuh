@@ -30,6 +30,7 @@
 
 #include <cstdint>
 
+#include "attention/primitives.cuh"
 #include "common/fast_math.cuh"
 
 namespace layers {
@@ -65,14 +66,6 @@ struct SoftcapTerms {
   // r = 1; e = inf, where e r is NaN, takes the other branch)
   __device__ __forceinline__ float dtanh_4() const { return r * (e < 1.f ? e * r : 1.f - r); }
 };
-
-// A 16-byte copy global -> shared that bypasses registers (cp.async), and the wait for all of
-// this thread's.
-__device__ __forceinline__ void cp_async_16(void* dst_shared, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst_shared)), "l"(src)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory"); }
 
 // SMEM (with VEC): the row goes through dynamic shared memory (2V bytes), see the top comment.
 template <int THREADS, bool VEC, bool GRAD, bool SMEM>
@@ -111,8 +104,10 @@ __global__ void __launch_bounds__(THREADS, 2) softcap_ce_kernel(__nv_bfloat16* z
     const uint4* src = reinterpret_cast<const uint4*>(zr);
     uint4* gv = reinterpret_cast<uint4*>(dr);
     if (SMEM) {
-      for (int j = threadIdx.x; j < V / 8; j += THREADS) cp_async_16(s_row + j, src + j);
-      cp_async_wait_all();
+      for (int j = threadIdx.x; j < V / 8; j += THREADS) attn::cp_async16(attn::smem_addr(s_row + j), src + j, true);
+      attn::cp_async_commit();
+      attn::cp_async_wait<0>();
+      asm volatile("" ::: "memory");  // the reads of s_row below stay after the wait
       src = gv = s_row;
     }
     for (int j = threadIdx.x; j < V / 8; j += THREADS) {

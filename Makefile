@@ -35,7 +35,7 @@ comma := ,
 
 BUILD := build
 TOOLS := $(BUILD)/prepare $(BUILD)/tokenize
-ATTN_OBJS := $(BUILD)/attention/dispatch.o $(BUILD)/attention/bwd_preprocess.o $(BUILD)/attention/attention_fwd.o $(BUILD)/attention/attention_bwd.o \
+ATTN_OBJS := $(BUILD)/attention/dispatch.o $(BUILD)/attention/doc_spans.o $(BUILD)/attention/bwd_preprocess.o $(BUILD)/attention/attention_fwd.o $(BUILD)/attention/attention_bwd.o \
              $(BUILD)/attention/attention_fwd_sm90.o $(BUILD)/attention/attention_bwd_sm90.o
 CPU_TESTS := $(BUILD)/tests/test_data $(BUILD)/tests/test_attention_cpu $(BUILD)/tests/test_model_cpu \
              $(BUILD)/tests/test_optimizer_cpu $(BUILD)/tests/test_loader_log $(BUILD)/tests/test_checkpoint \

@@ -5,7 +5,9 @@
 // backward: dQ, dK, dV from Q, K, V, O, dO and lse (probabilities recomputed from lse).
 // Layouts: Q, K, V, O, dO, dQ, dK, dV are bf16 [T, H, D] (batch folded into T, documents
 // separated by the document mask), lse is fp32 [H, T]. scale = 1/sqrt(D). D is 64 or 128.
-// mask.doc_ids, when set, is a device pointer to T nondecreasing int32 ids.
+// mask.doc_ids, when set, is a device pointer to T nondecreasing int32 ids; mask.doc_spans, when
+// also set, holds each position's document span from doc_spans() below (the same results, faster
+// block starts).
 // The backward is deterministic: the same inputs give the same bits. The sm80 kernels compute
 // dQ in a pass of its own; the sm90 kernel adds each key block's share of a query tile's dQ in a
 // fixed order (attention_bwd_sm90.cu).
@@ -39,6 +41,12 @@ KernelChoice kernel_choice();
 // Which kernels a call with head dim D runs on the current device, in words ("sm90 (wgmma),
 // fused backward"), for tests and benchmarks to say what they measured.
 const char* kernels_in_use(int D);
+
+// spans[p] = (first, last position of p's document) for p < T, from T nondecreasing document
+// ids (device pointers; doc_spans.cu). Give it to MaskDesc::doc_spans with the same doc_ids:
+// every kernel's block then reads its documents' ends instead of searching for them (on the
+// speedrun's mask a fifth of the forward's time). Compute once per sequence, reuse per layer.
+cudaError_t doc_spans(const int32_t* doc_ids, DocSpan* spans, int T, cudaStream_t stream = 0);
 
 // Bytes of device workspace attention_backward needs (per row rowsum(dO * O) and lse in log2
 // units; the fp32 dQ sums, about 4 T H D bytes; a count per query tile of 64).

@@ -90,6 +90,7 @@ int main(int argc, char** argv) {
     bf16 *dq, *dk, *dv, *dout = nullptr, *o, *gq = nullptr, *gk = nullptr, *gv = nullptr;
     float* lse;
     int32_t* ddoc = nullptr;
+    attn::DocSpan* dspan = nullptr;
     void* ws = nullptr;
     auto up = [&](bf16** d, const npy::Array& a, const std::string& name) {
       auto h = to_bf16(a, name);
@@ -110,7 +111,10 @@ int main(int argc, char** argv) {
     if (!doc.empty()) {
       CUDA_CHECK(cudaMalloc(&ddoc, T * sizeof(int32_t)));
       CUDA_CHECK(cudaMemcpy(ddoc, doc.data(), T * sizeof(int32_t), cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMalloc(&dspan, T * sizeof(attn::DocSpan)));
+      CUDA_CHECK(attn::doc_spans(ddoc, dspan, T));
       m.doc_ids = ddoc;
+      m.doc_spans = dspan;
     }
     CUDA_CHECK(attn::attention_forward(dq, dk, dv, o, lse, T, H, D, m));
     auto down = [&](const bf16* d) {

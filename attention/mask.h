@@ -58,6 +58,11 @@ namespace attn {
 constexpr int kMaskBlock = 128;     // the speedrun's block size for windows counted in blocks
 constexpr int kUnbounded = 1 << 30;  // an interval end that bounds nothing
 
+// The first and last position of a document (attention.h doc_spans gives one per position).
+struct alignas(8) DocSpan {
+  int32_t first, last;
+};
+
 struct MaskDesc {
   bool causal = true;
   int window = 0;                 // 0: no window; else W tokens or N blocks
@@ -65,6 +70,9 @@ struct MaskDesc {
   bool window_blocks = false;     // window counted in blocks of 128 tokens
   int prefix = 0;                 // prefix-LM: P tokens at the start of each document see each other both ways; 0: off
   const int32_t* doc_ids = nullptr;  // [T], nondecreasing; nullptr: no document mask
+  const DocSpan* doc_spans = nullptr;  // optional, with doc_ids: [T] (first, last) position of each
+                                        // one's document, attention.h doc_spans(); read by the
+                                        // kernels at each block's start instead of searching doc_ids
 };
 
 // Normalised form that the kernels use.
@@ -74,13 +82,14 @@ struct MaskBounds {
   int blo, bhi;  // kept only if blo <= q/128 - k/128 <= bhi
   int prefix;    // > 0: causal with a prefix: kept only if k <= q or k - start(q) < prefix
   const int32_t* doc;
+  const DocSpan* span;  // doc's spans (MaskDesc::doc_spans) or nullptr; only with doc
 };
 
 ATTN_HD int imax(int a, int b) { return a > b ? a : b; }
 ATTN_HD int imin(int a, int b) { return a < b ? a : b; }
 
 ATTN_HD MaskBounds make_bounds(const MaskDesc& m, int T) {
-  MaskBounds b{T, -kUnbounded, kUnbounded, -kUnbounded, kUnbounded, 0, m.doc_ids};
+  MaskBounds b{T, -kUnbounded, kUnbounded, -kUnbounded, kUnbounded, 0, m.doc_ids, m.doc_ids ? m.doc_spans : nullptr};
   // prefix >= T covers every document whole: the same as T (and no overflow in start + prefix)
   if (m.causal && m.prefix > 0) b.prefix = imin(m.prefix, imax(T, 1));
   const bool strict_causal = m.causal && b.prefix == 0;

@@ -2,7 +2,7 @@
 //
 //   bench_attention [OUT.json] [--T 65536] [--heads 6] [--head-dim 128]
 //                   [--causal 1] [--window W] [--window-mask uni|bi] [--window-granularity token|block]
-//                   [--docs 0|1] [--prefix P] [--name NAME]
+//                   [--docs 0|1] [--prefix P] [--name NAME] [--no-doc-spans]
 // With no mask flag it runs the table of masks in bench/RESULTS.md at the given shape (by
 // default the speedrun's: T = 65536, 6 heads of 128); with any mask flag, that one mask.
 // Inputs are random (bench/fill.cuh, unit variance). Times with CUDA events (3 warm-up calls,
@@ -12,6 +12,9 @@
 // to OUT.json (default bench_attention.json) for bench/compare_flex.py, which times
 // FlexAttention on exactly the same cases.
 // Documents (mean length 1000): lengths 500 + (i * 7919) % 1001, the same rule as compare_flex.py.
+// Their spans (attention.h doc_spans) are computed once, outside the timings, and given to the
+// kernels as the model gives them (--no-doc-spans: not, for comparison), just as FlexAttention's
+// block mask is built once outside its timings.
 // ATTN_KERNELS=sm80 runs the sm80 family (to compare the two); ATTN_BWD=fused|two-kernels picks
 // the sm90 backward, ATTN_BWD_OWN=64|128 the two-kernel backward's block size at head dim 64
 // (attention.h KernelChoice); BENCH_ONLY=NAME runs one case of the table (for profiling).
@@ -141,8 +144,9 @@ static int run(int argc, char** argv) {
       cli::integer(app, "--docs", docs, 0, 1, "1: documents of mean length 1000"),
       cli::integer(app, "--prefix", prefix, 0, 1 << 22, "prefix-LM length (needs --causal 1)"),
       app.add_option("--name", name, "the case's name in the output")};
-  bool geometry_only = false;
+  bool geometry_only = false, no_spans = false;
   app.add_flag("--geometry", geometry_only, "print each mask's tile geometry for the sm90 kernels (no GPU needed) and exit");
+  app.add_flag("--no-doc-spans", no_spans, "with documents, give the kernels the ids alone (each block searches them) instead of their spans");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -221,8 +225,11 @@ static int run(int argc, char** argv) {
   }
   std::vector<int32_t> doc = bench_docs(T);
   int32_t* ddoc;
+  attn::DocSpan* dspan;  // the documents' spans, computed once as a model does per sequence
   CUDA_CHECK(cudaMalloc(&ddoc, T * sizeof(int32_t)));
+  CUDA_CHECK(cudaMalloc(&dspan, T * sizeof(attn::DocSpan)));
   CUDA_CHECK(cudaMemcpy(ddoc, doc.data(), T * sizeof(int32_t), cudaMemcpyHostToDevice));
+  CUDA_CHECK(attn::doc_spans(ddoc, dspan, T));
 
   FILE* js = std::fopen(json_path.c_str(), "w");
   if (!js) {
@@ -240,6 +247,7 @@ static int run(int argc, char** argv) {
     attn::MaskDesc m = mask_of(c, doc.data());
     const double pairs = (double)attn::kept_pairs(attn::make_bounds(m, T)), fwd_flops = 4.0 * D * pairs * H;
     m.doc_ids = c.docs ? ddoc : nullptr;
+    m.doc_spans = c.docs && !no_spans ? dspan : nullptr;
     auto time_it = [&](bool backward) {
       std::vector<float> ms;
       for (int it = 0; it < kWarm + kReps; it++) {

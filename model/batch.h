@@ -53,8 +53,9 @@ struct Batch {
 };
 
 // The attention kernels' description of the mask at one step (its window), with the document
-// ids at doc_ids (device or host memory, as the caller needs; unused without documents).
-inline attn::MaskDesc attention_mask(const MaskConfig& m, int window, const int32_t* doc_ids) {
+// ids at doc_ids (device or host memory, as the caller needs; unused without documents) and,
+// for the kernels, their spans (attention.h doc_spans; device memory, optional).
+inline attn::MaskDesc attention_mask(const MaskConfig& m, int window, const int32_t* doc_ids, const attn::DocSpan* doc_spans = nullptr) {
   attn::MaskDesc d;
   d.causal = m.causal;
   d.window = window;
@@ -62,6 +63,7 @@ inline attn::MaskDesc attention_mask(const MaskConfig& m, int window, const int3
   d.window_blocks = m.blocks;
   d.prefix = m.prefix_attention ? m.prefix : 0;
   d.doc_ids = m.documents ? doc_ids : nullptr;
+  d.doc_spans = m.documents ? doc_spans : nullptr;
   return d;
 }
 

@@ -92,6 +92,7 @@ class Model {
     cuda_check(cudaMemcpy(one_, &one, sizeof(float), cudaMemcpyHostToDevice), "constant");
     alloc(&ws_, attn::backward_workspace_bytes(T, cfg.heads, cfg.head_dim()));
     for (int** p : {&tokens_, &targets_, &doc_}) alloc(p, (size_t)T * sizeof(int));
+    alloc(&doc_spans_, (size_t)T * sizeof(attn::DocSpan));
     alloc(&ix_buf_, layers::TokenIndex::max_packed(T) * sizeof(int));
     alloc(&ix_partial_, layers::TokenIndex::max_slots(T) * cfg.width * sizeof(float));
     alloc(&bad_, sizeof(int));
@@ -176,6 +177,7 @@ class Model {
     cuda_check(cudaMemcpy(tokens_, tokens.data(), T * sizeof(int), cudaMemcpyHostToDevice), "tokens");
     cuda_check(cudaMemcpy(targets_, batch.targets.data(), T * sizeof(int), cudaMemcpyHostToDevice), "targets");
     cuda_check(cudaMemcpy(doc_, batch.doc_ids.data(), T * sizeof(int), cudaMemcpyHostToDevice), "doc ids");
+    ok(attn::doc_spans(doc_, doc_spans_, T));  // once per sequence: every layer's attention reads them
     cuda_check(cudaMemcpy(ix_buf_, packed.data(), packed.size() * sizeof(int), cudaMemcpyHostToDevice), "token index");
     ixv_ = layers::TokenIndexView(ix, ix_buf_, ix_partial_);
     cuda_check(cudaMemset(bad_, 0, sizeof(int)), "flag");
@@ -379,7 +381,7 @@ class Model {
     buffers_.push_back(*p);
   }
   static void ok(cudaError_t e) { cuda_check(e, "kernel launch"); }
-  attn::MaskDesc mask() const { return model::attention_mask(cfg_.mask, cfg_.mask.window, doc_); }
+  attn::MaskDesc mask() const { return model::attention_mask(cfg_.mask, cfg_.mask.window, doc_, doc_spans_); }
   // Where each parameter starts in the flat layout, looked up by name once (in the constructor),
   // so that a step finds its tensors by offset. W: the bf16 weights, S: the fp32 masters (the
   // scalars are read from them), G: the fp32 gradients.
@@ -423,6 +425,7 @@ class Model {
   float *w32_, *g32_, *rstd_e_, *rstd_f_, *loss_, *partial_, *one_;
   void* ws_;
   int *tokens_, *targets_, *doc_, *ix_buf_, *bad_;
+  attn::DocSpan* doc_spans_;  // of doc_
   float* ix_partial_;
   layers::TokenIndexView ixv_;  // the last forward's token index
   float2* rot_;

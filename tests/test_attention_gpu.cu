@@ -10,7 +10,9 @@
 // some gradients are exactly zero in exact arithmetic (a row that keeps only itself has dS = 0),
 // where a purely relative error would divide rounding noise by zero. Also: uni and bi windows bit-identical under causal; bit-identical gradients
 // over 20 repeated runs; sampled rows of one T = 65536 case; dQ through the backward of Q's norm +
-// rotary (attention.h QNormRotary).
+// rotary (attention.h QNormRotary). With documents, every case runs again with the documents'
+// spans given (MaskDesc::doc_spans) and must give the same bits; the spans themselves are
+// checked against a linear scan of the ids.
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -54,6 +56,7 @@ struct Buffers {
   bf16 *dq_, *dk_, *dv_, *dq, *dk, *dv, *o, *ddo, *dgq, *dgk, *dgv;
   float* lse;
   int32_t* ddoc = nullptr;
+  attn::DocSpan* dspan = nullptr;  // attn::doc_spans of ddoc
   void* ws;
 };
 
@@ -98,11 +101,12 @@ static Buffers alloc(int T, int H, int D) {
   CUDA_CHECK(cudaMalloc(&b.lse, (size_t)H * T * sizeof(float)));
   CUDA_CHECK(cudaMalloc(&b.ws, attn::backward_workspace_bytes(T, H, D)));
   CUDA_CHECK(cudaMalloc(&b.ddoc, (size_t)T * sizeof(int32_t)));
+  CUDA_CHECK(cudaMalloc(&b.dspan, (size_t)T * sizeof(attn::DocSpan)));
   return b;
 }
 static void release(Buffers& b) {
   for (void* p : {(void*)b.dq_, (void*)b.dk_, (void*)b.dv_, (void*)b.ddo, (void*)b.o, (void*)b.dgq, (void*)b.dgk,
-                  (void*)b.dgv, (void*)b.lse, b.ws, (void*)b.ddoc})
+                  (void*)b.dgv, (void*)b.lse, b.ws, (void*)b.ddoc, (void*)b.dspan})
     CUDA_CHECK(cudaFree(p));
 }
 
@@ -112,16 +116,34 @@ static void new_inputs(Buffers& b, int docs) {
   if (docs) {
     b.doc = make_docs(b.T, docs);
     CUDA_CHECK(cudaMemcpy(b.ddoc, b.doc.data(), b.T * sizeof(int32_t), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(b.dspan, 0xFF, b.T * sizeof(attn::DocSpan)));
+    CUDA_CHECK(attn::doc_spans(b.ddoc, b.dspan, b.T));
+    std::vector<attn::DocSpan> got(b.T);
+    CUDA_CHECK(cudaMemcpy(got.data(), b.dspan, b.T * sizeof(attn::DocSpan), cudaMemcpyDeviceToHost));
+    int bad = 0;  // against a linear scan: each document's run of equal ids
+    for (int i = 0, first = 0; i < b.T; i++) {
+      if (i > 0 && b.doc[i] != b.doc[i - 1]) first = i;
+      int last = i;
+      while (last + 1 < b.T && b.doc[last + 1] == b.doc[i]) last++;
+      bad += got[i].first != first || got[i].last != last;
+      if (last > i) {  // the rest of the run has the same span
+        for (int j = i + 1; j <= last; j++) bad += got[j].first != first || got[j].last != last;
+        i = last;
+      }
+    }
+    CHECK(bad == 0, "doc_spans: %d of %d positions differ from a linear scan (T=%d, layout %d)", bad, b.T, b.T, docs);
   } else {
     b.doc.clear();
   }
 }
 
-static attn::MaskDesc kernel_mask(const Case& c, const Buffers& b) {
+// spans: give the documents' spans too (they change the kernels' block starts, not the results)
+static attn::MaskDesc kernel_mask(const Case& c, const Buffers& b, bool spans = false) {
   attn::MaskDesc m;
   m.causal = c.causal; m.window = c.window; m.window_bidir = c.bidir; m.window_blocks = c.blocks;
   m.prefix = c.prefix;
   m.doc_ids = c.docs ? b.ddoc : nullptr;
+  m.doc_spans = c.docs && spans ? b.dspan : nullptr;
   return m;
 }
 static ref::Mask ref_mask(const Case& c, const Buffers& b) {
@@ -222,6 +244,7 @@ static void check_case(const Case& c) {
     Outputs ob = run_kernels(b, kernel_mask(cb, b));
     CHECK(same_bits(out, ob), "%s: uni and bi windows differ under causal", n.c_str());
   }
+  if (c.docs) CHECK(same_bits(out, run_kernels(b, kernel_mask(c, b, true))), "%s: the documents' spans change the results", n.c_str());
   release(b);
 }
 
@@ -366,19 +389,19 @@ int main(int argc, char** argv) {
   for (Case c : {Case{4097, 2, 128, true, 1024, false, false, 2}, Case{4097, 2, 128, true, 1024, true, false, 2, 400}}) {
     Buffers b = alloc(c.T, c.H, c.D);
     new_inputs(b, c.docs);
-    Outputs first = run_kernels(b, kernel_mask(c, b));
+    Outputs first = run_kernels(b, kernel_mask(c, b, true));
     int same = 0;
-    for (int i = 0; i < 20; i++) same += same_bits(first, run_kernels(b, kernel_mask(c, b)));
+    for (int i = 0; i < 20; i++) same += same_bits(first, run_kernels(b, kernel_mask(c, b, true)));
     CHECK(same == 20, "%s deterministic: only %d of 20 repeated runs gave the same bits", c.name().c_str(), same);
     release(b);
   }
 
   // T = 65536, H = 6, D = 128, causal + window 1024 + documents (and with a prefix of 256):
-  // sampled rows of O, lse and dQ
+  // sampled rows of O, lse and dQ (with the documents' spans, as the model runs)
   for (Case c : {Case{65536, 6, 128, true, 1024, false, false, 2}, Case{65536, 6, 128, true, 1024, false, false, 2, 256}}) {
     Buffers b = alloc(c.T, c.H, c.D);
     new_inputs(b, c.docs);
-    Outputs out = run_kernels(b, kernel_mask(c, b));
+    Outputs out = run_kernels(b, kernel_mask(c, b, true));
     ref::Mask rm = ref_mask(c, b);
     CHECK(all_finite(out.o) && all_finite(out.dq) && all_finite(out.dk) && all_finite(out.dv), "T=65536: non-finite output");
     std::vector<double> o_ref, o_got, dq_ref, dq_got;

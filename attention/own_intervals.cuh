@@ -80,7 +80,7 @@ __device__ __forceinline__ void own_intervals(const MaskBounds& b, int p0, bool 
   }
   const int last = (p0 + P < b.T ? p0 + P : b.T) - 1;
   ends.whole = p0 + P <= b.T;
-  if (b.doc && b.span) {  // every load first, then the arithmetic
+  if (b.span) {  // (make_bounds sets it only with doc) every load first, then the arithmetic
     const DocSpan sf = b.span[p0], sl = b.span[last];
     DocSpan sr[NROWS];
 #pragma unroll

@@ -56,22 +56,26 @@ cudaError_t attention_forward(const __nv_bfloat16* q, const __nv_bfloat16* k, co
                               __nv_bfloat16* o, float* lse, int T, int H, int D, const MaskDesc& mask,
                               cudaStream_t stream = 0);
 
-// Q as a per-head RMS norm + rotary embedding of x made it (the model's q: q_norm_rotary_bwd.cuh
-// writes out the math). Given to attention_backward, dq receives the gradient of x instead of
-// Q's, computed in the backward's last pass over dQ: on the sm90 fused path from the fp32 sums
-// before any bf16 dQ exists (one write of dQ and one read of it fewer than a pass of its own);
-// on the others in place after dQ is written.
-struct QNormRotary {
-  const __nv_bfloat16* x;  // [T, H, D]: q before its norm
+// Q or K as a per-head RMS norm + rotary embedding of x made it (the model's q and k:
+// norm_rotary_bwd.cuh writes out the math). Given to attention_backward, dq (dk) receives the
+// gradient of x instead of Q's (K's), computed inside the backward where it can be:
+// - q, on the sm90 fused path: in the last pass over dQ, from the fp32 sums before any bf16 dQ
+//   exists (one write of dQ and one read of it fewer than a pass of its own);
+// - k, on the sm90 paths: as each key block stores its dK, from the block's own tile of K (the
+//   normalised, rotated k: dx = rstd R^T (dK - K (dK . K) / D), the same gradient written with
+//   the output instead of x; x is not read);
+// - elsewhere in place, after dq or dk is written.
+struct NormRotary {
+  const __nv_bfloat16* x;  // [T, H, D]: q or k before its norm
   const float* rstd;       // [T H]: 1 / sqrt(mean(x^2) + eps) of each row
   const float2* table;     // [T][D / 2]: (cos, sin) of the rotary angle t f_j (layers/rotary.cuh)
 };
 
-// q_norm: null (dq is Q's gradient) or as above (dq is x's).
+// q_norm, k_norm: null (dq, dk are Q's and K's gradients) or as above (x's).
 cudaError_t attention_backward(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                                const __nv_bfloat16* o, const __nv_bfloat16* dout, const float* lse,
                                __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, void* workspace,
                                int T, int H, int D, const MaskDesc& mask, cudaStream_t stream = 0,
-                               const QNormRotary* q_norm = nullptr);
+                               const NormRotary* q_norm = nullptr, const NormRotary* k_norm = nullptr);
 
 }  // namespace attn

@@ -16,7 +16,7 @@
 #include "attention/tile_scheduler.cuh"
 #include "attention/mma.cuh"
 #include "attention/own_intervals.cuh"
-#include "attention/q_norm_rotary_bwd.cuh"
+#include "attention/norm_rotary_bwd.cuh"
 #include "attention/softmax.cuh"
 
 namespace attn {
@@ -235,12 +235,13 @@ static cudaError_t launch_bwd(const bf16* q, const bf16* k, const bf16* v, const
 
 cudaError_t attention_backward_sm80(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse, bf16* dq,
                                     bf16* dk, bf16* dv, const BwdWorkspace& ws, int T, int H, int D, const MaskDesc& mask,
-                                    const QNormRotary* q_norm, cudaStream_t stream) {
+                                    const NormRotary* q_norm, const NormRotary* k_norm, cudaStream_t stream) {
   cudaError_t err = cudaErrorInvalidValue;
   if (D == 64) err = launch_bwd<64>(q, k, v, dout, lse, dq, dk, dv, ws, T, H, mask, stream);
   if (D == 128) err = launch_bwd<128>(q, k, v, dout, lse, dq, dk, dv, ws, T, H, mask, stream);
-  if (err != cudaSuccess || q_norm == nullptr) return err;
-  return q_norm_rotary_backward_inplace(dq, *q_norm, T, H, D, stream);
+  if (err == cudaSuccess && q_norm) err = norm_rotary_backward_inplace(dq, *q_norm, T, H, D, stream);
+  if (err == cudaSuccess && k_norm) err = norm_rotary_backward_inplace(dk, *k_norm, T, H, D, stream);
+  return err;
 }
 
 }  // namespace attn

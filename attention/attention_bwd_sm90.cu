@@ -19,6 +19,9 @@
 //   dP = dO V^T again; dQ += dS K), on a second stream beside dK/dV. At head dim 64 both
 //   kernels' blocks own 64 keys or queries (one warpgroup), two blocks an SM
 //   (tile_scheduler.cuh bwd_small_tiles).
+// With k_norm (attention.h NormRotary) the key-owning kernels store the gradient of the pre-norm
+// k instead of dK, from their K tile (norm_rotary_bwd.cuh KeyNormRotary); with q_norm the fused
+// backward's dQ conversion does the same for q.
 // Tiles stream through shared buffers with cp.async, signalled by mbarriers (wgmma.cuh TilePipe:
 // a buffer is rewritten once every warp has released it).
 // The main loops: bwd_key_owner_sm90.cuh (dK, dV, and with dq_order.cuh the fused dQ shares) and
@@ -28,7 +31,7 @@
 #include "attention/bwd_dq_sm90.cuh"
 #include "attention/bwd_key_owner_sm90.cuh"
 #include "attention/kernels.h"
-#include "attention/q_norm_rotary_bwd.cuh"
+#include "attention/norm_rotary_bwd.cuh"
 
 namespace attn {
 
@@ -59,7 +62,7 @@ static cudaError_t side_stream(SideStream*& out) {
 template <int D, int OWN>
 static cudaError_t launch_two_kernels(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, bf16* dq, bf16* dk,
                                       bf16* dv, const BwdWorkspace& ws, int T, int H, const MaskBounds& mb,
-                                      float scale_log2, float scale, cudaStream_t stream) {
+                                      float scale_log2, float scale, const NormRotary& kn, bool heads_fastest, cudaStream_t stream) {
   constexpr size_t smem_dkdv = dkdv_sm90_smem<D, OWN>(), smem_dq = dq_sm90_smem<D, OWN>();
   auto dkdv_kernel = attention_bwd_dkdv_sm90_kernel<D, OWN>;
   auto dq_kernel = attention_bwd_dq_sm90_kernel<D, OWN>;
@@ -70,10 +73,10 @@ static cudaError_t launch_two_kernels(const bf16* q, const bf16* k, const bf16* 
   SideStream* side = nullptr;
   if ((err = side_stream(side)) != cudaSuccess) return err;
 
-  const dim3 grid((T + OWN - 1) / OWN, H);
+  const dim3 grid((T + OWN - 1) / OWN, H), grid_dkdv(grid.x * H);  // dK/dV: tile_scheduler.cuh key_block_of
   if ((err = cudaEventRecord(side->fork, stream)) != cudaSuccess) return err;
   if ((err = cudaStreamWaitEvent(side->stream, side->fork, 0)) != cudaSuccess) return err;
-  dkdv_kernel<<<grid, 2 * OWN, smem_dkdv, stream>>>(q, k, v, dout, ws.lse2, ws.drow, dk, dv, T, H, mb, scale_log2, scale);
+  dkdv_kernel<<<grid_dkdv, 2 * OWN, smem_dkdv, stream>>>(q, k, v, dout, ws.lse2, ws.drow, dk, dv, T, H, mb, scale_log2, scale, kn, heads_fastest);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
   dq_kernel<<<grid, 2 * OWN, smem_dq, side->stream>>>(q, k, v, dout, ws.lse2, ws.drow, dq, T, H, mb, scale_log2, scale);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
@@ -84,13 +87,15 @@ static cudaError_t launch_two_kernels(const bf16* q, const bf16* k, const bf16* 
 template <int D>
 static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, bf16* dq, bf16* dk,
                                    bf16* dv, const BwdWorkspace& ws, int T, int H, const MaskDesc& mask, bool fused,
-                                   bool small, const QNormRotary* q_norm, cudaStream_t stream) {
+                                   bool small, const NormRotary* q_norm, const NormRotary* k_norm, cudaStream_t stream) {
   const MaskBounds mb = make_bounds(mask, T);
+  const NormRotary kn = k_norm ? *k_norm : NormRotary{};  // rstd null: dK plain
+  const bool hf = bwd_heads_fastest(mask);
   const float scale = (float)(1.0 / std::sqrt((double)D)), scale_log2 = (float)(M_LOG2E / std::sqrt((double)D));
   cudaError_t err;
 
   if (fused) {
-    const dim3 grid((T + kB90Own - 1) / kB90Own, H);
+    const dim3 grid((T + kB90Own - 1) / kB90Own * H);  // tile_scheduler.cuh key_block_of
     const int n_tiles = (T + kB90Walk - 1) / kB90Walk;
     if ((err = cudaMemsetAsync(ws.dq_count, 0, (size_t)H * n_tiles * sizeof(unsigned), stream)) != cudaSuccess) return err;
     attention_bwd_dq_ranges_kernel<<<(n_tiles + 255) / 256, 256, 0, stream>>>(mb, ws.dq_ranges, n_tiles);
@@ -100,7 +105,7 @@ static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
     err = cudaFuncSetAttribute(attention_bwd_fused_sm90_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err != cudaSuccess) return err;
     attention_bwd_fused_sm90_kernel<D><<<grid, kB90Threads, smem, stream>>>(
-        q, k, v, dout, ws.lse2, ws.drow, ws.dq_ranges, ws.dq_count, ws.dq_acc, dk, dv, T, H, mb, scale_log2, scale);
+        q, k, v, dout, ws.lse2, ws.drow, ws.dq_ranges, ws.dq_count, ws.dq_acc, dk, dv, T, H, mb, scale_log2, scale, kn, hf);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     const int warps = 8;
     const unsigned blocks = (unsigned)(((size_t)T * H + warps - 1) / warps);
@@ -112,19 +117,19 @@ static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
   }
 
   if constexpr (D == 64)
-    err = small ? launch_two_kernels<D, kB90SmallOwn>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, stream)
-                : launch_two_kernels<D, kB90Own>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, stream);
+    err = small ? launch_two_kernels<D, kB90SmallOwn>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, kn, hf, stream)
+                : launch_two_kernels<D, kB90Own>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, kn, hf, stream);
   else
-    err = launch_two_kernels<D, kB90Own>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, stream);
+    err = launch_two_kernels<D, kB90Own>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, kn, hf, stream);
   if (err != cudaSuccess || q_norm == nullptr) return err;
-  return q_norm_rotary_backward_inplace(dq, *q_norm, T, H, D, stream);  // after the join: dq is complete
+  return norm_rotary_backward_inplace(dq, *q_norm, T, H, D, stream);  // after the join: dq is complete
 }
 
 cudaError_t attention_backward_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, bf16* dq, bf16* dk,
                                     bf16* dv, const BwdWorkspace& ws, int T, int H, int D, const MaskDesc& mask, bool fused,
-                                    bool small, const QNormRotary* q_norm, cudaStream_t stream) {
-  if (D == 64) return launch_bwd_sm90<64>(q, k, v, dout, dq, dk, dv, ws, T, H, mask, fused, small, q_norm, stream);
-  if (D == 128) return launch_bwd_sm90<128>(q, k, v, dout, dq, dk, dv, ws, T, H, mask, fused, small, q_norm, stream);
+                                    bool small, const NormRotary* q_norm, const NormRotary* k_norm, cudaStream_t stream) {
+  if (D == 64) return launch_bwd_sm90<64>(q, k, v, dout, dq, dk, dv, ws, T, H, mask, fused, small, q_norm, k_norm, stream);
+  if (D == 128) return launch_bwd_sm90<128>(q, k, v, dout, dq, dk, dv, ws, T, H, mask, fused, small, q_norm, k_norm, stream);
   return cudaErrorInvalidValue;
 }
 

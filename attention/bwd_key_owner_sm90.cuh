@@ -7,6 +7,8 @@
 // and, with DQ (the fused backward), the block's share of dQ = dS K for each tile ([64 x D] over
 // its 128 keys), added into fp32 sums in the fixed order of dq_order.cuh.
 // Q, K, V, dO: bf16 [T, H, D]; lse2, Drow: fp32 [H, T]; dK, dV: bf16 [T, H, D], D in {64, 128}.
+// With kn.rstd set, dK is the gradient of the k that K's norm + rotary was made from, computed
+// from the block's K tile as it is stored (norm_rotary_bwd.cuh KeyNormRotary).
 // Without DQ, P^T and dS^T stay in registers as the next wgmma's A operand. With DQ they go
 // through shared memory (dQ needs both warpgroups' dS^T), so the accumulators at any time are at
 // most S^T, dP^T, dK, dV and one dQ tile; three query-tile buffers (one ahead) make room for the
@@ -14,6 +16,7 @@
 #pragma once
 #include "attention/bwd_common_sm90.cuh"
 #include "attention/dq_order.cuh"
+#include "attention/norm_rotary_bwd.cuh"
 
 namespace attn {
 
@@ -48,7 +51,7 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
                                                    const float* __restrict__ drow, const int2* __restrict__ dq_ranges,
                                                    unsigned* __restrict__ dq_count, float* __restrict__ dq_acc, bf16* __restrict__ dK,
                                                    bf16* __restrict__ dV, int T, int H, const MaskBounds& mb,
-                                                   float scale_log2, float scale) {
+                                                   float scale_log2, float scale, const NormRotary& kn, bool heads_fastest) {
   using namespace sm90;
   static_assert(BK == 64 || BK == 128, "a block owns one or two warpgroups' keys");
   static_assert(!DQ || BK == kB90Own, "the dQ shares' order (dq_order.cuh) counts key blocks of kB90Own");
@@ -73,8 +76,8 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
   pipe.empty = pipe.full + S;
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
   const int n_kb = (T + BK - 1) / BK, n_tiles = (T + BQ - 1) / BQ;
-  // DQ: the order dq_order.cuh needs
-  const int kb = DQ ? key_block_last_first(n_kb) : 0, k0 = DQ ? kb * BK : blockIdx.x * BK, h = blockIdx.y;
+  const KeyBlock kbh = key_block_of<DQ>(n_kb, H, heads_fastest);  // DQ: the order dq_order.cuh needs
+  const int kb = kbh.kb, k0 = kb * BK, h = kbh.h;
   const bool leader = threadIdx.x == 0;  // DQ: issues this block's dQ additions
 
   const int key0 = k0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's keys: key0, key0 + 8
@@ -102,6 +105,8 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
   int prev_tile = 0;       // DQ: the tile computed last (its dQ is in dq after the next matmuls)
   int pending = -1;        // DQ: the tile whose dQ addition the leader issued last, not yet counted
   int2 prev_range{1, 0};   // DQ: the key blocks with a share in prev_tile
+  KeyNormRotary<D> knr;    // with kn.rstd: this thread's rstd and angles for dK's store
+  bool knr_loaded = false;
 
   // The updates of the tile in buffer st (issued one tile late, under the next tile's P^T, dS^T).
   auto issue_updates = [&](int st) {
@@ -224,13 +229,25 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
       fence_proxy_async();
       named_barrier_256();
       add_dq_share(prev_tile, prev_range, ~0u);
+      if (kn.rstd) {  // issued here so that their latency hides under the last dQ addition's wait
+        knr.load(kn, key0, T, H, h, lane);
+        knr_loaded = true;
+      }
       if (pending >= 0) bulk_done_signal(dq_count + (size_t)h * n_tiles + pending, leader);  // the last addition has landed
     }
   }
   cp_async_wait<0>();
   const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.f, 1.f};
-  store_rows<D>(dK, dk, key0, T, H, h, lane, dk_scale);
   store_rows<D>(dV, dv, key0, T, H, h, lane, dv_scale);
+  if (kn.rstd) {
+    if (!knr_loaded) knr.load(kn, key0, T, H, h, lane);
+    const int krow = key0 - k0;  // this thread's first key within the block's K tile
+    knr.store(dK, dk, scale, key0, T, H, h, lane, [&](int r, int nb) {
+      return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(sK + sw128<BK>(krow + 8 * r, nb) + 2 * (lane & 3)));
+    });
+  } else {
+    store_rows<D>(dK, dk, key0, T, H, h, lane, dk_scale);
+  }
 }
 #endif
 
@@ -241,10 +258,11 @@ __global__ void __launch_bounds__(2 * BK, BK == 64 ? 2 : 1)
     attention_bwd_dkdv_sm90_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V,
                                    const bf16* __restrict__ dO, const float* __restrict__ LSE2, const float* __restrict__ drow,
                                    bf16* __restrict__ dK, bf16* __restrict__ dV, int T, int H, MaskBounds mb,
-                                   float scale_log2, float scale) {
+                                   float scale_log2, float scale, NormRotary kn, bool heads_fastest) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
-  key_owner_backward<D, BK, false>(smem_raw, Q, K, V, dO, LSE2, drow, nullptr, nullptr, nullptr, dK, dV, T, H, mb, scale_log2, scale);
+  key_owner_backward<D, BK, false>(smem_raw, Q, K, V, dO, LSE2, drow, nullptr, nullptr, nullptr, dK, dV, T, H, mb, scale_log2, scale,
+                                   kn, heads_fastest);
 #else
   __trap();  // built for another architecture: the launcher only picks this kernel on sm90
 #endif
@@ -257,11 +275,11 @@ __global__ void __launch_bounds__(kB90Threads, 1)
                                     const bf16* __restrict__ dO, const float* __restrict__ LSE2, const float* __restrict__ drow,
                                     const int2* __restrict__ dq_ranges, unsigned* __restrict__ dq_count,
                                     float* __restrict__ dq_acc, bf16* __restrict__ dK, bf16* __restrict__ dV, int T, int H,
-                                    MaskBounds mb, float scale_log2, float scale) {
+                                    MaskBounds mb, float scale_log2, float scale, NormRotary kn, bool heads_fastest) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   key_owner_backward<D, kB90Own, true>(smem_raw, Q, K, V, dO, LSE2, drow, dq_ranges, dq_count, dq_acc, dK, dV, T, H, mb,
-                              scale_log2, scale);
+                              scale_log2, scale, kn, heads_fastest);
 #else
   __trap();  // built for another architecture: the launcher only picks this kernel on sm90
 #endif

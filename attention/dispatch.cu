@@ -74,19 +74,20 @@ cudaError_t attention_forward(const bf16* q, const bf16* k, const bf16* v, bf16*
 
 cudaError_t attention_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const bf16* dout, const float* lse,
                                bf16* dq, bf16* dk, bf16* dv, void* workspace, int T, int H, int D, const MaskDesc& mask,
-                               cudaStream_t stream, const QNormRotary* q_norm) {
+                               cudaStream_t stream, const NormRotary* q_norm, const NormRotary* k_norm) {
   if (T < 1 || H < 1 || mask.window < 0 || !workspace || (D != 64 && D != 128)) return cudaErrorInvalidValue;
-  if (q_norm && (!q_norm->x || !q_norm->rstd || !q_norm->table || (uintptr_t)q_norm->x % 4 != 0 ||
-                 (uintptr_t)q_norm->table % 16 != 0))  // its loads: bf16 pairs and two (cos, sin) at once
-    return cudaErrorInvalidValue;
+  for (const NormRotary* n : {q_norm, k_norm})
+    if (n && (!n->x || !n->rstd || !n->table || (uintptr_t)n->x % 4 != 0 ||
+              (uintptr_t)n->table % 16 != 0))  // its loads: bf16 pairs and two (cos, sin) at once
+      return cudaErrorInvalidValue;
   const Family f = family();
   if (f == Family::kUnsupported) return cudaErrorNotSupported;
   const BwdWorkspace ws = BwdWorkspace::carve(workspace, T, H, D);
   cudaError_t err = attention_bwd_preprocess(o, dout, lse, ws, T, H, D, stream);
   if (err != cudaSuccess) return err;
   if (f == Family::kSm90) return attention_backward_sm90(q, k, v, dout, dq, dk, dv, ws, T, H, D, mask, sm90_fused(D),
-                                                         sm90_small_backward(D, mask), q_norm, stream);
-  return attention_backward_sm80(q, k, v, dout, lse, dq, dk, dv, ws, T, H, D, mask, q_norm, stream);
+                                                         sm90_small_backward(D, mask), q_norm, k_norm, stream);
+  return attention_backward_sm80(q, k, v, dout, lse, dq, dk, dv, ws, T, H, D, mask, q_norm, k_norm, stream);
 }
 
 }  // namespace attn

@@ -63,14 +63,14 @@ cudaError_t attention_bwd_preprocess(const bf16* o, const bf16* dout, const floa
                                      int D, cudaStream_t stream);
 
 // After the pre-pass. sm90: fused (dQ added in order by the dK/dV kernel) or two kernels.
-// q_norm: as attention.h's attention_backward (null: dq is Q's gradient).
+// q_norm, k_norm: as attention.h's attention_backward (null: dq, dk are Q's and K's gradients).
 cudaError_t attention_backward_sm80(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse, bf16* dq,
                                     bf16* dk, bf16* dv, const BwdWorkspace& ws, int T, int H, int D, const MaskDesc& mask,
-                                    const QNormRotary* q_norm, cudaStream_t stream);
+                                    const NormRotary* q_norm, const NormRotary* k_norm, cudaStream_t stream);
 // small: the two-kernel backward's blocks own 64 keys or queries (one warpgroup) instead of 128;
 // head dim 64 only (at 128 such a block's tiles leave room for one an SM), ignored at 128.
 cudaError_t attention_backward_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, bf16* dq, bf16* dk,
                                     bf16* dv, const BwdWorkspace& ws, int T, int H, int D, const MaskDesc& mask, bool fused,
-                                    bool small, const QNormRotary* q_norm, cudaStream_t stream);
+                                    bool small, const NormRotary* q_norm, const NormRotary* k_norm, cudaStream_t stream);
 
 }  // namespace attn

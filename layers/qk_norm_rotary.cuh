@@ -1,13 +1,11 @@
 // The per-head RMS norm of q and k followed by the rotary embedding (docs/model.md), fused, for
 // q and k in one pass:
-//   forward:  n = x * rstd, rstd = 1 / sqrt(mean(x^2) + eps) over each head's D dims;
-//             y1 = n1 cos + n2 sin, y2 = -n1 sin + n2 cos  (halves n1 = [0, D/2), n2 = [D/2, D),
-//             angle t f_j as in layers/rotary.cuh, from its fp64-built table [T][D/2])
-//   backward: dn1 = dy1 cos - dy2 sin, dn2 = dy1 sin + dy2 cos  (the rotation's transpose), then
-//             dx = rstd dn - rstd^3 x (dn . x) / D
-//   x, y, dy, dx: bf16 [T][H][D], one each for q and k; rstd: fp32 [T * H] each. D = 64 or 128.
-//   The model's backward does k alone here: q's is fused into attention's last pass over dQ
-//   (attention/q_norm_rotary_bwd.cuh, the same math).
+//   n = x * rstd, rstd = 1 / sqrt(mean(x^2) + eps) over each head's D dims;
+//   y1 = n1 cos + n2 sin, y2 = -n1 sin + n2 cos  (halves n1 = [0, D/2), n2 = [D/2, D), angle
+//   t f_j as in layers/rotary.cuh, from its fp64-built table [T][D/2])
+//   x, y: bf16 [T][H][D], one each for q and k; rstd: fp32 [T * H] each. D = 64 or 128.
+// The backward runs inside attention's backward, as dQ and dK leave it
+// (attention/norm_rotary_bwd.cuh), so no pass of its own reads them back.
 // One row (t, h) is D / 8 lanes of a warp, 8 elements (16 bytes) a lane: lane l < D/16 holds
 // dims [8l, 8l + 8) of the first half and its partner l + D/16 the same dims of the second, so
 // the rotation pairs are one shuffle apart. The normalised values stay in fp32 between the two
@@ -18,7 +16,7 @@
 // the 2H rows (a kernel per tensor and row read them 2H times, mostly from L2, and ran at half
 // the memory bandwidth), and four loads are in flight per lane. The arithmetic of a row is the
 // same as with one row a lane group, so the bits are too.
-// CPU reference: model/reference_layers.h, rmsnorm then rotary (and their backwards).
+// CPU reference: model/reference_layers.h, rmsnorm then rotary.
 #pragma once
 #include "layers/common.cuh"
 
@@ -97,49 +95,6 @@ __global__ void qk_norm_rotary_forward_kernel(QK<const bf16*> x, QK<bf16*> y, QK
   }
 }
 
-template <int D>
-__global__ void qk_norm_rotary_backward_kernel(QK<const bf16*> x, QK<const float*> rstd, QK<const bf16*> dy, QK<bf16*> dx,
-                                               const float2* __restrict__ table, int T, int H) {
-  using R = QkToken<D>;
-  const R q(T);
-  float c[8], s[8];
-  if (q.valid) q.angles(table, c, s);
-  const bool first = q.lane < R::kHalf;
-  for (int j0 = dy.q != nullptr ? 0 : H; j0 < 2 * H; j0 += R::kBatch) {  // q's rows, unless it has none
-    Pack8 gv[R::kBatch], xv[R::kBatch];
-#pragma unroll
-    for (int u = 0; u < R::kBatch; u++) {
-      const int j = j0 + u;
-      const bool in = q.valid && j < 2 * H;
-      gv[u] = in ? load8((j < H ? dy.q : dy.k) + q.at(j, H)) : Pack8{};
-      xv[u] = in ? load8((j < H ? x.q : x.k) + q.at(j, H)) : Pack8{};
-    }
-#pragma unroll
-    for (int u = 0; u < R::kBatch; u++) {
-      const int j = j0 + u;
-      if (j >= 2 * H) break;
-      float g[8], p[8];
-#pragma unroll
-      for (int k = 0; k < 8; k++) g[k] = gv[u].get(k);
-#pragma unroll
-      for (int k = 0; k < 8; k++) p[k] = __shfl_xor_sync(0xffffffff, g[k], R::kHalf);
-      float dot = 0.f;
-#pragma unroll
-      for (int k = 0; k < 8; k++) {
-        if (q.valid) g[k] = first ? g[k] * c[k] - p[k] * s[k] : p[k] * s[k] + g[k] * c[k];  // dn
-        dot += g[k] * xv[u].get(k);
-      }
-      dot = R::row_sum(dot);
-      if (!q.valid) continue;
-      const float r = (j < H ? rstd.q : rstd.k)[q.t * H + (j < H ? j : j - H)], cc = r * r * r * dot / D;
-      Pack8 o;
-#pragma unroll
-      for (int k = 0; k < 8; k++) o.set(k, r * g[k] - cc * xv[u].get(k));
-      store8((j < H ? dx.q : dx.k) + q.at(j, H), o);
-    }
-  }
-}
-
 inline cudaError_t qk_norm_rotary_forward(QK<const bf16*> x, QK<bf16*> y, QK<float*> rstd, const float2* table, int T, int H, int D,
                                           float eps, cudaStream_t st = 0) {
   if ((D != 64 && D != 128) || T < 0 || H < 0 || !aligned16({x.q, x.k, y.q, y.k, table})) return cudaErrorInvalidValue;
@@ -148,19 +103,6 @@ inline cudaError_t qk_norm_rotary_forward(QK<const bf16*> x, QK<bf16*> y, QK<flo
   const unsigned blocks = (unsigned)((threads + 255) / 256);
   if (D == 128) qk_norm_rotary_forward_kernel<128><<<blocks, 256, 0, st>>>(x, y, rstd, table, T, H, eps);
   else qk_norm_rotary_forward_kernel<64><<<blocks, 256, 0, st>>>(x, y, rstd, table, T, H, eps);
-  return cudaGetLastError();
-}
-// dy.q == nullptr: k alone (q's backward done elsewhere: attention.h QNormRotary); x.q, rstd.q
-// and dx.q are then not read.
-inline cudaError_t qk_norm_rotary_backward(QK<const bf16*> x, QK<const float*> rstd, QK<const bf16*> dy, QK<bf16*> dx, const float2* table,
-                                           int T, int H, int D, cudaStream_t st = 0) {
-  if ((D != 64 && D != 128) || T < 0 || H < 0 || !aligned16({x.q, x.k, dy.q, dy.k, dx.q, dx.k, table})) return cudaErrorInvalidValue;
-  if (!x.k || !dy.k || !dx.k || !rstd.k || (dy.q && (!x.q || !dx.q || !rstd.q))) return cudaErrorInvalidValue;
-  const size_t threads = (size_t)T * (D / 8);
-  if (!threads || !H) return cudaSuccess;
-  const unsigned blocks = (unsigned)((threads + 255) / 256);
-  if (D == 128) qk_norm_rotary_backward_kernel<128><<<blocks, 256, 0, st>>>(x, rstd, dy, dx, table, T, H);
-  else qk_norm_rotary_backward_kernel<64><<<blocks, 256, 0, st>>>(x, rstd, dy, dx, table, T, H);
   return cudaGetLastError();
 }
 

@@ -66,7 +66,7 @@ class Model {
     alloc(&w16_, n * sizeof(bf16));
     alloc(&w32_, n * sizeof(float));
     alloc(&g32_, n * sizeof(float));
-    for (bf16** p : {&emb_, &x0_, &x_, &hf_, &dhf_, &dx_, &dx0_, &dh_, &dy_, &dq_, &dk_, &dv_, &t1_, &t2_}) alloc(p, TC * sizeof(bf16));
+    for (bf16** p : {&emb_, &x0_, &x_, &hf_, &dhf_, &dx_, &dx0_, &dh_, &dy_, &dq_, &dk_, &dv_, &t1_}) alloc(p, TC * sizeof(bf16));
     alloc(&du_, TF * sizeof(bf16));
     set_fused_mlp(layers::mlp_gemm_available());  // the unfused path allocates dr_
     acts_.resize(cfg.layers);
@@ -307,11 +307,11 @@ class Model {
       mm_.dX(dx_, W(lp.wo), dy_, T, C, C);
       prof_.mark(Profiler::kMatmul, "Wo dW (C x C)");
       mm_.dW(a.y, dx_, G(lp.wo), T, C, C);
-      // dq_ is the gradient of q before its norm + rotary: attention's last pass over dQ does that
-      // backward (attention.h QNormRotary); k's is done below
+      // dq_, dk_ are the gradients of q and k before their norm + rotary: attention does that
+      // backward as dQ and dK leave it (attention.h NormRotary)
       prof_.mark(Profiler::kAttnBwd);
-      const attn::QNormRotary q_norm{a.q, a.rstd_q, rot_};
-      ok(attn::attention_backward(a.qn, a.kn, a.v, a.y, dy_, a.lse, dq_, t2_, dv_, ws_, T, H, Dh, mask(), 0, &q_norm));
+      const attn::NormRotary q_norm{a.q, a.rstd_q, rot_}, k_norm{a.k, a.rstd_k, rot_};
+      ok(attn::attention_backward(a.qn, a.kn, a.v, a.y, dy_, a.lse, dq_, dk_, dv_, ws_, T, H, Dh, mask(), 0, &q_norm, &k_norm));
       // v = a0 v_lin + a1 ve (ve gathered from its table again): d ve = a1 dv goes straight into
       // the table's gradient (summed by token, rounded to bf16 as a tensor of it would be), read
       // before the mix's backward turns dv_ into d v_lin in place
@@ -320,8 +320,6 @@ class Model {
       prof_.mark(Profiler::kNormMix, "value embedding mix backward");
       ok(layers::mix_backward_gather(dv_, a.v_lin, W(lp.value_embed), tokens_, T, C, nullptr, false, S(lp.attn_lambda),
                                      G(lp.attn_lambda), partial_));
-      prof_.mark(Profiler::kNormMix, "k norm + rotary backward");
-      ok(layers::qk_norm_rotary_backward({nullptr, a.k}, {nullptr, a.rstd_k}, {nullptr, t2_}, {nullptr, dk_}, rot_, T, H, Dh));
       // q, k, v = h Wq, h Wk, h Wv
       prof_.mark(Profiler::kMatmul, "Wq, Wk, Wv dX (3 x C x C)");
       mm_.dX(dq_, W(lp.wq), dh_, T, C, C);
@@ -419,7 +417,7 @@ class Model {
   std::vector<void*> buffers_;
   std::vector<Acts> acts_;
   std::vector<bf16*> pushed_, dpushed_;
-  bf16 *w16_, *emb_, *x0_, *x_, *hf_, *dhf_, *dx_, *dx0_, *dh_, *dy_, *dq_, *dk_, *dv_, *t1_, *t2_, *du_, *z_;
+  bf16 *w16_, *emb_, *x0_, *x_, *hf_, *dhf_, *dx_, *dx0_, *dh_, *dy_, *dq_, *dk_, *dv_, *t1_, *du_, *z_;
   bf16* dr_ = nullptr;  // dr (and u in the forward) of the unfused MLP path only
   bool fused_mlp_ = false;
   float *w32_, *g32_, *rstd_e_, *rstd_f_, *loss_, *partial_, *one_;

@@ -9,8 +9,8 @@
 // 1e-3 absolute. Errors are relative to max(||ref||, 1e-3 sqrt(n)): inputs are N(0, 1), and
 // some gradients are exactly zero in exact arithmetic (a row that keeps only itself has dS = 0),
 // where a purely relative error would divide rounding noise by zero. Also: uni and bi windows bit-identical under causal; bit-identical gradients
-// over 20 repeated runs; sampled rows of one T = 65536 case; dQ through the backward of Q's norm +
-// rotary (attention.h QNormRotary). With documents, every case runs again with the documents'
+// over 20 repeated runs; sampled rows of one T = 65536 case; dQ and dK through the backward of
+// the norm + rotary that made Q and K (attention.h NormRotary). With documents, every case runs again with the documents'
 // spans given (MaskDesc::doc_spans) and must give the same bits; the spans themselves are
 // checked against a linear scan of the ids.
 #include <cmath>
@@ -314,69 +314,105 @@ int main(int argc, char** argv) {
   for (auto& c : cases) check_case(c);
   std::printf("checked %zu mask/shape cases against the fp64 reference\n", cases.size());
 
-  // dQ through the backward of the norm + rotary that made Q (attention.h QNormRotary): dq is
-  // then the gradient of x, against rotary^T then rmsnorm_bwd in fp64 (model/reference_layers.h,
-  // its own angles) applied to the fp64 reference's dQ. Tolerance: twice the error of the same
-  // fp64 backward applied to the bf16 reference's dQ, plus 4e-3 for the kernel's one more bf16
-  // rounding (2^-8 / sqrt(3) = 2.3e-3 rms). dK and dV must keep their bits.
+  // dQ and dK through the backward of the norm + rotary that made Q and K (attention.h
+  // NormRotary): Q and K are made here as bf16(rotary(x rstd)) of random x, and dq, dk are then
+  // the gradients of x, against rotary^T then rmsnorm_bwd in fp64 (model/reference_layers.h,
+  // its own angles) applied to the fp64 reference's dQ and dK. Tolerance: twice the error of the
+  // same fp64 backward applied to the bf16 reference's, plus 4e-3 for the kernel's one more bf16
+  // rounding (2^-8 / sqrt(3) = 2.3e-3 rms; the sm90 kernels' dK reads the bf16 K where the
+  // reference reads x, 2^-9 relative in a term of the order of 1 / sqrt(D) of dK). dV keeps its
+  // bits; with k_norm alone dQ keeps its bits and dK is the same as with both.
   for (Case c : {Case{1000, 2, 128, true, 129, false, false, 2}, Case{1000, 3, 64, true, 0, false, false, 2},
                  Case{4097, 2, 128, true, 1024, false, false, 2}, Case{129, 2, 64, false, 129, true, false, 0},
                  Case{2, 1, 128, true, 0, false, false, 0}}) {
     Buffers b = alloc(c.T, c.H, c.D);
     new_inputs(b, c.docs);
+    const size_t rows = (size_t)c.T * c.H;
+    struct Normed {
+      std::vector<float> x, rstd;
+      std::vector<double> xd, rstd_d;
+      bf16* dx;
+      float* drstd;
+    } nq, nk;
+    for (Normed* nr : {&nq, &nk}) {
+      Normed& z = *nr;
+      fill_random(z.x, b.n);
+      z.xd.assign(z.x.begin(), z.x.end());
+      z.rstd.resize(rows);
+      z.rstd_d.resize(rows);
+      std::vector<double> n(b.n), y(b.n);
+      for (size_t r = 0; r < rows; r++) {
+        double ss = 0;
+        for (int d = 0; d < c.D; d++) ss += z.xd[r * c.D + d] * z.xd[r * c.D + d];
+        z.rstd[r] = (float)(1.0 / std::sqrt(ss / c.D + 1.0 / 128));
+        z.rstd_d[r] = z.rstd[r];
+        for (int d = 0; d < c.D; d++) n[r * c.D + d] = z.xd[r * c.D + d] * z.rstd_d[r];
+      }
+      model_ref::rotary(n.data(), y.data(), c.T, c.H, c.D, 1.0);
+      std::vector<float>& dst = nr == &nq ? b.q : b.k;
+      for (size_t i = 0; i < b.n; i++) dst[i] = ref::round_bf16((float)y[i]);
+      CUDA_CHECK(cudaMalloc(&z.dx, b.n * sizeof(bf16)));
+      CUDA_CHECK(cudaMalloc(&z.drstd, rows * sizeof(float)));
+      upload(z.dx, z.x);
+      CUDA_CHECK(cudaMemcpy(z.drstd, z.rstd.data(), rows * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    upload(b.dq, b.q);
+    upload(b.dk, b.k);
     const attn::MaskDesc m = kernel_mask(c, b);
     const Outputs plain = run_kernels(b, m);
-    std::vector<float> x;
-    fill_random(x, b.n);
-    const size_t rows = (size_t)c.T * c.H;
-    std::vector<float> rstd(rows);
-    std::vector<double> xd(x.begin(), x.end()), rstd_d(rows);
-    for (size_t r = 0; r < rows; r++) {
-      double ss = 0;
-      for (int d = 0; d < c.D; d++) ss += xd[r * c.D + d] * xd[r * c.D + d];
-      rstd[r] = (float)(1.0 / std::sqrt(ss / c.D + 1.0 / 128));
-      rstd_d[r] = rstd[r];
-    }
     const std::vector<float2> tab = layers::rotary_table(c.T, c.D);
-    bf16* dx;
-    float* drstd;
     float2* dtab;
-    CUDA_CHECK(cudaMalloc(&dx, b.n * sizeof(bf16)));
-    CUDA_CHECK(cudaMalloc(&drstd, rows * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&dtab, tab.size() * sizeof(float2)));
-    upload(dx, x);
-    CUDA_CHECK(cudaMemcpy(drstd, rstd.data(), rows * sizeof(float), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(dtab, tab.data(), tab.size() * sizeof(float2), cudaMemcpyHostToDevice));
-    const attn::QNormRotary qn{dx, drstd, dtab};
-    for (bf16* p : {b.dgq, b.dgk, b.dgv}) CUDA_CHECK(cudaMemset(p, 0xFF, b.n * sizeof(bf16)));
-    CUDA_CHECK(attn::attention_backward(b.dq, b.dk, b.dv, b.o, b.ddo, b.lse, b.dgq, b.dgk, b.dgv, b.ws, b.T, b.H, b.D, m, 0, &qn));
-    CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<float> got = download(b.dgq, b.n), dk = download(b.dgk, b.n), dv = download(b.dgv, b.n);
+    const attn::NormRotary qn{nq.dx, nq.drstd, dtab}, kn{nk.dx, nk.drstd, dtab};
+    auto run_normed = [&](const attn::NormRotary* q_norm, std::vector<float>& dq, std::vector<float>& dk, std::vector<float>& dv) {
+      for (bf16* p : {b.dgq, b.dgk, b.dgv}) CUDA_CHECK(cudaMemset(p, 0xFF, b.n * sizeof(bf16)));
+      CUDA_CHECK(attn::attention_backward(b.dq, b.dk, b.dv, b.o, b.ddo, b.lse, b.dgq, b.dgk, b.dgv, b.ws, b.T, b.H, b.D, m, 0,
+                                          q_norm, &kn));
+      CUDA_CHECK(cudaDeviceSynchronize());
+      dq = download(b.dgq, b.n), dk = download(b.dgk, b.n), dv = download(b.dgv, b.n);
+    };
+    std::vector<float> got_q, got_k, got_v, k_only_q, k_only_k, k_only_v;
+    run_normed(&qn, got_q, got_k, got_v);
+    run_normed(nullptr, k_only_q, k_only_k, k_only_v);
     std::vector<double> dq, dk_r, dv_r, dq16, dk16, dv16;
     const ref::Mask rm = ref_mask(c, b);
     ref::backward(b.q.data(), b.k.data(), b.v.data(), b.dout.data(), c.T, c.H, c.D, rm, dq, dk_r, dv_r);
     ref::backward(b.q.data(), b.k.data(), b.v.data(), b.dout.data(), c.T, c.H, c.D, rm, dq16, dk16, dv16, true);
-    auto through_norm = [&](const std::vector<double>& g) {
+    auto through_norm = [&](const Normed& z, const std::vector<double>& g) {
       std::vector<double> dn(b.n), out(b.n, 0.0);
       model_ref::rotary(g.data(), dn.data(), c.T, c.H, c.D, -1.0);
-      model_ref::rmsnorm_bwd(xd.data(), rstd_d.data(), dn.data(), out.data(), c.T * c.H, c.D);
+      model_ref::rmsnorm_bwd(z.xd.data(), z.rstd_d.data(), dn.data(), out.data(), c.T * c.H, c.D);
       return out;
     };
-    const std::vector<double> want = through_norm(dq), want16 = through_norm(dq16);
-    const double factor = c.T < 64 ? 4.0 : 2.0, e = rel_err(got, want), e16 = rel_err(want16, want);
+    const double factor = c.T < 64 ? 4.0 : 2.0;
     const std::string n = c.name();
-    CHECK(all_finite(got) && e <= factor * e16 + 4e-3, "%s q norm + rotary: dx rel err %.3e > %.0f x bf16 reference %.3e + 4e-3",
-          n.c_str(), e, factor, e16);
-    CHECK(std::memcmp(dk.data(), plain.dk.data(), b.n * sizeof(float)) == 0 &&
-              std::memcmp(dv.data(), plain.dv.data(), b.n * sizeof(float)) == 0,
-          "%s q norm + rotary: dK or dV changed", n.c_str());
-    std::printf("%s, dQ through q's norm + rotary backward: dx rel err %.3e (bf16 reference %.3e)\n", n.c_str(), e, e16);
-    // a table not 16-byte aligned is refused, not read
-    const attn::QNormRotary bad{dx, drstd, reinterpret_cast<const float2*>(reinterpret_cast<const char*>(dtab) + 8)};
-    CHECK(attn::attention_backward(b.dq, b.dk, b.dv, b.o, b.ddo, b.lse, b.dgq, b.dgk, b.dgv, b.ws, b.T, b.H, b.D, m, 0, &bad) ==
-              cudaErrorInvalidValue,
+    for (int which = 0; which < 2; which++) {
+      const Normed& z = which ? nk : nq;
+      const std::vector<float>& got = which ? got_k : got_q;
+      const std::vector<double> want = through_norm(z, which ? dk_r : dq), want16 = through_norm(z, which ? dk16 : dq16);
+      const double e = rel_err(got, want), e16 = rel_err(want16, want);
+      const char* name = which ? "k" : "q";
+      CHECK(all_finite(got) && e <= factor * e16 + 4e-3, "%s %s norm + rotary: dx rel err %.3e > %.0f x bf16 reference %.3e + 4e-3",
+            n.c_str(), name, e, factor, e16);
+      std::printf("%s, d%s through %s's norm + rotary backward: dx rel err %.3e (bf16 reference %.3e)\n", n.c_str(),
+                  which ? "K" : "Q", name, e, e16);
+    }
+    const size_t bytes = b.n * sizeof(float);
+    CHECK(std::memcmp(got_v.data(), plain.dv.data(), bytes) == 0 && std::memcmp(k_only_v.data(), plain.dv.data(), bytes) == 0,
+          "%s norm + rotary: dV changed", n.c_str());
+    CHECK(std::memcmp(k_only_q.data(), plain.dq.data(), bytes) == 0, "%s k norm alone: dQ changed", n.c_str());
+    CHECK(std::memcmp(k_only_k.data(), got_k.data(), bytes) == 0, "%s k norm alone: dK differs from q and k normed", n.c_str());
+    // a table not 16-byte aligned is refused, not read, for either
+    const float2* off = reinterpret_cast<const float2*>(reinterpret_cast<const char*>(dtab) + 8);
+    const attn::NormRotary bad_q{nq.dx, nq.drstd, off}, bad_k{nk.dx, nk.drstd, off};
+    CHECK(attn::attention_backward(b.dq, b.dk, b.dv, b.o, b.ddo, b.lse, b.dgq, b.dgk, b.dgv, b.ws, b.T, b.H, b.D, m, 0,
+                                   &bad_q) == cudaErrorInvalidValue,
           "%s q norm + rotary: a misaligned table accepted", n.c_str());
-    for (void* p : {(void*)dx, (void*)drstd, (void*)dtab}) CUDA_CHECK(cudaFree(p));
+    CHECK(attn::attention_backward(b.dq, b.dk, b.dv, b.o, b.ddo, b.lse, b.dgq, b.dgk, b.dgv, b.ws, b.T, b.H, b.D, m, 0, &qn,
+                                   &bad_k) == cudaErrorInvalidValue,
+          "%s k norm + rotary: a misaligned table accepted", n.c_str());
+    for (void* p : {(void*)nq.dx, (void*)nq.drstd, (void*)nk.dx, (void*)nk.drstd, (void*)dtab}) CUDA_CHECK(cudaFree(p));
     release(b);
   }
 

@@ -111,7 +111,9 @@ static std::string used_checkpoint_dir(const std::string& dir, const std::string
 // Muon for the block matrices (the same grouping as model/optimizer_reference.cpp). Every rank
 // runs Adam and Muon's momentum on the averaged gradients; matrix j's Newton-Schulz runs only
 // on rank j % world, which broadcasts the result (X, bf16) to the others; then every rank
-// applies every X. With one GPU this is muon_step, stage by stage (tests/layers/muon.cu).
+// applies every X. A rank's Newton-Schulz runs batched over its matrices of one shape (one
+// product call for all of them, layers::newton_schulz5_batched); otherwise each matrix is
+// muon_step, stage by stage (tests/layers/muon.cu).
 // Adam's state is not sharded (ZeRO-1): see the note in README.md. The optimiser saves and
 // loads its own state in checkpoints.
 struct Optimizer {
@@ -121,23 +123,59 @@ struct Optimizer {
   int adam_steps = 0;
   model::OptimizerHyper hp;
   layers::MuonScratch scratch;
-  explicit Optimizer(const model::Layout& layout) : scratch(largest(layout, false), largest(layout, true)) {
+  // This rank's matrices of one shape (r x c after the transpose of tall ones, r <= c): their X
+  // slots are consecutive, so that Newton-Schulz runs on all of them at once
+  // (layers::newton_schulz5_batched), in batches of at most `batch`.
+  struct Group {
+    int r, c;
+    size_t first, count, batch;  // first: the first slot's offset in X
+  };
+  std::vector<Group> groups;
+  layers::bf16 *bA = nullptr, *bAA = nullptr, *bBX = nullptr;  // batched Newton-Schulz scratch
+  static constexpr size_t kBatchBytes = 64 << 20;               // of BX, at most (the rest is smaller)
+  Optimizer(const model::Layout& layout, int rank, int world) : scratch(largest(layout, false), largest(layout, true)) {
     const size_t n = layout.size();
     for (float** p : {&m, &v, &buf}) {
       gpt::cuda_check(cudaMalloc(p, n * sizeof(float)), "optimizer state");
       gpt::cuda_check(cudaMemset(*p, 0, n * sizeof(float)), "optimizer state");
     }
-    size_t total = 0;
+    // X's slots grouped by owner (matrix j is rank j % world's), then by shape, 128-byte aligned
+    // (cuBLASLt wants 16); a group's slots one stride apart
+    std::vector<const model::Tensor*> mats;
     for (const model::Tensor& t : layout.tensors)
-      if (model::group_of(t) == model::ParamGroup::kMatrix) {
-        x_offset.push_back(total);
-        total += (t.size() + 63) / 64 * 64;  // 128-byte aligned slots (cuBLASLt wants 16)
+      if (model::group_of(t) == model::ParamGroup::kMatrix) mats.push_back(&t);
+    x_offset.assign(mats.size(), 0);
+    size_t total = 0, most_a = 0, most_x = 0;
+    for (int owner = 0; owner < world; owner++) {
+      std::vector<std::pair<int, int>> shapes;  // in order of first appearance
+      for (size_t j = owner; j < mats.size(); j += world) {
+        const std::pair<int, int> sh{(int)std::min(mats[j]->rows, mats[j]->cols), (int)std::max(mats[j]->rows, mats[j]->cols)};
+        if (std::find(shapes.begin(), shapes.end(), sh) == shapes.end()) shapes.push_back(sh);
       }
+      for (auto [r, c] : shapes) {
+        const size_t slot = ((size_t)r * c + 63) / 64 * 64;
+        Group g{r, c, total, 0, 0};
+        for (size_t j = owner; j < mats.size(); j += world)
+          if ((int)std::min(mats[j]->rows, mats[j]->cols) == r && (int)std::max(mats[j]->rows, mats[j]->cols) == c) {
+            x_offset[j] = total;
+            total += slot;
+            g.count++;
+          }
+        g.batch = std::max<size_t>(1, std::min(g.count, kBatchBytes / ((size_t)r * c * sizeof(layers::bf16))));
+        if (owner == rank) {
+          groups.push_back(g);
+          most_a = std::max(most_a, g.batch * r * r);
+          most_x = std::max(most_x, g.batch * r * c);
+        }
+      }
+    }
     gpt::cuda_check(cudaMalloc(&X, std::max<size_t>(total, 1) * sizeof(layers::bf16)), "Muon update buffer");
+    for (auto [p, elems] : {std::pair<layers::bf16**, size_t>{&bA, most_a}, {&bAA, most_a}, {&bBX, most_x}})
+      gpt::cuda_check(cudaMalloc(p, std::max<size_t>(elems, 1) * sizeof(layers::bf16)), "Muon batch scratch");
   }
   ~Optimizer() {
     for (float* p : {m, v, buf}) cudaFree(p);
-    cudaFree(X);
+    for (layers::bf16* p : {X, bA, bAA, bBX}) cudaFree(p);
   }
   // The largest block matrix, or the largest square of its smaller side (Muon's scratch sizes).
   static size_t largest(const model::Layout& layout, bool square) {
@@ -186,7 +224,7 @@ struct Optimizer {
         const int j = (int)matrices.size(), owner = j % world;
         matrices.push_back(&t);
         e = layers::muon_momentum(scratch, g, buf + t.offset, t.size(), mom, owner == rank);
-        if (e == cudaSuccess && owner == rank) e = layers::muon_orthogonalize(mm, scratch, X + x_offset[j], (int)t.rows, (int)t.cols);
+        if (e == cudaSuccess && owner == rank) e = layers::muon_normalize(scratch, X + x_offset[j], (int)t.rows, (int)t.cols);
         shares.push_back({X + x_offset[j], t.size(), owner});
       } else {
         const double lr = grp == model::ParamGroup::kEmbed ? hp.lr_embed : grp == model::ParamGroup::kHead ? hp.lr_head : hp.lr_scalar;
@@ -195,6 +233,13 @@ struct Optimizer {
       }
       gpt::cuda_check(e, ("optimizer step on " + t.name).c_str());
     }
+    for (const Group& gr : groups)  // this rank's matrices' Newton-Schulz, batched by shape
+      for (size_t i = 0; i < gr.count; i += gr.batch) {
+        const size_t slot = ((size_t)gr.r * gr.c + 63) / 64 * 64;
+        layers::newton_schulz5_batched(mm, X + gr.first + i * slot, (int)std::min(gr.batch, gr.count - i), (long long)slot, gr.r, gr.c,
+                                       bA, bAA, bBX);
+        gpt::cuda_check(cudaGetLastError(), "Muon's Newton-Schulz");
+      }
     if (dp) dp->broadcast(shares);
     for (size_t j = 0; j < matrices.size(); j++) {
       const model::Tensor& t = *matrices[j];
@@ -428,7 +473,7 @@ class Trainer {
  public:
   Trainer(const Options& o, const dist::Context& ctx)
       : o_(o), ctx_(ctx), resume_from_(before_the_gpu(o, ctx)), data_(o, ctx), prop_(open_gpu(ctx)), cfg_(model_config(o)),
-        sched_(schedule(o)), model_(cfg_, o.seq_len), opt_(model_.layout()), reader_(o.seq_len, cfg_.mask), batch_(o.seq_len),
+        sched_(schedule(o)), model_(cfg_, o.seq_len), opt_(model_.layout(), ctx.rank, ctx.world), reader_(o.seq_len, cfg_.mask), batch_(o.seq_len),
         flops_(o, model_.layout()) {
     model_.load(model::init_values(model_.layout(), o.seed));
     if (ctx.world > 1) {

@@ -9,7 +9,8 @@
 //   W, g, buf: fp32 [rows][cols].
 // The three stages are separate calls too (muon_momentum, muon_orthogonalize, muon_apply), so
 // that data-parallel ranks can each orthogonalise their share of the matrices and exchange X:
-// muon_step is exactly their composition.  The Frobenius norm is layers/reduce.cuh's deterministic dot. CPU reference: model/optimizer_reference.h (newton_schulz5, optimizer_step).
+// muon_step is exactly their composition. The optimiser of train_gpt.cu runs the second stage's
+// Newton-Schulz batched over the matrices of one shape (newton_schulz5_batched).  The Frobenius norm is layers/reduce.cuh's deterministic dot. CPU reference: model/optimizer_reference.h (newton_schulz5, optimizer_step).
 #pragma once
 #include <cmath>
 
@@ -76,16 +77,36 @@ struct MuonScratch {
   MuonScratch& operator=(const MuonScratch&) = delete;
 };
 
-// Newton-Schulz on X (r x c, r <= c, already normalised), in place; s gives the r x r scratch.
-inline void newton_schulz5(Matmul& mm, MuonScratch& s, bf16* X, int r, int c, cudaStream_t stream = 0) {
-  const size_t nx = (size_t)r * c, na = (size_t)r * r;
+// Newton-Schulz on count matrices X_i = X + i stride (r x c each, r <= c, already normalised),
+// in place, each product one batched call for all of them (a step's 72 block matrices come in
+// two shapes: one call a product per shape instead of one per matrix, whose launches made most
+// of the optimiser's time). A, AA: count r x r of scratch; BX: count r x c. count = 1 is the
+// single matrix's products, unbatched.
+inline void newton_schulz5_batched(Matmul& mm, bf16* X, int count, long long stride, int r, int c, bf16* A, bf16* AA, bf16* BX,
+                                   cudaStream_t stream = 0) {
+  const long long nx = (long long)r * c, na = (long long)r * r;
+  auto prod = [&](const bf16* P, const bf16* Q, bf16* R, int m, int n, int k, bool tq, long long sp, long long sq, long long sr) {
+    if (count == 1) mm(P, Q, R, m, n, k, false, tq, false, false, stream);
+    else mm.batched(P, Q, R, m, n, k, false, tq, false, false, Batch{count, sp, sq, sr}, stream);
+  };
+  auto axpby = [&](const bf16* x, const bf16* y, bf16* out, size_t n, float a, float b) {
+    axpby_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(x, y, out, n, a, b);
+  };
   for (int it = 0; it < 5; it++) {
-    mm(X, X, s.A, r, r, c, false, true, false, false, stream);  // A = X X^T
-    mm(s.A, s.A, s.AA, r, r, r, false, false, false, false, stream);  // A A
-    axpby_kernel<<<(unsigned)((na + 255) / 256), 256, 0, stream>>>(s.A, s.AA, s.AA, na, -4.7750f, 2.0315f);  // B
-    mm(s.AA, X, s.BX, r, c, r, false, false, false, false, stream);  // B X
-    axpby_kernel<<<(unsigned)((nx + 255) / 256), 256, 0, stream>>>(X, s.BX, X, nx, 3.4445f, 1.f);
+    prod(X, X, A, r, r, c, true, stride, stride, na);  // A = X X^T
+    prod(A, A, AA, r, r, r, false, na, na, na);        // A A
+    axpby(A, AA, AA, (size_t)(count * na), -4.7750f, 2.0315f);  // B, over the whole batch
+    prod(AA, X, BX, r, c, r, false, na, stride, nx);             // B X
+    if (stride == nx) {                                          // X = 3.4445 X + B X: the batch at once where X is too
+      axpby(X, BX, X, (size_t)(count * nx), 3.4445f, 1.f);
+    } else {
+      for (int i = 0; i < count; i++) axpby(X + i * stride, BX + i * nx, X + i * stride, (size_t)nx, 3.4445f, 1.f);
+    }
   }
+}
+// One matrix, with s's scratch.
+inline void newton_schulz5(Matmul& mm, MuonScratch& s, bf16* X, int r, int c, cudaStream_t stream = 0) {
+  newton_schulz5_batched(mm, X, 1, (long long)r * c, r, c, s.A, s.AA, s.BX, stream);
 }
 
 // Stage 1, on every rank: buf = m buf + (1 - m) g, and u (Nesterov) into s.u when u_out.
@@ -95,14 +116,20 @@ inline cudaError_t muon_momentum(MuonScratch& s, const float* g, float* buf, siz
   return cudaGetLastError();
 }
 
-// Stage 2: X (bf16, min(rows, cols) x max(rows, cols)) = Newton-Schulz(s.u / ||s.u||).
-inline cudaError_t muon_orthogonalize(Matmul& mm, MuonScratch& s, bf16* X, int rows, int cols, cudaStream_t stream = 0) {
+// Stage 2: X (bf16, min(rows, cols) x max(rows, cols)) = Newton-Schulz(s.u / ||s.u||), in two
+// parts: muon_normalize (X = s.u / ||s.u||) then Newton-Schulz, which the data-parallel
+// optimiser runs batched over the matrices of one shape (newton_schulz5_batched).
+inline cudaError_t muon_normalize(MuonScratch& s, bf16* X, int rows, int cols, cudaStream_t stream = 0) {
   const size_t n = (size_t)rows * cols;
   float* sumsq = s.partial + kDotBlocks;
   dot(s.u, s.u, n, sumsq, s.partial, /*accumulate=*/false, stream);
   muon_normalize_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(s.u, sumsq, X, rows, cols);
-  newton_schulz5(mm, s, X, rows > cols ? cols : rows, rows > cols ? rows : cols, stream);
   return cudaGetLastError();
+}
+inline cudaError_t muon_orthogonalize(Matmul& mm, MuonScratch& s, bf16* X, int rows, int cols, cudaStream_t stream = 0) {
+  cudaError_t e = muon_normalize(s, X, rows, cols, stream);
+  if (e == cudaSuccess) newton_schulz5(mm, s, X, rows > cols ? cols : rows, rows > cols ? rows : cols, stream);
+  return e == cudaSuccess ? cudaGetLastError() : e;
 }
 
 // Stage 3: W -= lr * max(1, cols/rows)^0.5 * X (transposed back), and the bf16 copy.

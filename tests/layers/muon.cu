@@ -3,7 +3,8 @@
 // Tolerances: Muon's Newton-Schulz runs in bf16: its update must be within twice the error of a
 // CPU emulation of the same bf16 iteration (each matmul accumulated exactly then rounded to
 // bf16, each stored tensor rounded), plus 1e-3; its staged path (the data-parallel one) must
-// give muon_step's bits.
+// give muon_step's bits; Newton-Schulz batched over matrices of one shape gets the first
+// tolerance (its batched products may sum in another order).
 #include "tests/layers/gpu_test.h"
 #include "layers/muon.cuh"
 #include "model/optimizer_reference.h"
@@ -102,6 +103,62 @@ static void test_muon() {
       CHECK(e <= 2 * e16 + 1e-3, "muon %dx%d: update rel err %.2e > 2 x bf16 emulation %.2e + 1e-3", rows, cols, e, e16);
       CHECK(out[0] == out[1], "muon %dx%d: the staged path (momentum, orthogonalize, apply) differs from muon_step", rows, cols);
       std::printf("muon %dx%d: update rel err %.2e (bf16 emulation of Newton-Schulz: %.2e)\n", rows, cols, e, e16);
+    }
+  }
+  // ---- Newton-Schulz batched over matrices of one shape (the optimiser's path): 128 x 512,
+  // 512 x 128 (transposed into the same 128 x 512) and 128 x 512 again, their X one stride apart
+  // (r c, contiguous, and r c + 64, as padded slots are), each matrix's update against fp64
+  // with muon_step's tolerance
+  {
+    layers::Matmul mm;
+    layers::MuonScratch scratch(512 * 512, 512 * 512);
+    const int r = 128, c = 512, count = 3;
+    const std::pair<int, int> shapes[count] = {{128, 512}, {512, 128}, {128, 512}};
+    for (long long stride : {(long long)r * c, (long long)r * c + 64}) {
+      bf16 *X, *A, *AA, *BX;
+      CUDA_CHECK(cudaMalloc(&X, count * stride * sizeof(bf16)));
+      CUDA_CHECK(cudaMalloc(&A, count * r * r * sizeof(bf16)));
+      CUDA_CHECK(cudaMalloc(&AA, count * r * r * sizeof(bf16)));
+      CUDA_CHECK(cudaMalloc(&BX, count * (size_t)r * c * sizeof(bf16)));
+      std::vector<std::vector<float>> g(count), w(count);
+      float *dw[count], *dg[count], *dbuf[count];
+      const float mom = 0.85f, lr = 0.05f;
+      std::normal_distribution<float> nd(0.f, 1.f);
+      for (int i = 0; i < count; i++) {
+        const size_t n = (size_t)r * c;
+        g[i].resize(n), w[i].resize(n);
+        for (auto& x : g[i]) x = nd(rng);
+        for (auto& x : w[i]) x = nd(rng) * 0.05f;
+        for (float** q : {&dw[i], &dg[i], &dbuf[i]}) CUDA_CHECK(cudaMalloc(q, n * sizeof(float)));
+        CUDA_CHECK(cudaMemcpy(dw[i], w[i].data(), n * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(dg[i], g[i].data(), n * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemset(dbuf[i], 0, n * sizeof(float)));
+        CUDA_CHECK(layers::muon_momentum(scratch, dg[i], dbuf[i], n, mom, true));
+        CUDA_CHECK(layers::muon_normalize(scratch, X + i * stride, shapes[i].first, shapes[i].second));
+      }
+      layers::newton_schulz5_batched(mm, X, count, stride, r, c, A, AA, BX);
+      CUDA_CHECK(cudaGetLastError());
+      for (int i = 0; i < count; i++) {
+        const int rows = shapes[i].first, cols = shapes[i].second;
+        const size_t n = (size_t)rows * cols;
+        CUDA_CHECK(layers::muon_apply(dw[i], nullptr, X + i * stride, rows, cols, lr));
+        std::vector<float> out(n);
+        CUDA_CHECK(cudaMemcpy(out.data(), dw[i], n * sizeof(float), cudaMemcpyDeviceToHost));
+        std::vector<double> u(n), upd(n), upd_ref(n);
+        for (size_t k = 0; k < n; k++) u[k] = (1 - (double)mom) * g[i][k] + mom * (1 - (double)mom) * g[i][k];
+        std::vector<double> ns64 = u;
+        model_ref::newton_schulz5(ns64, rows, cols);
+        const double e16 = rel_err(ns5_bf16_emulated(u, rows, cols), ns64);
+        const double scale = lr * std::sqrt(std::max(1.0, (double)cols / rows));
+        for (size_t k = 0; k < n; k++) upd[k] = (double)w[i][k] - out[k], upd_ref[k] = scale * ns64[k];
+        const double e = rel_err(upd, upd_ref);
+        CHECK(e <= 2 * e16 + 1e-3, "muon batched (stride %lld) matrix %d, %dx%d: update rel err %.2e > 2 x bf16 emulation %.2e + 1e-3",
+              stride, i, rows, cols, e, e16);
+        std::printf("muon batched (stride %lld) matrix %d, %dx%d: update rel err %.2e (bf16 emulation %.2e)\n", stride, i, rows, cols, e,
+                    e16);
+        for (void* q : {(void*)dw[i], (void*)dg[i], (void*)dbuf[i]}) CUDA_CHECK(cudaFree(q));
+      }
+      for (void* q : {(void*)X, (void*)A, (void*)AA, (void*)BX}) CUDA_CHECK(cudaFree(q));
     }
   }
 }

@@ -5,6 +5,12 @@
 //             gl[0] += sum g x_in,  gl[1] += sum g x0,  dx0 += l[1] g,  dx = l[0] g
 //             (+ add, rounded after l[0] g, when add is given: a U-net skip source's gradient
 //             joining the stream, with the bits of skip_add(dx, add, 1))
+// With the U-net skip that makes x_in (SkipAdd, SkipGrad: x_in = x + s[j] src, layers/mix.cuh
+// skip_add and skip_backward), its forward and backward run in the same passes: the forward
+// reads x and src and writes x_in as well; the backward takes dx = d x_in on to
+// gs[j] += sum dx src and dsrc = 0 + s[j] dx (or dx += 0 + s[j] dx where src is x itself, dsrc
+// null), with the bits of skip_add and skip_backward and gs summed in this kernel's order.
+// That saves reading x_in back in the forward and dx in the backward.
 // x_in, x0, x_mix, h, dh, dx, dx0: bf16 [T][C], C a multiple of 8, 16-byte aligned; rstd fp32 [T].
 // The backward recomputes x_mix from x_in and x0, which it reads for the sums anyway (mix8: the
 // forward's arithmetic, so the same bits), rather than reading the forward's x_mix back.
@@ -30,16 +36,39 @@ __device__ __forceinline__ Pack8 mix8(const Pack8& u, const Pack8& v, float a, f
   return o;
 }
 
+// The U-net skip fused into the norm-mix passes (null src: none).
+struct SkipAdd {  // forward: out = x + s[j] src is the x_in the mix reads
+  const bf16* src = nullptr;
+  const float* s = nullptr;
+  int j = 0;
+  bf16* out = nullptr;
+};
+struct SkipGrad {  // backward: gs[j] += sum dx src; dsrc = 0 + s[j] dx, or dx += that when dsrc is null
+  const bf16* src = nullptr;
+  const float* s = nullptr;
+  int j = 0;
+  float* gs = nullptr;
+  bf16* dsrc = nullptr;
+};
+
+// x_in (or with skip.src, x_in = x_in + s[j] src, written to skip.out)
 __global__ void mix_rmsnorm_forward_kernel(const bf16* __restrict__ x_in, const bf16* __restrict__ x0, const float* __restrict__ l,
                                            bf16* __restrict__ x_mix, bf16* __restrict__ h, float* __restrict__ rstd, int T, int C,
-                                           float eps) {
+                                           float eps, SkipAdd skip) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (row >= T) return;
   const size_t base = (size_t)row * C;
-  const float a = l[0], b = l[1];
+  const float a = l[0], b = l[1], cs = skip.src ? skip.s[skip.j] : 0.f;
   float ss = 0.f;
   for (int i = lane * 8; i < C; i += 256) {  // rmsnorm_forward's order of additions
-    const Pack8 o = mix8(load8(x_in + base + i), load8(x0 + base + i), a, b);
+    Pack8 xi = load8(x_in + base + i);
+    if (skip.src) {  // skip_add's arithmetic
+      const Pack8 v = load8(skip.src + base + i);
+#pragma unroll
+      for (int k = 0; k < 8; k++) xi.set(k, xi.get(k) + cs * v.get(k));
+      store8(skip.out + base + i, xi);
+    }
+    const Pack8 o = mix8(xi, load8(x0 + base + i), a, b);
 #pragma unroll
     for (int k = 0; k < 8; k++) ss += o.get(k) * o.get(k);
     store8(x_mix + base + i, o);
@@ -58,11 +87,11 @@ __global__ void mix_rmsnorm_forward_kernel(const bf16* __restrict__ x_in, const 
 __global__ void rmsnorm_mix_backward_kernel(const float* __restrict__ rstd, const bf16* __restrict__ dh,
                                             bf16* __restrict__ dx, const bf16* __restrict__ x_in, const bf16* __restrict__ x0,
                                             bf16* __restrict__ dx0, const float* __restrict__ l, const bf16* __restrict__ add, int T, int C,
-                                            float* __restrict__ partial) {
+                                            float* __restrict__ partial, SkipGrad skip) {
   __shared__ float s[256];
   const int warps = blockDim.x / 32, lane = threadIdx.x & 31;
-  const float l0 = l[0], l1 = l[1];
-  float acc_a = 0.f, acc_b = 0.f;
+  const float l0 = l[0], l1 = l[1], cs = skip.src ? skip.s[skip.j] : 0.f;
+  float acc_a = 0.f, acc_b = 0.f, acc_s = 0.f;
   for (int row = blockIdx.x * warps + threadIdx.x / 32; row < T; row += gridDim.x * warps) {
     const size_t base = (size_t)row * C;
     float dot = 0.f;
@@ -92,6 +121,21 @@ __global__ void rmsnorm_mix_backward_kernel(const float* __restrict__ rstd, cons
 #pragma unroll
         for (int k = 0; k < 8; k++) o.set(k, o.get(k) + ad.get(k));
       }
+      if (skip.src) {  // skip_backward's arithmetic on dx = o
+        const Pack8 sv = load8(skip.src + base + i);
+        Pack8 t;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+          acc_s += o.get(k) * sv.get(k);
+          t.set(k, 0.f + cs * o.get(k));
+        }
+        if (skip.dsrc) {
+          store8(skip.dsrc + base + i, t);
+        } else {
+#pragma unroll
+          for (int k = 0; k < 8; k++) o.set(k, o.get(k) + t.get(k));
+        }
+      }
       store8(dx0 + base + i, o0);
       store8(dx + base + i, o);
     }
@@ -101,24 +145,32 @@ __global__ void rmsnorm_mix_backward_kernel(const float* __restrict__ rstd, cons
   __syncthreads();
   block_tree_sum<256>(acc_b, s);
   if (threadIdx.x == 0) partial[kDotBlocks + blockIdx.x] = s[0];
+  if (skip.src) {
+    __syncthreads();
+    block_tree_sum<256>(acc_s, s);
+    if (threadIdx.x == 0) partial[2 * kDotBlocks + blockIdx.x] = s[0];
+  }
 }
 
 inline bool norm_mix_ok(int T, int C, std::initializer_list<const void*> ptrs) { return C % 8 == 0 && T >= 0 && aligned16(ptrs); }
+// skip.src: x_in is x_in + s[j] src, written to skip.out (and read by nobody here again)
 inline cudaError_t mix_rmsnorm_forward(const bf16* x_in, const bf16* x0, const float* l, bf16* x_mix, bf16* h, float* rstd, int T, int C,
-                                       float eps, cudaStream_t st = 0) {
-  if (!norm_mix_ok(T, C, {x_in, x0, x_mix, h})) return cudaErrorInvalidValue;
-  if (T) mix_rmsnorm_forward_kernel<<<(T + 7) / 8, 256, 0, st>>>(x_in, x0, l, x_mix, h, rstd, T, C, eps);
+                                       float eps, const SkipAdd& skip = {}, cudaStream_t st = 0) {
+  if (!norm_mix_ok(T, C, {x_in, x0, x_mix, h, skip.src, skip.out}) || (skip.src && (!skip.s || !skip.out))) return cudaErrorInvalidValue;
+  if (T) mix_rmsnorm_forward_kernel<<<(T + 7) / 8, 256, 0, st>>>(x_in, x0, l, x_mix, h, rstd, T, C, eps, skip);
   return cudaGetLastError();
 }
-// partial: 2 * kDotBlocks floats of scratch; gl: the two scalar gradients (added to); add: nullptr
-// or a bf16 [T][C] added to dx
+// partial: 3 * kDotBlocks floats of scratch; gl: the two scalar gradients (added to); add: nullptr
+// or a bf16 [T][C] added to dx; skip.src: the U-net skip's backward as well (SkipGrad)
 inline cudaError_t rmsnorm_mix_backward(const float* rstd, const bf16* dh, bf16* dx, const bf16* x_in, const bf16* x0, bf16* dx0,
                                         const float* l, float* gl, int T, int C, float* partial, const bf16* add = nullptr,
-                                        cudaStream_t st = 0) {
-  if (!norm_mix_ok(T, C, {dh, dx, x_in, x0, dx0, add})) return cudaErrorInvalidValue;
-  rmsnorm_mix_backward_kernel<<<kDotBlocks, 256, 0, st>>>(rstd, dh, dx, x_in, x0, dx0, l, add, T, C, partial);
+                                        const SkipGrad& skip = {}, cudaStream_t st = 0) {
+  if (!norm_mix_ok(T, C, {dh, dx, x_in, x0, dx0, add, skip.src, skip.dsrc}) || (skip.src && (!skip.s || !skip.gs)))
+    return cudaErrorInvalidValue;
+  rmsnorm_mix_backward_kernel<<<kDotBlocks, 256, 0, st>>>(rstd, dh, dx, x_in, x0, dx0, l, add, T, C, partial, skip);
   dot_final_kernel<<<1, kDotBlocks, 0, st>>>(partial, gl, true);
   dot_final_kernel<<<1, kDotBlocks, 0, st>>>(partial + kDotBlocks, gl + 1, true);
+  if (skip.src) dot_final_kernel<<<1, kDotBlocks, 0, st>>>(partial + 2 * kDotBlocks, skip.gs + skip.j, true);
   return cudaGetLastError();
 }
 

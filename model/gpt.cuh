@@ -18,7 +18,7 @@
 // r = relu(h Wfc)^2, backward du = 2 sqrt(r) dx Wproj^T: layers/mlp_gemm.cuh), so neither u nor
 // dr is ever written; elsewhere the products run through cuBLASLt and relu2.cuh apart.
 // Element-wise work is fused where a tensor would otherwise make two round trips to memory
-// (q/k norm + rotary, value embedding + mix, lambda mix + norm, the mixes' backwards with their
+// (q/k norm + rotary, value embedding + mix, U-net skip + lambda mix + norm, the mixes' backwards with their
 // scalar gradients), and residual adds are written by the matmul (D = C + AB) instead of copies.
 #pragma once
 #include <cuda_runtime.h>
@@ -86,7 +86,7 @@ class Model {
     for (auto& p : dpushed_) alloc(&p, TC * sizeof(bf16));
     for (float** p : {&rstd_e_, &rstd_f_, &loss_}) alloc(p, (size_t)T * sizeof(float));
     alloc(&z_, (size_t)chunk_ * cfg.vocab * sizeof(bf16));  // z, then dz in place
-    alloc(&partial_, 2 * layers::kDotBlocks * sizeof(float));
+    alloc(&partial_, 3 * layers::kDotBlocks * sizeof(float));
     alloc(&one_, sizeof(float));
     const float one = 1.f;
     cuda_check(cudaMemcpy(one_, &one, sizeof(float), cudaMemcpyHostToDevice), "constant");
@@ -195,13 +195,11 @@ class Model {
     for (int i = 0; i < L; i++) {
       const LayerParams& lp = at_.layer[i];
       Acts& a = acts_[i];
-      if (i >= L / 2) {
-        prof_.mark(Profiler::kNormMix, "U-net skip add");
-        ok(layers::skip_add(a.x_in_own, x, pushed_[L - 1 - i], S(at_.skip), i - L / 2, TC));
-      }
+      // layers i >= L/2: x_in = x + s pushed_[L - 1 - i] (the U-net skip), made in the same pass
       a.x_in = i >= L / 2 ? a.x_in_own : x;
-      prof_.mark(Profiler::kNormMix, "lambda mix + norm");
-      ok(layers::mix_rmsnorm_forward(a.x_in, x0_, S(lp.lambda), a.x_mix, a.h, a.rstd_h, T, C, eps));
+      const layers::SkipAdd skip = i >= L / 2 ? layers::SkipAdd{pushed_[L - 1 - i], S(at_.skip), i - L / 2, a.x_in_own} : layers::SkipAdd{};
+      prof_.mark(Profiler::kNormMix, i >= L / 2 ? "U-net skip add + lambda mix + norm" : "lambda mix + norm");
+      ok(layers::mix_rmsnorm_forward(x, x0_, S(lp.lambda), a.x_mix, a.h, a.rstd_h, T, C, eps, skip));
       prof_.mark(Profiler::kMatmul, "q, k, v = h W (3 x C x C)");
       mm_.xW_batched(a.h, W(lp.wq), (long long)C * C, a.q, (long long)TC, 3, T, C, C);  // Wq, Wk, Wv: one after another (resolve)
       prof_.mark(Profiler::kNormMix, "value embedding mix");
@@ -331,18 +329,17 @@ class Model {
       mm_.dW(a.h, dq_, G(lp.wq), T, C, C);
       mm_.dW(a.h, dk_, G(lp.wk), T, C, C);
       mm_.dW(a.h, dv_, G(lp.wv), T, C, C);
-      prof_.mark(Profiler::kNormMix, "lambda mix + norm backward");
       // h = norm(x_mix), x_mix = l0 x_in + l1 x0: dx_ becomes d x_in, dx0_ gathers d x0; x_in of
-      // a layer 0 < i < L/2 is pushed_[i - 1], whose skip gradient joins dx_ here (final by now)
+      // a layer 0 < i < L/2 is pushed_[i - 1], whose skip gradient joins dx_ here (final by now).
+      // Layers i >= L/2, x_in = x_prev + s_j pushed_[src], in the same pass: the skip weight's
+      // gradient, and pushed's gradient kept for layer src + 1 above, or (src = L/2 - 1, where
+      // pushed_[src] is x_prev) added to dx_
+      const int j = i - L / 2, src = L - 1 - i;
+      const layers::SkipGrad skip =
+          i >= L / 2 ? layers::SkipGrad{pushed_[src], S(at_.skip), j, G(at_.skip), j > 0 ? dpushed_[src] : nullptr} : layers::SkipGrad{};
+      prof_.mark(Profiler::kNormMix, i >= L / 2 ? "lambda mix + norm + U-net skip backward" : "lambda mix + norm backward");
       ok(layers::rmsnorm_mix_backward(a.rstd_h, dh_, dx_, a.x_in, x0_, dx0_, S(lp.lambda), G(lp.lambda), T, C, partial_,
-                                      i > 0 && i < L / 2 ? dpushed_[i - 1] : nullptr));
-      // x_in = x_prev + s_j pushed_[src]: the skip weight's gradient, and pushed's gradient kept
-      // for layer src + 1 above, or (src = L/2 - 1, where pushed_[src] is x_prev) added to dx_
-      if (i >= L / 2) {
-        prof_.mark(Profiler::kNormMix, "U-net skip add backward");
-        const int j = i - L / 2, src = L - 1 - i;
-        ok(layers::skip_backward(dx_, pushed_[src], S(at_.skip), j, G(at_.skip), j > 0 ? dpushed_[src] : nullptr, TC, partial_));
-      }
+                                      i > 0 && i < L / 2 ? dpushed_[i - 1] : nullptr, skip));
       if (ready) ready(i);
     }
     prof_.mark(Profiler::kNormMix, "norm of the embedding backward");

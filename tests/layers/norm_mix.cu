@@ -21,7 +21,7 @@ static void test_norm_mix() {
     float *dl, *dgl, *dpart, *drs1, *drs2;
     CUDA_CHECK(cudaMalloc(&dl, sizeof(l)));
     CUDA_CHECK(cudaMalloc(&dgl, 4 * sizeof(float)));
-    CUDA_CHECK(cudaMalloc(&dpart, 2 * layers::kDotBlocks * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&dpart, 3 * layers::kDotBlocks * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&drs1, T * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&drs2, T * sizeof(float)));
     CUDA_CHECK(cudaMemcpy(dl, l, sizeof(l), cudaMemcpyHostToDevice));
@@ -86,6 +86,53 @@ static void test_norm_mix() {
             "rmsnorm_mix_backward with add: not the bits of the call without it + skip_add, or dx %.2e from fp64", exa);
       std::printf("mix + rmsnorm backward with add: the bits of the call without it + skip_add; dx %.2e\n", exa);
       for (void* q : {(void*)done, (void*)dadd, (void*)dx3, (void*)dz3, (void*)dx4, (void*)dz4}) CUDA_CHECK(cudaFree(q));
+    }
+    {  // with the U-net skip (SkipAdd, SkipGrad): forward the bits of skip_add then the call
+       // without it; backward the bits of the call without it then skip_backward (dsrc given, and
+       // null: dx += s dx), the skip weight's gradient within 1e-5 of the unfused sum (|dx||src|)
+      const std::vector<double> src = random_bf16(n);
+      const float sw[3] = {0.f, 0.7f, 1.3f};  // the weight used is s[j], j = 1
+      float *dsw, *dgs;
+      CUDA_CHECK(cudaMalloc(&dsw, sizeof(sw)));
+      CUDA_CHECK(cudaMalloc(&dgs, 4 * sizeof(float)));
+      CUDA_CHECK(cudaMemcpy(dsw, sw, sizeof(sw), cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemset(dgs, 0, 4 * sizeof(float)));
+      bf16 *dsrc = to_device(src), *xi1 = poisoned(n), *xi2 = poisoned(n), *xm3 = poisoned(n), *h3 = poisoned(n), *xm4 = poisoned(n),
+           *h4 = poisoned(n);
+      CUDA_CHECK(layers::mix_rmsnorm_forward(dxin, dx0_, dl, xm3, h3, drs1, T, C, (float)eps, layers::SkipAdd{dsrc, dsw, 1, xi1}));
+      CUDA_CHECK(layers::skip_add(xi2, dxin, dsrc, dsw, 1, n));
+      CUDA_CHECK(layers::mix_rmsnorm_forward(xi2, dx0_, dl, xm4, h4, drs2, T, C, (float)eps));
+      CUDA_CHECK(cudaDeviceSynchronize());
+      CUDA_CHECK(cudaMemcpy(r1.data(), drs1, T * sizeof(float), cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpy(r2.data(), drs2, T * sizeof(float), cudaMemcpyDeviceToHost));
+      CHECK(from_device(xi1, n) == from_device(xi2, n) && from_device(xm3, n) == from_device(xm4, n) && from_device(h3, n) == from_device(h4, n) &&
+                r1 == r2,
+            "mix_rmsnorm_forward with the skip: not the bits of skip_add + mix_rmsnorm_forward");
+      for (int with_dsrc = 0; with_dsrc < 2; with_dsrc++) {
+        bf16 *dx5 = to_device(dx), *dz5 = to_device(dx0), *dx6 = to_device(dx), *dz6 = to_device(dx0);
+        bf16 *ds5 = with_dsrc ? poisoned(n) : nullptr, *ds6 = with_dsrc ? poisoned(n) : nullptr;
+        CUDA_CHECK(cudaMemset(dgs, 0, 4 * sizeof(float)));
+        CUDA_CHECK(layers::rmsnorm_mix_backward(drs1, ddh, dx5, xi1, dx0_, dz5, dl, dgl, T, C, dpart, nullptr,
+                                                layers::SkipGrad{dsrc, dsw, 1, dgs, ds5}));
+        CUDA_CHECK(layers::rmsnorm_mix_backward(drs1, ddh, dx6, xi1, dx0_, dz6, dl, dgl + 2, T, C, dpart));
+        const std::vector<double> plain_dx = from_device(dx6, n);  // d x_in, before the skip's backward
+        CUDA_CHECK(layers::skip_backward(dx6, dsrc, dsw, 1, dgs + 2, ds6, n, dpart));
+        float gs[4];
+        CUDA_CHECK(cudaDeviceSynchronize());
+        CUDA_CHECK(cudaMemcpy(gs, dgs, sizeof(gs), cudaMemcpyDeviceToHost));
+        double gg2 = 0, ss2 = 0;
+        for (size_t i = 0; i < n; i++) gg2 += plain_dx[i] * plain_dx[i], ss2 += src[i] * src[i];
+        const double es = std::fabs(gs[1] - gs[3]) / std::sqrt(gg2 * ss2);
+        const bool same = from_device(dx5, n) == from_device(dx6, n) && from_device(dz5, n) == from_device(dz6, n) &&
+                          (!with_dsrc || from_device(ds5, n) == from_device(ds6, n));
+        CHECK(same && es < 1e-5, "rmsnorm_mix_backward with the skip (dsrc %s): not the unfused bits, or skip weight gradient %.2e",
+              with_dsrc ? "given" : "null", es);
+        std::printf("mix + rmsnorm backward with the skip (dsrc %s): the unfused bits; skip weight gradient %.1e from the unfused\n",
+                    with_dsrc ? "given" : "null", es);
+        for (void* q : {(void*)dx5, (void*)dz5, (void*)dx6, (void*)dz6, (void*)ds5, (void*)ds6}) CUDA_CHECK(cudaFree(q));
+      }
+      for (void* q : {(void*)dsw, (void*)dgs, (void*)dsrc, (void*)xi1, (void*)xi2, (void*)xm3, (void*)h3, (void*)xm4, (void*)h4})
+        CUDA_CHECK(cudaFree(q));
     }
     for (void* q : {(void*)dl, (void*)dgl, (void*)dpart, (void*)drs1, (void*)drs2, (void*)dxin, (void*)dx0_, (void*)ddh, (void*)xm1,
                     (void*)h1, (void*)xm2, (void*)h2, (void*)dx1, (void*)dx2, (void*)dz1, (void*)dz2})

@@ -198,7 +198,7 @@ class Model {
       // layers i >= L/2: x_in = x + s pushed_[L - 1 - i] (the U-net skip), made in the same pass
       a.x_in = i >= L / 2 ? a.x_in_own : x;
       const layers::SkipAdd skip = i >= L / 2 ? layers::SkipAdd{pushed_[L - 1 - i], S(at_.skip), i - L / 2, a.x_in_own} : layers::SkipAdd{};
-      prof_.mark(Profiler::kNormMix, i >= L / 2 ? "U-net skip add + lambda mix + norm" : "lambda mix + norm");
+      prof_.mark(Profiler::kNormMix, i >= L / 2 ? "U-net skip + lambda mix + norm" : "lambda mix + norm");
       ok(layers::mix_rmsnorm_forward(x, x0_, S(lp.lambda), a.x_mix, a.h, a.rstd_h, T, C, eps, skip));
       prof_.mark(Profiler::kMatmul, "q, k, v = h W (3 x C x C)");
       mm_.xW_batched(a.h, W(lp.wq), (long long)C * C, a.q, (long long)TC, 3, T, C, C);  // Wq, Wk, Wv: one after another (resolve)
@@ -337,7 +337,7 @@ class Model {
       const int j = i - L / 2, src = L - 1 - i;
       const layers::SkipGrad skip =
           i >= L / 2 ? layers::SkipGrad{pushed_[src], S(at_.skip), j, G(at_.skip), j > 0 ? dpushed_[src] : nullptr} : layers::SkipGrad{};
-      prof_.mark(Profiler::kNormMix, i >= L / 2 ? "lambda mix + norm + U-net skip backward" : "lambda mix + norm backward");
+      prof_.mark(Profiler::kNormMix, i >= L / 2 ? "U-net skip + mix + norm backward" : "lambda mix + norm backward");
       ok(layers::rmsnorm_mix_backward(a.rstd_h, dh_, dx_, a.x_in, x0_, dx0_, S(lp.lambda), G(lp.lambda), T, C, partial_,
                                       i > 0 && i < L / 2 ? dpushed_[i - 1] : nullptr, skip));
       if (ready) ready(i);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -24,13 +25,17 @@ class Profiler {
                                     "optimizer (Adam, Muon)",       "waiting for gradient all-reduce", "GPU idle: host work"};
     return n[c];
   }
+  static constexpr size_t kNameWidth = 34;  // the tables' name columns
   bool on = false;
   ~Profiler() {
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
   }
-  // op: a string literal naming the operation (its address is kept); nullptr: the category's name
+  // op: a string literal naming the operation (its address is kept), at most kNameWidth
+  // characters; nullptr: the category's name
   void mark(int cat, const char* op = nullptr) {
     if (!on) return;
+    if (op && std::strlen(op) > kNameWidth)  // the tables' columns (and the tests that read them) need it
+      throw std::logic_error(std::string("profile: operation name longer than 34 characters: ") + op);
     if (used_ == events_.size()) {
       cudaEvent_t e;
       if (cudaEventCreate(&e) != cudaSuccess) return;

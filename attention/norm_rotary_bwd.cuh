@@ -65,12 +65,13 @@ __device__ __forceinline__ void norm_rotary_backward_row(float (&g)[D / 32], con
   for (int k = 0; k < N; k++) g[k] = r * dn[k] - cc * x[k];
 }
 
-// The same in place on a bf16 dQ [T, H, D] (the kernels that write dQ as bf16). One warp a row.
+// The same in place on a bf16 dQ or dK [T, H, D] (dy; the kernels that write them as bf16). One
+// warp a row.
 template <int D>
-__global__ void norm_rotary_backward_inplace_kernel(__nv_bfloat16* __restrict__ dq, NormRotary qn, int T, int H) {
+__global__ void norm_rotary_backward_inplace_kernel(__nv_bfloat16* __restrict__ dy, NormRotary qn, int T, int H) {
   const int w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (w >= T * H) return;  // uniform in the warp
-  __nv_bfloat16* row = dq + (size_t)w * D;
+  __nv_bfloat16* row = dy + (size_t)w * D;
   float g[D / 32];
 #pragma unroll
   for (int k = 0; k < D / 64; k++) {
@@ -83,12 +84,12 @@ __global__ void norm_rotary_backward_inplace_kernel(__nv_bfloat16* __restrict__ 
     *reinterpret_cast<__nv_bfloat162*>(row + 64 * k + 2 * lane) = __floats2bfloat162_rn(g[2 * k], g[2 * k + 1]);
 }
 
-inline cudaError_t norm_rotary_backward_inplace(__nv_bfloat16* dq, const NormRotary& qn, int T, int H, int D,
-                                                  cudaStream_t stream) {
+inline cudaError_t norm_rotary_backward_inplace(__nv_bfloat16* dy, const NormRotary& qn, int T, int H, int D,
+                                                cudaStream_t stream) {
   const int warps = 8;
   const unsigned blocks = (unsigned)(((size_t)T * H + warps - 1) / warps);
-  if (D == 64) norm_rotary_backward_inplace_kernel<64><<<blocks, warps * 32, 0, stream>>>(dq, qn, T, H);
-  else norm_rotary_backward_inplace_kernel<128><<<blocks, warps * 32, 0, stream>>>(dq, qn, T, H);
+  if (D == 64) norm_rotary_backward_inplace_kernel<64><<<blocks, warps * 32, 0, stream>>>(dy, qn, T, H);
+  else norm_rotary_backward_inplace_kernel<128><<<blocks, warps * 32, 0, stream>>>(dy, qn, T, H);
   return cudaGetLastError();
 }
 

@@ -16,6 +16,8 @@
 //   dx = dx + (0 + s[j] dx), both rounded    when the source is x_prev itself (its gradient
 //                                            joins the stream's in place)
 // with dot()'s sum and the bits of skip_add into a zeroed dsrc (and of skip_add(dx, dsrc, 1)).
+// The model runs it inside the lambda mix + norm backward (norm_mix.cuh SkipGrad); this pass is
+// the unfused form that one is tested against.
 // CPU reference: the test composes dot, scale and skip_add's references.
 #pragma once
 #include "layers/common.cuh"

@@ -473,7 +473,7 @@ class Trainer {
  public:
   Trainer(const Options& o, const dist::Context& ctx)
       : o_(o), ctx_(ctx), resume_from_(before_the_gpu(o, ctx)), data_(o, ctx), prop_(open_gpu(ctx)), cfg_(model_config(o)),
-        sched_(schedule(o)), model_(cfg_, o.seq_len), opt_(model_.layout(), ctx.rank, ctx.world), reader_(o.seq_len, cfg_.mask), batch_(o.seq_len),
+        sched_(schedule(o)), model_(cfg_, o.seq_len), opt_(model_.layout(), ctx.rank, ctx.world), reader_(o.seq_len, cfg_.mask), batch_(o.seq_len), next_(o.seq_len),
         flops_(o, model_.layout()) {
     model_.load(model::init_values(model_.layout(), o.seed));
     if (ctx.world > 1) {
@@ -514,8 +514,9 @@ class Trainer {
     double vl[2] = {0, (double)data_.val_seqs.size()};
     for (uint64_t k : data_.val_seqs) {
       reader_.load(data_.val, k, window, batch_);
-      vl[0] += model_.forward(batch_);
+      model_.enqueue_forward(batch_);  // the host reads the next sequence while the GPU runs this one
     }
+    for (double l : model_.take_losses()) vl[0] += l;  // in the sequences' order
     dist::sum(ctx_, vl, 2);
     log_->step(step, o_.steps, timing_.train_ms, vl[0] / vl[1]);
     fail_if_not_finite("validation", vl[0] / vl[1], step);
@@ -525,7 +526,10 @@ class Trainer {
   // gradients of the last one averaged over the ranks while its backward runs), then the
   // optimiser; returns the step's loss, the mean of its sequences' mean losses over their kept
   // targets (all T without a prefix), as the record's cross-entropy per micro-step, averaged over
-  // micro-steps and ranks (a sequence that keeps no target adds nothing)
+  // micro-steps and ranks (a sequence that keeps no target adds nothing).
+  // The host never waits for the GPU inside a step: each forward is enqueued with its losses read
+  // back asynchronously (gpt::Model::enqueue_forward), each next sequence is read while the GPU
+  // runs the one before, and the next step's first sequence while the GPU runs the optimiser.
   double train_step(int step, int window) {
     sync("step " + std::to_string(step + 1));
     const bool timed = step >= 10;  // steps 11, 12, ... (1-based) are timed, as in the record
@@ -536,9 +540,11 @@ class Trainer {
     double tl[2] = {0, (double)micro()};
     for (int m = 0; m < micro(); m++) {
       const bool last = m == micro() - 1;
-      reader_.load(data_.train, data_.schedule.sequence_index(step, m), window, batch_);
+      const uint64_t k = data_.schedule.sequence_index(step, m);
+      if (m == 0 && next_step_ == step && next_.sequence == k && next_.window == window) std::swap(batch_, next_);
+      else reader_.load(data_.train, k, window, batch_);
       if (timed) timing_.flops += flops_.sequence(o_, batch_), timing_.targets += batch_.kept_targets;
-      tl[0] += model_.forward(batch_, 1.f / ((float)std::max(batch_.kept_targets, 1) * o_.seqs_per_step));
+      model_.enqueue_forward(batch_, 1.f / ((float)std::max(batch_.kept_targets, 1) * o_.seqs_per_step));
       if (dp_ && last) dp_->ready(o_.layers);  // the head's gradient is final
       if (dp_ && last) model_.backward([&](int point) { dp_->ready(point); });
       else model_.backward();
@@ -548,7 +554,13 @@ class Trainer {
     prof.mark(gpt::Profiler::kOptimizer);
     opt_.step(model_, mm_, step, sched_, dp_.get());
     prof.mark(gpt::Profiler::kHost);
+    next_step_ = -1;
+    if (step + 1 < o_.steps) {  // the next step's first sequence, read while the GPU works
+      reader_.load(data_.train, data_.schedule.sequence_index(step + 1, 0), window_at(o_, sched_, step + 1), next_);
+      next_step_ = step + 1;
+    }
     sync("optimizer step " + std::to_string(step + 1));
+    for (double l : model_.take_losses()) tl[0] += l;  // in the micro-steps' order
     prof.collect();
     prof.on = false;  // validation is not profiled
     record_time(timed, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
@@ -630,7 +642,8 @@ class Trainer {
   gpt::Model model_;
   Optimizer opt_;
   SequenceReader reader_;
-  model::Batch batch_;
+  model::Batch batch_, next_;  // next_: the first sequence of step next_step_, read ahead
+  int next_step_ = -1;
   FlopCounter flops_;
   std::optional<train::RunLog> log_;
   layers::Matmul mm_;

@@ -10,6 +10,10 @@
 //   (dz -> d(norm(x)), dWhead) runs right there, so no T x vocab tensor outlives its chunk;
 //   backward() then walks the layers in reverse.
 // Gradients accumulate (+=) until zero_grad(), as gradient accumulation over micro-steps needs.
+// The host never waits for the GPU inside enqueue_forward() and backward(): the sequence's
+// uploads go through pinned buffers and its losses come back into pinned memory, summed when
+// they land (take_losses()), so the host prepares the next sequence while the GPU works and the
+// GPU never sits idle between sequences (forward() is the same with the wait, for tests).
 // Activations kept for the backward: (11 C + 1 hidden) x T bf16 a layer (plus C x T for the
 // layers that take a U-net skip): x_mix, h, q, k, qn, kn, v_lin, v, y, x_attn, h2 and r =
 // relu(u)^2. The MLP's pre-activation u (4 C) is not kept: its backward needs only
@@ -23,6 +27,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -96,13 +101,21 @@ class Model {
     alloc(&ix_buf_, layers::TokenIndex::max_packed(T) * sizeof(int));
     alloc(&ix_partial_, layers::TokenIndex::max_slots(T) * cfg.width * sizeof(float));
     alloc(&bad_, sizeof(int));
+    for (Staging& st : staging_) {
+      st = {pinned<int>(T), pinned<int>(T), pinned<int>(T), pinned<int>(layers::TokenIndex::max_packed(T)), new_event()};
+      events_.push_back(st.copied);
+    }
+    readback_.reserve(kMaxPending);
     auto tab = layers::rotary_table(T, cfg.head_dim());
     alloc(&rot_, tab.size() * sizeof(float2));
     cuda_check(cudaMemcpy(rot_, tab.data(), tab.size() * sizeof(float2), cudaMemcpyHostToDevice), "rotary table");
     zero_grad();
   }
   ~Model() {
+    cudaDeviceSynchronize();  // no copy into or out of the pinned buffers is left in flight
     for (void* p : buffers_) cudaFree(p);
+    for (void* p : pinned_) cudaFreeHost(p);
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
   }
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -159,8 +172,18 @@ class Model {
   // keeps none). grad_scale != 0 also runs the head's backward for a loss scaled by grad_scale
   // (1 / kept for the mean of one sequence; 1 / (kept * micro-steps * ranks) for a step, the
   // mean of the micro-steps' means). z_out, when given, receives the head's output before the
-  // softcap (bf16 values), [T][vocab].
+  // softcap (bf16 values), [T][vocab]. Waits for the GPU; enqueue_forward() does not.
   double forward(const model::Batch& batch, float grad_scale = 0.f, std::vector<float>* z_out = nullptr) {
+    if (!pending_.empty() || !finished_.empty()) throw std::logic_error("forward: enqueued forwards' losses not taken yet");
+    enqueue_forward(batch, grad_scale, z_out);
+    return take_losses()[0];
+  }
+  // The same forward, enqueued on the stream without waiting for the GPU: the host goes on to
+  // prepare the next sequence while the GPU runs this one. Its mean loss comes from take_losses().
+  // The uploads go through pinned buffers, two sets used in turn (a set is refilled once its
+  // copies of two forwards ago are done); the per-position losses come back into a pinned buffer
+  // of their own, summed on the host as they land.
+  void enqueue_forward(const model::Batch& batch, float grad_scale = 0.f, std::vector<float>* z_out = nullptr) {
     const int T = T_, C = cfg_.width, H = cfg_.heads, Dh = cfg_.head_dim(), L = cfg_.layers, F = cfg_.hidden, V = cfg_.vocab;
     const std::vector<int>& tokens = batch.tokens;
     if (batch.T() != T || (int)batch.targets.size() != T || (int)batch.doc_ids.size() != T)
@@ -171,16 +194,28 @@ class Model {
     const size_t TC = (size_t)T * C;
     for (int t = 0; t < T; t++)
       if (tokens[t] < 0 || tokens[t] >= V) throw std::invalid_argument("forward: token id " + std::to_string(tokens[t]) + " outside the vocabulary");
+    for (int t = 0; t < T; t++)
+      if (batch.targets[t] != model::kIgnoreTarget && (batch.targets[t] < 0 || batch.targets[t] >= V))
+        throw std::invalid_argument("forward: target id " + std::to_string(batch.targets[t]) + " outside the vocabulary");
     const layers::TokenIndex& ix = batch.token_index;
     if (ix.positions.size() != (size_t)T) throw std::invalid_argument("forward: the batch has no token index (Batch::build)");
     const std::vector<int> packed = ix.packed();
-    cuda_check(cudaMemcpy(tokens_, tokens.data(), T * sizeof(int), cudaMemcpyHostToDevice), "tokens");
-    cuda_check(cudaMemcpy(targets_, batch.targets.data(), T * sizeof(int), cudaMemcpyHostToDevice), "targets");
-    cuda_check(cudaMemcpy(doc_, batch.doc_ids.data(), T * sizeof(int), cudaMemcpyHostToDevice), "doc ids");
+    if (packed.size() > layers::TokenIndex::max_packed(T)) throw std::logic_error("forward: token index larger than its bound");
+    Staging& up = staging_[staged_++ % 2];
+    if (up.used) cuda_check(cudaEventSynchronize(up.copied), "upload buffers");  // its copies of two forwards ago
+    std::copy(tokens.begin(), tokens.end(), up.tokens);
+    std::copy(batch.targets.begin(), batch.targets.end(), up.targets);
+    std::copy(batch.doc_ids.begin(), batch.doc_ids.end(), up.doc);
+    std::copy(packed.begin(), packed.end(), up.packed);
+    cuda_check(cudaMemcpyAsync(tokens_, up.tokens, T * sizeof(int), cudaMemcpyHostToDevice, 0), "tokens");
+    cuda_check(cudaMemcpyAsync(targets_, up.targets, T * sizeof(int), cudaMemcpyHostToDevice, 0), "targets");
+    cuda_check(cudaMemcpyAsync(doc_, up.doc, T * sizeof(int), cudaMemcpyHostToDevice, 0), "doc ids");
+    cuda_check(cudaMemcpyAsync(ix_buf_, up.packed, packed.size() * sizeof(int), cudaMemcpyHostToDevice, 0), "token index");
+    cuda_check(cudaEventRecord(up.copied, 0), "upload buffers");
+    up.used = true;
     ok(attn::doc_spans(doc_, doc_spans_, T));  // once per sequence: every layer's attention reads them
-    cuda_check(cudaMemcpy(ix_buf_, packed.data(), packed.size() * sizeof(int), cudaMemcpyHostToDevice), "token index");
     ixv_ = layers::TokenIndexView(ix, ix_buf_, ix_partial_);
-    cuda_check(cudaMemset(bad_, 0, sizeof(int)), "flag");
+    cuda_check(cudaMemsetAsync(bad_, 0, sizeof(int), 0), "flag");
     const float eps = (float)cfg_.eps;
 
     prof_.mark(Profiler::kEmbed, "embedding");
@@ -247,15 +282,31 @@ class Model {
         mm_.dW(hf_ + (size_t)r0 * C, z_, G(at_.head), rows, C, V);
       }
     }
+    // the losses and the flag back into a pinned buffer: summed once they land (finish_losses)
+    finish_losses(kMaxPending - 1);  // the oldest waits only when kMaxPending are on their way
+    Readback* rb = nullptr;
+    for (Readback& r : readback_)
+      if (!r.busy) rb = &r;
+    if (!rb) {  // fewer than kMaxPending made so far (readback_ was reserved for them: pointers stay)
+      readback_.push_back({pinned<float>(T), pinned<int>(1), new_event()});
+      events_.push_back(readback_.back().landed);
+      rb = &readback_.back();
+    }
+    rb->busy = true;
+    rb->kept = batch.kept_targets;
+    cuda_check(cudaMemcpyAsync(rb->loss, loss_, T * sizeof(float), cudaMemcpyDeviceToHost, 0), "loss");
+    cuda_check(cudaMemcpyAsync(rb->bad, bad_, sizeof(int), cudaMemcpyDeviceToHost, 0), "flag");
+    cuda_check(cudaEventRecord(rb->landed, 0), "loss");
+    pending_.push_back(rb);
     prof_.mark(Profiler::kHost);
-    std::vector<float> loss(T);
-    int bad = 0;
-    cuda_check(cudaMemcpy(loss.data(), loss_, T * sizeof(float), cudaMemcpyDeviceToHost), "loss");
-    cuda_check(cudaMemcpy(&bad, bad_, sizeof(int), cudaMemcpyDeviceToHost), "flag");
-    if (bad) throw std::runtime_error("forward: a target token id is outside the vocabulary");
-    double sum = 0;
-    for (float l : loss) sum += l;  // dropped targets add 0
-    return batch.kept_targets > 0 ? sum / batch.kept_targets : 0.0;
+  }
+  // The mean losses of the forwards enqueued since the last call, in order (waits for the GPU to
+  // finish them). Throws if one of them met a target id outside the vocabulary.
+  std::vector<double> take_losses() {
+    finish_losses(0);
+    std::vector<double> out;
+    out.swap(finished_);
+    return out;
   }
   // The same on tokens and targets given apart (tests): the batch is built with the model's mask.
   double forward(const std::vector<int>& tokens, const std::vector<int>& targets, float grad_scale = 0.f,
@@ -376,6 +427,55 @@ class Model {
     buffers_.push_back(*p);
   }
   static void ok(cudaError_t e) { cuda_check(e, "kernel launch"); }
+  // Host memory the GPU copies to or from while the host works on: pinned, so that the copies
+  // are asynchronous; freed with the model.
+  template <typename P>
+  P* pinned(size_t count) {
+    void* p = nullptr;
+    if (cudaMallocHost(&p, count * sizeof(P)) != cudaSuccess)
+      throw std::runtime_error("cannot allocate " + std::to_string((count * sizeof(P)) >> 10) + " KiB of pinned host memory");
+    pinned_.push_back(p);
+    return static_cast<P*>(p);
+  }
+  static cudaEvent_t new_event() {
+    cudaEvent_t e;
+    cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
+    return e;
+  }
+  // One forward's upload buffers (tokens, targets, document ids, the packed token index).
+  struct Staging {
+    int *tokens, *targets, *doc, *packed;
+    cudaEvent_t copied;
+    bool used = false;
+  };
+  // One forward's losses on their way back: T per-position losses, the flag, the kept targets.
+  struct Readback {
+    float* loss;
+    int* bad;
+    cudaEvent_t landed;
+    int kept = 0;
+    bool busy = false;
+  };
+  static constexpr size_t kMaxPending = 16;  // forwards whose losses may be on their way at once
+  // Sums the losses of the pending forwards that have landed, oldest first, waiting for the
+  // oldest while more than keep are pending; the means go to finished_ in order.
+  void finish_losses(size_t keep) {
+    while (!pending_.empty()) {
+      Readback* rb = pending_.front();
+      if (pending_.size() > keep) cuda_check(cudaEventSynchronize(rb->landed), "loss");
+      else {
+        const cudaError_t q = cudaEventQuery(rb->landed);
+        if (q == cudaErrorNotReady) return;
+        cuda_check(q, "loss");
+      }
+      pending_.erase(pending_.begin());
+      rb->busy = false;
+      if (*rb->bad) throw std::runtime_error("forward: a target token id is outside the vocabulary");
+      double sum = 0;
+      for (int t = 0; t < T_; t++) sum += rb->loss[t];  // dropped targets add 0
+      finished_.push_back(rb->kept > 0 ? sum / rb->kept : 0.0);
+    }
+  }
   attn::MaskDesc mask() const { return model::attention_mask(cfg_.mask, cfg_.mask.window, doc_, doc_spans_); }
   // Where each parameter starts in the flat layout, looked up by name once (in the constructor),
   // so that a step finds its tensors by offset. W: the bf16 weights, S: the fp32 masters (the
@@ -411,7 +511,13 @@ class Model {
   int T_, chunk_;
   layers::Matmul mm_;
   Profiler prof_;
-  std::vector<void*> buffers_;
+  std::vector<void*> buffers_, pinned_;
+  std::vector<cudaEvent_t> events_;
+  Staging staging_[2];
+  unsigned staged_ = 0;                 // forwards uploaded so far (the set used next: staged_ % 2)
+  std::vector<Readback> readback_;      // at most kMaxPending, reserved (pending_ points into it)
+  std::vector<Readback*> pending_;      // forwards whose losses are not summed yet, oldest first
+  std::vector<double> finished_;        // their means once summed, for take_losses()
   std::vector<Acts> acts_;
   std::vector<bf16*> pushed_, dpushed_;
   bf16 *w16_, *emb_, *x0_, *x_, *hf_, *dhf_, *dx_, *dx0_, *dh_, *dy_, *dq_, *dk_, *dv_, *t1_, *du_, *z_;

@@ -1,8 +1,8 @@
 // Where a training step's GPU time goes, by category and by operation, from CUDA events recorded
 // at section boundaries on the compute stream (train_gpt --profile). The time between one mark
 // and the next belongs to the first mark's category and operation (a fixed label such as
-// "ReLU^2"); a kHost mark before a point where the host waits (a loss read back, the next
-// sequence loaded) counts the GPU's idle time there as host time. Marks are no-ops when the
+// "ReLU^2"); a kHost mark where the GPU may wait for the host (after a sequence's forward and
+// backward are enqueued, at the step's end) counts the GPU's idle time there as host time. Marks are no-ops when the
 // profiler is off, so the normal run pays nothing.
 #pragma once
 #include <cuda_runtime.h>

@@ -59,9 +59,10 @@ struct TokenIndex {
       p.insert(p.end(), a->begin(), a->end());
     return p;
   }
-  // Upper bounds for buffers sized once for T tokens: packed() ints and slots().
+  // Upper bounds for buffers sized once for T tokens: packed() ints, slots() and chunks.
   static size_t max_packed(int T) { return 7 * (size_t)T + 2; }
   static size_t max_slots(int T) { return 2 * (size_t)T / kChunk + 1; }
+  static size_t max_chunks(int T) { return (size_t)T; }  // every chunk holds a position
 };
 
 }  // namespace layers

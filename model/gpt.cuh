@@ -46,6 +46,7 @@
 #include "layers/rmsnorm.cuh"
 #include "layers/rotary.cuh"
 #include "layers/softcap_ce.cuh"
+#include "layers/value_embed_backward.cuh"
 #include "common/cuda_check.h"
 #include "model/profile.h"
 #include "model/batch.h"
@@ -100,6 +101,7 @@ class Model {
     alloc(&doc_spans_, (size_t)T * sizeof(attn::DocSpan));
     alloc(&ix_buf_, layers::TokenIndex::max_packed(T) * sizeof(int));
     alloc(&ix_partial_, layers::TokenIndex::max_slots(T) * cfg.width * sizeof(float));
+    alloc(&vdot_partial_, 2 * layers::TokenIndex::max_chunks(T) * sizeof(float));
     alloc(&bad_, sizeof(int));
     for (Staging& st : staging_) {
       st = {pinned<int>(T), pinned<int>(T), pinned<int>(T), pinned<int>(layers::TokenIndex::max_packed(T)), new_event()};
@@ -362,13 +364,11 @@ class Model {
       const attn::NormRotary q_norm{a.q, a.rstd_q, rot_}, k_norm{a.k, a.rstd_k, rot_};
       ok(attn::attention_backward(a.qn, a.kn, a.v, a.y, dy_, a.lse, dq_, dk_, dv_, ws_, T, H, Dh, mask(), 0, &q_norm, &k_norm));
       // v = a0 v_lin + a1 ve (ve gathered from its table again): d ve = a1 dv goes straight into
-      // the table's gradient (summed by token, rounded to bf16 as a tensor of it would be), read
-      // before the mix's backward turns dv_ into d v_lin in place
-      prof_.mark(Profiler::kEmbed, "value embedding backward");
-      ok(layers::embedding_backward_scaled(dv_, S(lp.attn_lambda) + 1, ixv_, G(lp.value_embed), C));
-      prof_.mark(Profiler::kNormMix, "value embedding mix backward");
-      ok(layers::mix_backward_gather(dv_, a.v_lin, W(lp.value_embed), tokens_, T, C, nullptr, false, S(lp.attn_lambda),
-                                     G(lp.attn_lambda), partial_));
+      // the table's gradient (summed by token, rounded to bf16 as a tensor of it would be), the
+      // scalars' gradients are summed, and dv_ becomes d v_lin in place, in one pass over dv by token
+      prof_.mark(Profiler::kEmbed, "value embedding + mix backward");
+      ok(layers::value_embed_backward(dv_, a.v_lin, W(lp.value_embed), ixv_, G(lp.value_embed), C, S(lp.attn_lambda),
+                                      G(lp.attn_lambda), vdot_partial_));
       // q, k, v = h Wq, h Wk, h Wv
       prof_.mark(Profiler::kMatmul, "Wq, Wk, Wv dX (3 x C x C)");
       mm_.dX(dq_, W(lp.wq), dh_, T, C, C);
@@ -528,6 +528,7 @@ class Model {
   int *tokens_, *targets_, *doc_, *ix_buf_, *bad_;
   attn::DocSpan* doc_spans_;  // of doc_
   float* ix_partial_;
+  float* vdot_partial_;  // value_embed_backward's per-chunk sums
   layers::TokenIndexView ixv_;  // the last forward's token index
   float2* rot_;
 };

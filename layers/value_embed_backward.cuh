@@ -1,0 +1,105 @@
+// The backward of the model's value input v = c0 v_lin + c1 ve, ve[t] = table[tok[t]] (the value
+// embedding, gathered, never stored), in one pass over dv grouped by token:
+//   dtable[u] += sum_{t: tok[t] = u} bf16(c1 dv[t])     (the table's fp32 gradient, rows of C)
+//   gc[0] += sum_t dv[t] . v_lin[t],  gc[1] += sum_t dv[t] . table[tok[t]]     (fp32)
+//   dv[t] = bf16(c0 dv[t])                                 (in place: v_lin's gradient)
+// dv, v_lin: bf16 [T][C]; table: bf16 [rows][C]; c: 2 floats (device); ix: the token index of tok
+// (layers/token_index.h, as embedding.cuh's backward takes it); partial: 2 * TokenIndex::max_chunks
+// floats of scratch. C a multiple of 8 up to 8192, pointers 16-byte aligned.
+// It replaces embedding_backward_scaled(dv, c + 1) followed by mix_backward_gather(dv, v_lin,
+// table, tok, ..., c, gc): one block a chunk of the index (up to TokenIndex::kChunk positions of
+// one token) reads each dv row once instead of twice and the table row once for the chunk
+// instead of once a position. The table's gradient and dv get the bits of those two kernels
+// (the same per-chunk sums, the same products); gc's sums run in another fixed order (per chunk,
+// then the chunks in index order), so they are deterministic but differ from mix_backward's in
+// the last bits. CPU reference: the test's fp64 sums (tests/layers/value_embed_backward.cu).
+#pragma once
+#include "layers/common.cuh"
+#include "layers/embedding.cuh"
+#include "layers/reduce.cuh"
+
+namespace layers {
+
+// One block a chunk: the chunk's table-gradient rows as embedding_chunk_kernel sums them, dv
+// scaled in place, and the chunk's two dot products into partial[j], partial[n_chunks + j].
+__global__ void value_embed_backward_chunk_kernel(bf16* dv, const bf16* __restrict__ v_lin, const bf16* __restrict__ table,
+                                                  TokenIndexView ix, float* __restrict__ dtable, int C, const float* __restrict__ c,
+                                                  float* __restrict__ partial) {
+  __shared__ float red[2][256];
+  const int j = blockIdx.x, b = ix.chunk_start[j], e = ix.chunk_start[j + 1], slot = ix.chunk_slot[j], u = ix.unique[ix.chunk_token[j]];
+  float* dst = slot < 0 ? dtable + (size_t)u * C : ix.partial + (size_t)slot * C;
+  const float c0 = c[0], c1 = c[1];
+  float d0 = 0.f, d1 = 0.f;
+  for (int col = threadIdx.x * 8; col < C; col += blockDim.x * 8) {
+    const Pack8 w = load8(table + (size_t)u * C + col);
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int p = b; p < e; p++) {
+      const size_t row = (size_t)ix.positions[p] * C + col;
+      const Pack8 x = load8(dv + row), y = load8(v_lin + row);
+      Pack8 o;
+#pragma unroll
+      for (int k = 0; k < 8; k++) {
+        s[k] += __bfloat162float(__float2bfloat16(c1 * x.get(k)));
+        d0 += x.get(k) * y.get(k);
+        d1 += x.get(k) * w.get(k);
+        o.set(k, c0 * x.get(k));
+      }
+      store8(dv + row, o);
+    }
+    float4* d4 = reinterpret_cast<float4*>(dst + col);
+    float4 lo = d4[0], hi = d4[1];
+    if (slot < 0) {  // add to the gradient
+      lo.x += s[0], lo.y += s[1], lo.z += s[2], lo.w += s[3], hi.x += s[4], hi.y += s[5], hi.z += s[6], hi.w += s[7];
+    } else {  // the chunk's partial sum (embedding_combine_kernel adds them)
+      lo = make_float4(s[0], s[1], s[2], s[3]), hi = make_float4(s[4], s[5], s[6], s[7]);
+    }
+    d4[0] = lo, d4[1] = hi;
+  }
+  // the block's dot products: each warp's by a fixed shuffle tree, then the warps in order (a
+  // block of another size: thread 0 adds the threads' in order)
+  float t0 = d0, t1 = d1;
+  if (blockDim.x % 32 == 0) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      d0 += __shfl_xor_sync(0xffffffffu, d0, o);
+      d1 += __shfl_xor_sync(0xffffffffu, d1, o);
+    }
+    if ((threadIdx.x & 31) == 0) red[0][threadIdx.x / 32] = d0, red[1][threadIdx.x / 32] = d1;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      t0 = t1 = 0.f;
+      for (int w = 0; w < (int)blockDim.x / 32; w++) t0 += red[0][w], t1 += red[1][w];
+    }
+  } else {
+    red[0][threadIdx.x] = d0, red[1][threadIdx.x] = d1;
+    __syncthreads();
+    if (threadIdx.x == 0)
+      for (int w = 1; w < (int)blockDim.x; w++) t0 += red[0][w], t1 += red[1][w];
+  }
+  if (threadIdx.x == 0) {
+    partial[j] = t0;
+    partial[gridDim.x + j] = t1;
+  }
+}
+
+// gc[i] += the sum of partial[i * n .. (i + 1) * n) in a fixed order (blockIdx.x = i).
+__global__ void value_embed_backward_sums_kernel(const float* __restrict__ partial, int n, float* __restrict__ gc) {
+  __shared__ float s[1024];
+  const float* p = partial + (size_t)blockIdx.x * n;
+  float acc = 0.f;
+  for (int i = threadIdx.x; i < n; i += 1024) acc += p[i];
+  block_tree_sum<1024>(acc, s);
+  if (threadIdx.x == 0) gc[blockIdx.x] += s[0];
+}
+
+inline cudaError_t value_embed_backward(bf16* dv, const bf16* v_lin, const bf16* table, const TokenIndexView& ix, float* dtable, int C,
+                                        const float* c, float* gc, float* partial, cudaStream_t stream = 0) {
+  if (C % 8 || C > 8192 || ((uintptr_t)dv | (uintptr_t)v_lin | (uintptr_t)table) % 16) return cudaErrorInvalidValue;
+  if (ix.n_chunks == 0) return cudaSuccess;
+  value_embed_backward_chunk_kernel<<<ix.n_chunks, std::min(C / 8, 256), 0, stream>>>(dv, v_lin, table, ix, dtable, C, c, partial);
+  if (ix.n_multi) embedding_combine_kernel<<<ix.n_multi, 256, 0, stream>>>(ix, dtable, C);
+  value_embed_backward_sums_kernel<<<2, 1024, 0, stream>>>(partial, ix.n_chunks, gc);
+  return cudaGetLastError();
+}
+
+}  // namespace layers

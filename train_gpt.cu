@@ -128,7 +128,7 @@ struct Optimizer {
   // (layers::newton_schulz5_batched), in batches of at most `batch`.
   struct Group {
     int r, c;
-    size_t first, count, batch;  // first: the first slot's offset in X
+    size_t first, count, batch, stride;  // first: the first slot's offset in X; stride: a slot's size
   };
   std::vector<Group> groups;
   layers::bf16 *bA = nullptr, *bAA = nullptr, *bBX = nullptr;  // batched Newton-Schulz scratch
@@ -144,21 +144,21 @@ struct Optimizer {
     std::vector<const model::Tensor*> mats;
     for (const model::Tensor& t : layout.tensors)
       if (model::group_of(t) == model::ParamGroup::kMatrix) mats.push_back(&t);
+    auto shape = [&](size_t j) {  // r x c after the transpose of a tall matrix
+      return std::pair<int, int>{(int)std::min(mats[j]->rows, mats[j]->cols), (int)std::max(mats[j]->rows, mats[j]->cols)};
+    };
     x_offset.assign(mats.size(), 0);
     size_t total = 0, most_a = 0, most_x = 0;
     for (int owner = 0; owner < world; owner++) {
       std::vector<std::pair<int, int>> shapes;  // in order of first appearance
-      for (size_t j = owner; j < mats.size(); j += world) {
-        const std::pair<int, int> sh{(int)std::min(mats[j]->rows, mats[j]->cols), (int)std::max(mats[j]->rows, mats[j]->cols)};
-        if (std::find(shapes.begin(), shapes.end(), sh) == shapes.end()) shapes.push_back(sh);
-      }
+      for (size_t j = owner; j < mats.size(); j += world)
+        if (std::find(shapes.begin(), shapes.end(), shape(j)) == shapes.end()) shapes.push_back(shape(j));
       for (auto [r, c] : shapes) {
-        const size_t slot = ((size_t)r * c + 63) / 64 * 64;
-        Group g{r, c, total, 0, 0};
+        Group g{r, c, total, 0, 0, ((size_t)r * c + 63) / 64 * 64};
         for (size_t j = owner; j < mats.size(); j += world)
-          if ((int)std::min(mats[j]->rows, mats[j]->cols) == r && (int)std::max(mats[j]->rows, mats[j]->cols) == c) {
+          if (shape(j) == std::pair<int, int>{r, c}) {
             x_offset[j] = total;
-            total += slot;
+            total += g.stride;
             g.count++;
           }
         g.batch = std::max<size_t>(1, std::min(g.count, kBatchBytes / ((size_t)r * c * sizeof(layers::bf16))));
@@ -235,8 +235,7 @@ struct Optimizer {
     }
     for (const Group& gr : groups)  // this rank's matrices' Newton-Schulz, batched by shape
       for (size_t i = 0; i < gr.count; i += gr.batch) {
-        const size_t slot = ((size_t)gr.r * gr.c + 63) / 64 * 64;
-        layers::newton_schulz5_batched(mm, X + gr.first + i * slot, (int)std::min(gr.batch, gr.count - i), (long long)slot, gr.r, gr.c,
+        layers::newton_schulz5_batched(mm, X + gr.first + i * gr.stride, (int)std::min(gr.batch, gr.count - i), (long long)gr.stride, gr.r, gr.c,
                                        bA, bAA, bBX);
         gpt::cuda_check(cudaGetLastError(), "Muon's Newton-Schulz");
       }

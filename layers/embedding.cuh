@@ -50,6 +50,19 @@ __global__ void embedding_forward_kernel(const bf16* __restrict__ table, const i
   for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) store8(out + (size_t)t * C + c, load8(src + c));
 }
 
+// A chunk's 8 column sums into its token's gradient row (added) or its partial-sum slot
+// (written, for embedding_combine_kernel); dst 16-byte aligned.
+__device__ __forceinline__ void put_chunk_sums(float* dst, const float (&s)[8], bool add) {
+  float4* d4 = reinterpret_cast<float4*>(dst);
+  float4 lo = d4[0], hi = d4[1];
+  if (add) {
+    lo.x += s[0], lo.y += s[1], lo.z += s[2], lo.w += s[3], hi.x += s[4], hi.y += s[5], hi.z += s[6], hi.w += s[7];
+  } else {
+    lo = make_float4(s[0], s[1], s[2], s[3]), hi = make_float4(s[4], s[5], s[6], s[7]);
+  }
+  d4[0] = lo, d4[1] = hi;
+}
+
 // scale: null, or the scalar a of embedding_backward_scaled
 __global__ void embedding_chunk_kernel(const bf16* __restrict__ dout, TokenIndexView ix, float* __restrict__ dtable, int C,
                                        const float* __restrict__ scale) {
@@ -64,14 +77,7 @@ __global__ void embedding_chunk_kernel(const bf16* __restrict__ dout, TokenIndex
 #pragma unroll
       for (int k = 0; k < 8; k++) s[k] += term(v.get(k));
     }
-    float4* d4 = reinterpret_cast<float4*>(dst + c);
-    float4 lo = d4[0], hi = d4[1];
-    if (slot < 0) {  // add to the gradient
-      lo.x += s[0], lo.y += s[1], lo.z += s[2], lo.w += s[3], hi.x += s[4], hi.y += s[5], hi.z += s[6], hi.w += s[7];
-    } else {  // the chunk's partial sum
-      lo = make_float4(s[0], s[1], s[2], s[3]), hi = make_float4(s[4], s[5], s[6], s[7]);
-    }
-    d4[0] = lo, d4[1] = hi;
+    put_chunk_sums(dst + c, s, slot < 0);
   }
 }
 

@@ -46,14 +46,7 @@ __global__ void value_embed_backward_chunk_kernel(bf16* dv, const bf16* __restri
       }
       store8(dv + row, o);
     }
-    float4* d4 = reinterpret_cast<float4*>(dst + col);
-    float4 lo = d4[0], hi = d4[1];
-    if (slot < 0) {  // add to the gradient
-      lo.x += s[0], lo.y += s[1], lo.z += s[2], lo.w += s[3], hi.x += s[4], hi.y += s[5], hi.z += s[6], hi.w += s[7];
-    } else {  // the chunk's partial sum (embedding_combine_kernel adds them)
-      lo = make_float4(s[0], s[1], s[2], s[3]), hi = make_float4(s[4], s[5], s[6], s[7]);
-    }
-    d4[0] = lo, d4[1] = hi;
+    put_chunk_sums(dst + col, s, slot < 0);
   }
   // the block's dot products: each warp's by a fixed shuffle tree, then the warps in order (a
   // block of another size: thread 0 adds the threads' in order)

@@ -107,7 +107,6 @@ class Model {
       st = {pinned<int>(T), pinned<int>(T), pinned<int>(T), pinned<int>(layers::TokenIndex::max_packed(T)), new_event()};
       events_.push_back(st.copied);
     }
-    readback_.reserve(kMaxPending);
     auto tab = layers::rotary_table(T, cfg.head_dim());
     alloc(&rot_, tab.size() * sizeof(float2));
     cuda_check(cudaMemcpy(rot_, tab.data(), tab.size() * sizeof(float2), cudaMemcpyHostToDevice), "rotary table");
@@ -176,7 +175,7 @@ class Model {
   // mean of the micro-steps' means). z_out, when given, receives the head's output before the
   // softcap (bf16 values), [T][vocab]. Waits for the GPU; enqueue_forward() does not.
   double forward(const model::Batch& batch, float grad_scale = 0.f, std::vector<float>* z_out = nullptr) {
-    if (!pending_.empty() || !finished_.empty()) throw std::logic_error("forward: enqueued forwards' losses not taken yet");
+    if (summed_ != issued_ || !finished_.empty()) throw std::logic_error("forward: enqueued forwards' losses not taken yet");
     enqueue_forward(batch, grad_scale, z_out);
     return take_losses()[0];
   }
@@ -285,21 +284,17 @@ class Model {
       }
     }
     // the losses and the flag back into a pinned buffer: summed once they land (finish_losses)
+    // forward i's buffer is readback_[i % kMaxPending], free once forward i - kMaxPending is summed
     finish_losses(kMaxPending - 1);  // the oldest waits only when kMaxPending are on their way
-    Readback* rb = nullptr;
-    for (Readback& r : readback_)
-      if (!r.busy) rb = &r;
-    if (!rb) {  // fewer than kMaxPending made so far (readback_ was reserved for them: pointers stay)
+    if (readback_.size() < kMaxPending) {
       readback_.push_back({pinned<float>(T), pinned<int>(1), new_event()});
       events_.push_back(readback_.back().landed);
-      rb = &readback_.back();
     }
-    rb->busy = true;
+    Readback* rb = &readback_[issued_++ % kMaxPending];
     rb->kept = batch.kept_targets;
     cuda_check(cudaMemcpyAsync(rb->loss, loss_, T * sizeof(float), cudaMemcpyDeviceToHost, 0), "loss");
     cuda_check(cudaMemcpyAsync(rb->bad, bad_, sizeof(int), cudaMemcpyDeviceToHost, 0), "flag");
     cuda_check(cudaEventRecord(rb->landed, 0), "loss");
-    pending_.push_back(rb);
     prof_.mark(Profiler::kHost);
   }
   // The mean losses of the forwards enqueued since the last call, in order (waits for the GPU to
@@ -454,22 +449,20 @@ class Model {
     int* bad;
     cudaEvent_t landed;
     int kept = 0;
-    bool busy = false;
   };
   static constexpr size_t kMaxPending = 16;  // forwards whose losses may be on their way at once
   // Sums the losses of the pending forwards that have landed, oldest first, waiting for the
   // oldest while more than keep are pending; the means go to finished_ in order.
   void finish_losses(size_t keep) {
-    while (!pending_.empty()) {
-      Readback* rb = pending_.front();
-      if (pending_.size() > keep) cuda_check(cudaEventSynchronize(rb->landed), "loss");
+    while (summed_ < issued_) {
+      Readback* rb = &readback_[summed_ % kMaxPending];
+      if (issued_ - summed_ > keep) cuda_check(cudaEventSynchronize(rb->landed), "loss");
       else {
         const cudaError_t q = cudaEventQuery(rb->landed);
         if (q == cudaErrorNotReady) return;
         cuda_check(q, "loss");
       }
-      pending_.erase(pending_.begin());
-      rb->busy = false;
+      summed_++;
       if (*rb->bad) throw std::runtime_error("forward: a target token id is outside the vocabulary");
       double sum = 0;
       for (int t = 0; t < T_; t++) sum += rb->loss[t];  // dropped targets add 0
@@ -515,9 +508,9 @@ class Model {
   std::vector<cudaEvent_t> events_;
   Staging staging_[2];
   unsigned staged_ = 0;                 // forwards uploaded so far (the set used next: staged_ % 2)
-  std::vector<Readback> readback_;      // at most kMaxPending, reserved (pending_ points into it)
-  std::vector<Readback*> pending_;      // forwards whose losses are not summed yet, oldest first
-  std::vector<double> finished_;        // their means once summed, for take_losses()
+  std::vector<Readback> readback_;      // at most kMaxPending, used in turn
+  size_t issued_ = 0, summed_ = 0;      // forwards whose losses were read back, and summed, so far
+  std::vector<double> finished_;        // the means summed since take_losses() last ran
   std::vector<Acts> acts_;
   std::vector<bf16*> pushed_, dpushed_;
   bf16 *w16_, *emb_, *x0_, *x_, *hf_, *dhf_, *dx_, *dx0_, *dh_, *dy_, *dq_, *dk_, *dv_, *t1_, *du_, *z_;

@@ -35,7 +35,7 @@
 #include "train/options.h"
 #include "train/run_log.h"
 // ----------------------------------------------------------------------------------- GPU
-#include "layers/adam.cuh"
+#include "layers/multi_tensor.cuh"
 #include "layers/checksum.cuh"
 #include "layers/muon.cuh"
 #include "model/gpt.cuh"
@@ -111,9 +111,11 @@ static std::string used_checkpoint_dir(const std::string& dir, const std::string
 // Muon for the block matrices (the same grouping as model/optimizer_reference.cpp). Every rank
 // runs Adam and Muon's momentum on the averaged gradients; matrix j's Newton-Schulz runs only
 // on rank j % world, which broadcasts the result (X, bf16) to the others; then every rank
-// applies every X. A rank's Newton-Schulz runs batched over its matrices of one shape (one
-// product call for all of them, layers::newton_schulz5_batched); otherwise each matrix is
-// muon_step, stage by stage (tests/layers/muon.cu).
+// applies every X. The element-wise stages (Adam; Muon's momentum, normalisation and update)
+// run over all tensors in one launch each (layers/multi_tensor.cuh), and a rank's
+// Newton-Schulz batched over its matrices of one shape (one product call for all of them,
+// layers::newton_schulz5_batched): otherwise each matrix is muon_step, stage by stage
+// (tests/layers/muon.cu, tests/layers/multi_tensor.cu).
 // Adam's state is not sharded (ZeRO-1): see the note in README.md. The optimiser saves and
 // loads its own state in checkpoints.
 struct Optimizer {
@@ -122,7 +124,7 @@ struct Optimizer {
   std::vector<size_t> x_offset;  // by matrix index
   int adam_steps = 0;
   model::OptimizerHyper hp;
-  layers::MuonScratch scratch;
+  int rank, world;
   // This rank's matrices of one shape (r x c after the transpose of tall ones, r <= c): their X
   // slots are consecutive, so that Newton-Schulz runs on all of them at once
   // (layers::newton_schulz5_batched), in batches of at most `batch`.
@@ -133,7 +135,12 @@ struct Optimizer {
   std::vector<Group> groups;
   layers::bf16 *bA = nullptr, *bAA = nullptr, *bBX = nullptr;  // batched Newton-Schulz scratch
   static constexpr size_t kBatchBytes = 64 << 20;               // of BX, at most (the rest is smaller)
-  Optimizer(const model::Layout& layout, int rank, int world) : scratch(largest(layout, false), largest(layout, true)) {
+  // The element-wise stages over all tensors at once (layers/multi_tensor.cuh), bound to the
+  // model's buffers at the first step; X's slots in the broadcast.
+  std::unique_ptr<layers::AdamMulti> adam;
+  std::unique_ptr<layers::MuonMulti> muon;
+  std::vector<train::DataParallel::Broadcast> shares;
+  Optimizer(const model::Layout& layout, int rank, int world) : rank(rank), world(world) {
     const size_t n = layout.size();
     for (float** p : {&m, &v, &buf}) {
       gpt::cuda_check(cudaMalloc(p, n * sizeof(float)), "optimizer state");
@@ -177,14 +184,6 @@ struct Optimizer {
     for (float* p : {m, v, buf}) cudaFree(p);
     for (layers::bf16* p : {X, bA, bAA, bBX}) cudaFree(p);
   }
-  // The largest block matrix, or the largest square of its smaller side (Muon's scratch sizes).
-  static size_t largest(const model::Layout& layout, bool square) {
-    size_t most = 0;
-    for (const model::Tensor& t : layout.tensors)
-      if (model::group_of(t) == model::ParamGroup::kMatrix)
-        most = std::max(most, square ? std::min(t.rows, t.cols) * std::min(t.rows, t.cols) : t.size());
-    return most;
-  }
   // Its state in a checkpoint: Adam's moments and step count, Muon's momentum (blobs of n floats).
   void save(train::Checkpoint& ck, size_t n) const {
     ck.adam_steps = adam_steps;
@@ -209,30 +208,31 @@ struct Optimizer {
   void upload(float* d, const std::vector<float>& h) {
     gpt::cuda_check(cudaMemcpy(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice), "optimizer state");
   }
-  void step(gpt::Model& model, layers::Matmul& mm, int step, const model::Schedule& sched, train::DataParallel* dp) {
-    adam_steps++;
-    const float mult = (float)sched.lr_multiplier(step), mom = (float)sched.muon_momentum(step);
-    const int rank = dp ? dp->rank() : 0, world = dp ? dp->world() : 1;
-    std::vector<const model::Tensor*> matrices;
-    std::vector<train::DataParallel::Broadcast> shares;
+  void bind(gpt::Model& model) {
+    std::vector<layers::AdamTensor> adam_list;
+    std::vector<layers::MuonMatrix> muon_list;
     for (const model::Tensor& t : model.layout().tensors) {
       float* w = model.master() + t.offset;
       const float* g = model.grads() + t.offset;
       const model::ParamGroup grp = model::group_of(t);
-      cudaError_t e;
       if (grp == model::ParamGroup::kMatrix) {
-        const int j = (int)matrices.size(), owner = j % world;
-        matrices.push_back(&t);
-        e = layers::muon_momentum(scratch, g, buf + t.offset, t.size(), mom, owner == rank);
-        if (e == cudaSuccess && owner == rank) e = layers::muon_normalize(scratch, X + x_offset[j], (int)t.rows, (int)t.cols);
+        const int j = (int)muon_list.size(), owner = j % world;
+        muon_list.push_back({w, model.weights() + t.offset, g, buf + t.offset, X + x_offset[j], (int)t.rows, (int)t.cols, owner == rank});
         shares.push_back({X + x_offset[j], t.size(), owner});
       } else {
         const double lr = grp == model::ParamGroup::kEmbed ? hp.lr_embed : grp == model::ParamGroup::kHead ? hp.lr_head : hp.lr_scalar;
-        e = layers::adam_step(w, model.weights() + t.offset, g, m + t.offset, v + t.offset, t.size(), mult * (float)lr, adam_steps,
-                              (float)hp.beta1, (float)hp.beta2, (float)hp.adam_eps);
+        adam_list.push_back({w, model.weights() + t.offset, g, m + t.offset, v + t.offset, t.size(), (float)lr});
       }
-      gpt::cuda_check(e, ("optimizer step on " + t.name).c_str());
     }
+    adam = std::make_unique<layers::AdamMulti>(adam_list);
+    muon = std::make_unique<layers::MuonMulti>(muon_list);
+  }
+  void step(gpt::Model& model, layers::Matmul& mm, int step, const model::Schedule& sched, train::DataParallel* dp) {
+    if (!adam) bind(model);
+    adam_steps++;
+    const float mult = (float)sched.lr_multiplier(step), mom = (float)sched.muon_momentum(step);
+    gpt::cuda_check(muon->normalize(mom), "Muon's momentum and normalisation");
+    gpt::cuda_check(adam->step(mult, adam_steps, (float)hp.beta1, (float)hp.beta2, (float)hp.adam_eps), "Adam's step");
     for (const Group& gr : groups)  // this rank's matrices' Newton-Schulz, batched by shape
       for (size_t i = 0; i < gr.count; i += gr.batch) {
         layers::newton_schulz5_batched(mm, X + gr.first + i * gr.stride, (int)std::min(gr.batch, gr.count - i), (long long)gr.stride, gr.r, gr.c,
@@ -240,12 +240,7 @@ struct Optimizer {
         gpt::cuda_check(cudaGetLastError(), "Muon's Newton-Schulz");
       }
     if (dp) dp->broadcast(shares);
-    for (size_t j = 0; j < matrices.size(); j++) {
-      const model::Tensor& t = *matrices[j];
-      gpt::cuda_check(layers::muon_apply(model.master() + t.offset, model.weights() + t.offset, X + x_offset[j], (int)t.rows, (int)t.cols,
-                                         mult * (float)hp.lr_muon),
-                      ("Muon update of " + t.name).c_str());
-    }
+    gpt::cuda_check(muon->apply(mult * (float)hp.lr_muon), "Muon's update");
   }
 };
 

@@ -20,13 +20,19 @@
 
 namespace layers {
 
+// The momentum's two expressions with their roundings spelled out (each a product of (1 - mom)
+// and g, then one fused multiply-add), so that every kernel computing them gives the same bits
+// whatever the compiler would contract (layers/multi_tensor.cuh recomputes u from buf and g).
+__device__ __forceinline__ float muon_buf(float mom, float buf, float g) { return __fmaf_rn(buf, mom, __fmul_rn(1.f - mom, g)); }
+__device__ __forceinline__ float muon_u(float mom, float buf_new, float g) { return __fmaf_rn(buf_new, mom, __fmul_rn(1.f - mom, g)); }
+
 __global__ void muon_momentum_kernel(const float* __restrict__ g, float* __restrict__ buf, float* u, size_t n,
                                      float mom) {
   const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const float b = mom * buf[i] + (1.f - mom) * g[i];
+  const float b = muon_buf(mom, buf[i], g[i]);
   buf[i] = b;
-  if (u) u[i] = (1.f - mom) * g[i] + mom * b;  // u null: only the momentum buffer moves
+  if (u) u[i] = muon_u(mom, b, g[i]);  // u null: only the momentum buffer moves
 }
 
 // X[r][c] = bf16(u / (||u|| + 1e-7)), reading u [rows][cols] transposed when rows > cols.

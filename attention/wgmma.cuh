@@ -105,6 +105,10 @@ __device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(smem_addr(bar)) : "memory");
 }
+// Arrives n times at once (for n threads or warps whose work this thread has waited for).
+__device__ __forceinline__ void mbar_arrive_count(uint64_t* bar, uint32_t n) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(smem_addr(bar)), "r"(n) : "memory");
+}
 // Arrives once every cp.async this thread has issued so far has landed (the barrier's count
 // must include this thread: .noinc).
 __device__ __forceinline__ void mbar_arrive_cp_async(uint64_t* bar) {

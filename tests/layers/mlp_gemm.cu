@@ -1,7 +1,7 @@
 // The layer test of mlp_gemm (tests/layers/gpu_test.h: helpers and tolerances): the MLP's products
 // with ReLU^2 in their epilogue against an fp64 product on the CPU followed by relu2 / relu2_bwd
 // (model/reference_layers.h), on fresh random bf16 inputs.
-// Shapes: edges in every dimension (M, N and K not multiples of the 128 x 128 x 64 tiles, and
+// Shapes: edges in every dimension (M, N and K not multiples of the 128 x 256 x 64 tiles, and
 // smaller than one), and more tiles than SMs (each block walks several, through one ring of
 // stages).
 // Tolerances: forward, u is rounded to bf16 (2^-9 relative) before squaring, which doubles it in

@@ -110,6 +110,36 @@ __device__ __forceinline__ void tma_load_panel(bf16* smem, const CUtensorMap* ma
       : "memory");
 }
 
+// tma_load_panel into the same offset of every block of the cluster in cta_mask, each copy
+// completing on the barrier at bar's offset in its own block (multicast: L2 reads it once).
+__device__ __forceinline__ void tma_load_panel_multicast(bf16* smem, const CUtensorMap* map, uint64_t* bar, int col0, int row0,
+                                                         uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], "
+      "[%4], %5;\n" ::"r"(smem_addr(smem)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(col0), "r"(row0), "r"(smem_addr(bar)), "h"(cta_mask)
+      : "memory");
+}
+// Clusters: this block's rank in its cluster; a barrier of every thread of the cluster (release
+// and acquire of memory at the cluster's scope); n arrivals on the barrier at bar's offset in
+// block cta of the cluster, with the default release at the block's scope (a release at the
+// cluster's scope costs a memory barrier on every arrival: it made the MLP products 1.6x slower,
+// docs/runs/2026-11-24_mlp_gemm_energy_at_power_cap_h200.txt).
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive_remote(uint64_t* bar, uint32_t cta, uint32_t n = 1) {
+  asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [ra], %2;\n}\n" ::"r"(
+                   smem_addr(bar)),
+               "r"(cta), "r"(n)
+               : "memory");
+}
+
 // The 64-column SW128 panel in smem (written as tma_load_panel lands one) to rows [row0, row0 +
 // box_rows) from column col0 of a make_matrix_map matrix; the parts past the matrix's edges are
 // not written. Shared memory written by ordinary stores must be fenced (fence_proxy_async) by

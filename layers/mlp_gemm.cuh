@@ -10,19 +10,25 @@
 // the fp32 sums. CPU reference: model/reference_layers.h (relu2, relu2_bwd) over an fp64 product
 // (tests/layers/mlp_gemm.cu).
 //
-// Kernel: persistent, one block an SM walking output tiles of 128 x 256 (tiles in n-fastest
-// order, so the blocks at work share the rows of the first operand and all of the second in
-// L2). Its two consumer warpgroups work on the same tile, rows 0-63 and 64-127, each issuing one
-// m64n256k16 wgmma a k16 step against the tile's B. One producer warp issues the TMA loads of
-// K-slices of 64 (A: 128 x 64, B: 256 x 64, 48 KB a stage) into a ring of 4 stages, so three
-// slices (about 3000 cycles of the tensor cores' work) are in flight while one is consumed: the
+// Kernel: persistent, one block an SM walking output tiles of 128 x 256, in clusters of two
+// blocks that take the two 128-row halves of 256 x 256 tiles (tiles in n-fastest order, so the
+// clusters at work share the rows of the first operand and all of the second in L2). A block's
+// two consumer warpgroups work on the same tile, rows 0-63 and 64-127, each issuing one
+// m64n256k16 wgmma a k16 step against the tile's B. One producer warp a block issues the TMA
+// loads of K-slices of 64 (A: 128 x 64, B: 256 x 64, 48 KB a stage) into a ring of 4 stages:
+// its own A, and half of B, which the TMA writes into both blocks of the cluster (multicast), so
+// L2 delivers 32 KB a stage a block instead of 48; a stage is refilled once both blocks'
+// consumers have released it (every release arrives in both blocks; the backward's r, below, is
+// each block's own). Three slices (about 3000 cycles of the tensor cores' work) are in flight
+// while one is consumed: the
 // loads' latency, not L2's or shared memory's bandwidth, bounds these products when the GPU runs
 // at its clock limit (a ring of 3 stages ran no faster than ping-pong 128 x 128 tiles, with a
 // third less L2 traffic; docs/runs/2026-11-24_mlp_gemm_coop_tried_h200.txt). In the training
 // step the GPU runs at its power limit instead, where what counts is the energy a product takes:
 // these tiles read a sixth less shared memory a FLOP for the tensor cores than two warpgroups
 // taking turns on 128 x 128 tiles (m64n256 against m64n128 wgmmas), and run 2-2.5% faster there
-// than that design, though their epilogue stalls the tensor cores
+// than that design, though their epilogue stalls the tensor cores; the multicast takes another
+// 2.4% (forward) and 0.7% (backward) off the energy of a call there
 // (docs/runs/2026-11-24_mlp_gemm_energy_at_power_cap_h200.txt).
 // Epilogues (the tensor cores wait for them; the producer has the next tile's slices in flight):
 // - forward: each warpgroup writes its 64 x 256 in two rounds of 128 columns through a buffer
@@ -81,29 +87,33 @@ __global__ void __launch_bounds__(kThreads, 1)
   bf16* sC = sB + S * BN * BK;                          // per warpgroup, 2 panels of WM x 64
   uint64_t* bars = reinterpret_cast<uint64_t*>(sC + BM * OC);
   TmaPipe<S> ring{{bars, bars + S}};
-  const int tiles_n = (N + BN - 1) / BN, tiles = ((M + BM - 1) / BM) * tiles_n, nk = (K + BK - 1) / BK;
+  // the cluster's tiles are 256 x 256: this block takes rows 128 c.. of each (c its rank)
+  const uint32_t c = cluster_rank(), peer = c ^ 1;
+  const int tiles_n = (N + BN - 1) / BN, tiles = ((M + 2 * BM - 1) / (2 * BM)) * tiles_n, nk = (K + BK - 1) / BK;
+  const int cluster = blockIdx.x / 2, clusters = gridDim.x / 2;
   const int per_tile = nk + (BWD ? 2 : 0);  // ring entries a tile
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  if (threadIdx.x == kConsumerThreads) ring.init(kConsumerThreads / 32);
-  __syncthreads();
+  if (threadIdx.x == kConsumerThreads) ring.init(2 * kConsumerThreads / 32);  // the 8 consumer warps of both blocks
+  cluster_sync();  // both blocks' barriers are set before either signals the other's
 
   if (warp == kConsumerThreads / 32) {  // the producer warp: one thread issues every load
     if (lane == 0) {
       constexpr uint32_t kStageTx = (uint32_t)Shape::kStageBytes, kRTx = (uint32_t)(WM * BN * sizeof(bf16));
       int it = 0;  // ring entries so far
-      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const int m0 = (t / tiles_n) * BM, n0 = (t % tiles_n) * BN;
+      for (int t = cluster; t < tiles; t += clusters) {
+        const int m0 = (t / tiles_n) * 2 * BM + c * BM, n0 = (t % tiles_n) * BN;
         for (int kb = 0; kb < nk; kb++, it++) {
           const int s = it % S;
-          ring.wait_empty(it);
-          mbar_arrive_expect_tx(ring.full_of(it), kStageTx);
+          ring.wait_empty(it);  // (released in both blocks: the multicast below writes into both)
+          mbar_arrive_expect_tx(ring.full_of(it), kStageTx);  // A, and both halves of B
           tma_load_panel(sA + s * BM * BK, &tmA, ring.full_of(it), kb * BK, m0);
           bf16* b = sB + s * BN * BK;
-          if (BWD) {  // Wproj rows n0.., columns (k) kb * BK..: one K-major panel of 256 rows
-            tma_load_panel(b, &tmB, ring.full_of(it), kb * BK, n0);
-          } else {  // Wfc rows (k) kb * BK.., columns n0..: four MN-major panels of 64 columns
+          if (BWD) {  // Wproj rows n0.., columns (k) kb * BK..: one K-major panel of 256 rows, this block's 128 of them
+            tma_load_panel_multicast(b + c * 128 * BK, &tmB, ring.full_of(it), kb * BK, n0 + 128 * c, 0x3);
+          } else {  // Wfc rows (k) kb * BK.., columns n0..: four MN-major panels of 64 columns, this block's two
 #pragma unroll
-            for (int p = 0; p < BN / 64; p++) tma_load_panel(b + p * BK * 64, &tmB, ring.full_of(it), n0 + 64 * p, kb * BK);
+            for (int p = 2 * c; p < 2 * c + 2; p++)
+              tma_load_panel_multicast(b + p * BK * 64, &tmB, ring.full_of(it), n0 + 64 * p, kb * BK, 0x3);
           }
         }
         // BWD: r into two slots, entries of the ring whose B part holds a warpgroup's 64 x 256
@@ -117,7 +127,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    return;  // the consumers wait on every load issued, so none is left in flight at the block's end
+  }
+  if (warp == kConsumerThreads / 32) {  // (the consumers wait on every load issued)
+    __syncwarp();
+    cluster_sync();
+    return;
   }
 
   // the consumer warpgroups: warpgroup wg takes rows 64 wg.. of every tile
@@ -126,8 +140,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int c0 = 2 * (lane & 3);                      // and its columns 8 j + c0, + 1
   const int srow = w * 16 + (lane & 7) + (lane & 8);  // the row whose address this lane gives stmatrix
   const bool storer = threadIdx.x % 128 == 0;         // issues the warpgroup's TMA stores
-  for (int ti = 0, t = blockIdx.x; t < tiles; t += gridDim.x, ti++) {
-    const int m0 = (t / tiles_n) * BM, n0 = (t % tiles_n) * BN;
+  // a ring entry's release, in this block and in the other, whose producer also writes into it
+  auto release = [&](int i) {
+    if (lane == 0) {
+      mbar_arrive(&ring.empty[i % S]);
+      mbar_arrive_remote(&ring.empty[i % S], peer);
+    }
+  };
+  for (int ti = 0, t = cluster; t < tiles; t += clusters, ti++) {
+    const int m0 = (t / tiles_n) * 2 * BM + c * BM, n0 = (t % tiles_n) * BN;
     float acc[BN / 8][4];
     const int it0 = ti * per_tile;  // this tile's first entry in the ring's order
     for (int kb = 0; kb < nk; kb++) {
@@ -146,13 +167,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (BWD && kb == 0 && ti > 0 && storer) {
         store_wait_read();
         mbar_arrive_count(&ring.empty[(it0 - per_tile + nk + wg) % S], kConsumerThreads / 32);
+        mbar_arrive_remote(&ring.empty[(it0 - per_tile + nk + wg) % S], peer, kConsumerThreads / 32);
       }
       wgmma_wait<1>();  // the previous slice's wgmmas are done: its stage is free
-      if (kb > 0) ring.release(it - 1);
+      if (kb > 0) release(it - 1);
     }
     wgmma_wait<0>();
     reg_fence(acc);
-    ring.release(it0 + nk - 1);
+    release(it0 + nk - 1);
 
     if (BWD) {  // du = 2 sqrt(r) dr over r in the warpgroup's slot, stored from there
       const int os = it0 + nk + wg;
@@ -214,6 +236,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   if (storer) store_wait();  // the stores are complete before the block's shared memory goes
+  cluster_sync();             // and the other block signals none of this one's barriers any more
 #else
   __trap();  // built for another architecture: mlp_gemm_available() is false there
 #endif
@@ -226,23 +249,40 @@ inline cudaError_t launch(const bf16* A, const bf16* B, const bf16* R, bf16* out
     if (reinterpret_cast<uintptr_t>(p) % 16) return cudaErrorInvalidValue;
   if (M == 0) return cudaSuccess;
   auto kernel = mlp_gemm_kernel<BWD>;
-  static int sms = 0;
-  if (!sms) {
+  // the clusters that fit the GPU at once (a GPC's SMs pair up; an odd one is left out): the
+  // persistent grid
+  static int clusters = 0;
+  if (!clusters) {
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Shape::kSmem);
-    int dev = 0;
-    if (err == cudaSuccess) err = cudaGetDevice(&dev);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (err != cudaSuccess) return sms = 0, err;
+    cudaLaunchAttribute pair[1];
+    pair[0].id = cudaLaunchAttributeClusterDimension;
+    pair[0].val.clusterDim.x = 2, pair[0].val.clusterDim.y = 1, pair[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(2, 1, 1), cfg.blockDim = dim3(kThreads, 1, 1), cfg.dynamicSmemBytes = Shape::kSmem;
+    cfg.attrs = pair, cfg.numAttrs = 1;
+    if (err == cudaSuccess) err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+    if (err == cudaSuccess && clusters < 1) err = cudaErrorInvalidConfiguration;
+    if (err != cudaSuccess) return clusters = 0, err;
   }
   CUtensorMap ta, tb, tr, to;
   cudaError_t err = attn::make_matrix_map(&ta, A, M, K, BM);
-  if (err == cudaSuccess) err = BWD ? attn::make_matrix_map(&tb, B, N, K, BN) : attn::make_matrix_map(&tb, B, K, N, BK);
+  if (err == cudaSuccess) err = BWD ? attn::make_matrix_map(&tb, B, N, K, BN / 2) : attn::make_matrix_map(&tb, B, K, N, BK);
   if (err == cudaSuccess) err = BWD ? attn::make_matrix_map(&tr, R, M, N, WM) : attn::make_matrix_map(&tr, A, M, K, WM);  // unused
   if (err == cudaSuccess) err = attn::make_matrix_map(&to, out, M, N, WM);
   if (err != cudaSuccess) return err;
-  const long long tiles = (long long)((M + BM - 1) / BM) * ((N + BN - 1) / BN);
-  kernel<<<(unsigned)std::min<long long>(tiles, sms), kThreads, Shape::kSmem, stream>>>(ta, tb, tr, to, M, N, K);
-  return cudaGetLastError();
+  const long long tiles = (long long)((M + 2 * BM - 1) / (2 * BM)) * ((N + BN - 1) / BN);  // a cluster's, 256 x 256
+  static cudaLaunchAttribute pair[1];  // blocks in clusters of two
+  pair[0].id = cudaLaunchAttributeClusterDimension;
+  pair[0].val.clusterDim.x = 2, pair[0].val.clusterDim.y = 1, pair[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)(2 * std::min<long long>(tiles, clusters)), 1, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = Shape::kSmem;
+  cfg.stream = stream;
+  cfg.attrs = pair;
+  cfg.numAttrs = 1;
+  err = cudaLaunchKernelEx(&cfg, kernel, ta, tb, tr, to, M, N, K);
+  return err == cudaSuccess ? cudaGetLastError() : err;
 }
 
 }  // namespace mlp_sm90

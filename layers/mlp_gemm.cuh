@@ -242,6 +242,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+// The kernel's launch in clusters of two blocks (the multicast pairs them), `clusters` of them;
+// *pair holds the cluster attribute the configuration points to.
+inline cudaLaunchConfig_t pair_config(unsigned clusters, cudaStream_t stream, cudaLaunchAttribute* pair) {
+  pair->id = cudaLaunchAttributeClusterDimension;
+  pair->val.clusterDim.x = 2, pair->val.clusterDim.y = 1, pair->val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(2 * clusters, 1, 1), cfg.blockDim = dim3(kThreads, 1, 1), cfg.dynamicSmemBytes = Shape::kSmem;
+  cfg.stream = stream, cfg.attrs = pair, cfg.numAttrs = 1;
+  return cfg;
+}
+
 template <bool BWD>
 inline cudaError_t launch(const bf16* A, const bf16* B, const bf16* R, bf16* out, int M, int N, int K, cudaStream_t stream) {
   if (M < 0 || N <= 0 || K <= 0 || N % 8 || K % 8) return cudaErrorInvalidValue;
@@ -252,14 +263,10 @@ inline cudaError_t launch(const bf16* A, const bf16* B, const bf16* R, bf16* out
   // the clusters that fit the GPU at once (a GPC's SMs pair up; an odd one is left out): the
   // persistent grid
   static int clusters = 0;
+  cudaLaunchAttribute pair;
   if (!clusters) {
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Shape::kSmem);
-    cudaLaunchAttribute pair[1];
-    pair[0].id = cudaLaunchAttributeClusterDimension;
-    pair[0].val.clusterDim.x = 2, pair[0].val.clusterDim.y = 1, pair[0].val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(2, 1, 1), cfg.blockDim = dim3(kThreads, 1, 1), cfg.dynamicSmemBytes = Shape::kSmem;
-    cfg.attrs = pair, cfg.numAttrs = 1;
+    const cudaLaunchConfig_t cfg = pair_config(1, 0, &pair);
     if (err == cudaSuccess) err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
     if (err == cudaSuccess && clusters < 1) err = cudaErrorInvalidConfiguration;
     if (err != cudaSuccess) return clusters = 0, err;
@@ -271,16 +278,7 @@ inline cudaError_t launch(const bf16* A, const bf16* B, const bf16* R, bf16* out
   if (err == cudaSuccess) err = attn::make_matrix_map(&to, out, M, N, WM);
   if (err != cudaSuccess) return err;
   const long long tiles = (long long)((M + 2 * BM - 1) / (2 * BM)) * ((N + BN - 1) / BN);  // a cluster's, 256 x 256
-  static cudaLaunchAttribute pair[1];  // blocks in clusters of two
-  pair[0].id = cudaLaunchAttributeClusterDimension;
-  pair[0].val.clusterDim.x = 2, pair[0].val.clusterDim.y = 1, pair[0].val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)(2 * std::min<long long>(tiles, clusters)), 1, 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
-  cfg.dynamicSmemBytes = Shape::kSmem;
-  cfg.stream = stream;
-  cfg.attrs = pair;
-  cfg.numAttrs = 1;
+  const cudaLaunchConfig_t cfg = pair_config((unsigned)std::min<long long>(tiles, clusters), stream, &pair);
   err = cudaLaunchKernelEx(&cfg, kernel, ta, tb, tr, to, M, N, K);
   return err == cudaSuccess ? cudaGetLastError() : err;
 }

@@ -236,7 +236,10 @@ class MuonMulti {
     d_ = multi::upload(h);
     bool ok = cudaMalloc(&partial_, std::max(count_, 1) * (size_t)kDotBlocks * sizeof(float)) == cudaSuccess &&
               cudaMalloc(&sumsq_, std::max(count_, 1) * sizeof(float)) == cudaSuccess;
-    if (!ok) throw std::runtime_error("multi-tensor Muon: cannot allocate its sums");
+    if (!ok) {
+      for (void* q : {(void*)d_, (void*)partial_, (void*)sumsq_}) cudaFree(q);  // (null: nothing to free)
+      throw std::runtime_error("multi-tensor Muon: cannot allocate its sums");
+    }
   }
   ~MuonMulti() {
     cudaFree(d_);

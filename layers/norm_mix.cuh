@@ -168,9 +168,7 @@ inline cudaError_t rmsnorm_mix_backward(const float* rstd, const bf16* dh, bf16*
   if (!norm_mix_ok(T, C, {dh, dx, x_in, x0, dx0, add, skip.src, skip.dsrc}) || (skip.src && (!skip.s || !skip.gs)))
     return cudaErrorInvalidValue;
   rmsnorm_mix_backward_kernel<<<kDotBlocks, 256, 0, st>>>(rstd, dh, dx, x_in, x0, dx0, l, add, T, C, partial, skip);
-  dot_final_kernel<<<1, kDotBlocks, 0, st>>>(partial, gl, true);
-  dot_final_kernel<<<1, kDotBlocks, 0, st>>>(partial + kDotBlocks, gl + 1, true);
-  if (skip.src) dot_final_kernel<<<1, kDotBlocks, 0, st>>>(partial + 2 * kDotBlocks, skip.gs + skip.j, true);
+  dot_final_many_kernel<<<skip.src ? 3 : 2, kDotBlocks, 0, st>>>(partial, DotOuts{{gl, gl + 1, skip.src ? skip.gs + skip.j : nullptr}});
   return cudaGetLastError();
 }
 

@@ -61,6 +61,18 @@ __global__ void dot_final_kernel(const float* __restrict__ partial, float* __res
   if (threadIdx.x == 0) out[0] = (accumulate ? out[0] : 0.f) + s[0];
 }
 
+// Up to three sums finished in one launch (one block each, gridDim.x of them): block i adds the
+// kDotBlocks partial sums at partial + i kDotBlocks into *out[i], as dot_final_kernel does with
+// accumulate (the same bits). It spares a kernel boundary a sum after the first.
+struct DotOuts {
+  float* p[3];
+};
+__global__ void dot_final_many_kernel(const float* __restrict__ partial, DotOuts out) {
+  __shared__ float s[kDotBlocks];
+  block_tree_sum<kDotBlocks>(partial[(size_t)blockIdx.x * kDotBlocks + threadIdx.x], s);
+  if (threadIdx.x == 0) out.p[blockIdx.x][0] += s[0];
+}
+
 template <typename T>
 inline cudaError_t dot(const T* a, const T* b, size_t n, float* out, float* partial, bool accumulate, cudaStream_t st = 0) {
   if constexpr (std::is_same<T, __nv_bfloat16>::value) {

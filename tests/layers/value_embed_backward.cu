@@ -10,8 +10,8 @@
 #include "layers/value_embed_backward.cuh"
 
 static void test_value_embed_backward() {
-  // C = 768: the model's width (blocks of 96 threads, three warps); C = 200: 25 threads, the
-  // other path of the block's sum; C = 2560: several column groups a thread
+  // C = 768: the model's width (blocks of 96 threads, 8 columns a thread); C = 200: threads 25-95
+  // idle; C = 2560: four column groups a thread, the last partial
   for (const int C : {768, 200, 2560}) {
     const int V = 1000, T = 4099;
     const size_t n = (size_t)T * C;

@@ -17,6 +17,10 @@
 // Each gives the bits of the unfused kernels it replaces (lambda_mix then rmsnorm_forward;
 // rmsnorm_backward then mix_backward) except the two scalar sums, which are added in another
 // fixed order (per row, then per block, then the blocks in order): deterministic as well.
+// dx0 gathers l[1] g over the layers (Dx0): the first layer's backward writes it (0 + l[1] g,
+// the bits of adding to a zeroed tensor, without reading one), the last adds it to its dx
+// instead of writing it (dx + 1 * dx0, the bits of skip_add(dx, dx0, 1) after it), so neither
+// a zeroing pass nor that addition's pass is needed.
 // One warp per row, rows strided over a fixed grid of kDotBlocks blocks of 8 warps. The saving
 // is one pass over a T x C tensor in the forward (x_mix is not read back) and three in the
 // backward (g is not written and read back, x_mix not read).
@@ -35,6 +39,10 @@ __device__ __forceinline__ Pack8 mix8(const Pack8& u, const Pack8& v, float a, f
   for (int k = 0; k < 8; k++) o.set(k, a * u.get(k) + b * v.get(k));
   return o;
 }
+
+// How the backward treats dx0: kAdd: dx0 += l[1] g; kFirst: dx0 = 0 + l[1] g (dx0 not read);
+// kFold: dx = dx + 1 * (dx0 + l[1] g) (dx0 read, not written).
+enum class Dx0 { kAdd, kFirst, kFold };
 
 // The U-net skip fused into the norm-mix passes (null src: none).
 struct SkipAdd {  // forward: out = x + s[j] src is the x_in the mix reads
@@ -87,7 +95,7 @@ __global__ void mix_rmsnorm_forward_kernel(const bf16* __restrict__ x_in, const 
 __global__ void rmsnorm_mix_backward_kernel(const float* __restrict__ rstd, const bf16* __restrict__ dh,
                                             bf16* __restrict__ dx, const bf16* __restrict__ x_in, const bf16* __restrict__ x0,
                                             bf16* __restrict__ dx0, const float* __restrict__ l, const bf16* __restrict__ add, int T, int C,
-                                            float* __restrict__ partial, SkipGrad skip) {
+                                            float* __restrict__ partial, SkipGrad skip, Dx0 mode) {
   __shared__ float s[256];
   const int warps = blockDim.x / 32, lane = threadIdx.x & 31;
   const float l0 = l[0], l1 = l[1], cs = skip.src ? skip.s[skip.j] : 0.f;
@@ -104,7 +112,7 @@ __global__ void rmsnorm_mix_backward_kernel(const float* __restrict__ rstd, cons
     const float r = rstd[row], c = r * r * r * dot / C;
     for (int i = lane * 8; i < C; i += 256) {
       const Pack8 xi = load8(x_in + base + i), xz = load8(x0 + base + i), a = mix8(xi, xz, l0, l1);
-      const Pack8 g = load8(dh + base + i), prev = load8(dx + base + i), p0 = load8(dx0 + base + i);
+      const Pack8 g = load8(dh + base + i), prev = load8(dx + base + i), p0 = mode == Dx0::kFirst ? Pack8{} : load8(dx0 + base + i);
       Pack8 gr, o, o0;
 #pragma unroll
       for (int k = 0; k < 8; k++) gr.set(k, prev.get(k) + r * g.get(k) - c * a.get(k));  // g, rounded to bf16
@@ -136,7 +144,12 @@ __global__ void rmsnorm_mix_backward_kernel(const float* __restrict__ rstd, cons
           for (int k = 0; k < 8; k++) o.set(k, o.get(k) + t.get(k));
         }
       }
-      store8(dx0 + base + i, o0);
+      if (mode == Dx0::kFold) {  // skip_add(dx, dx0, 1)'s arithmetic
+#pragma unroll
+        for (int k = 0; k < 8; k++) o.set(k, o.get(k) + 1.f * o0.get(k));
+      } else {
+        store8(dx0 + base + i, o0);
+      }
       store8(dx + base + i, o);
     }
   }
@@ -161,13 +174,15 @@ inline cudaError_t mix_rmsnorm_forward(const bf16* x_in, const bf16* x0, const f
   return cudaGetLastError();
 }
 // partial: 3 * kDotBlocks floats of scratch; gl: the two scalar gradients (added to); add: nullptr
-// or a bf16 [T][C] added to dx; skip.src: the U-net skip's backward as well (SkipGrad)
+// or a bf16 [T][C] added to dx; skip.src: the U-net skip's backward as well (SkipGrad); mode:
+// how dx0 is taken (Dx0; kFold with neither add nor skip)
 inline cudaError_t rmsnorm_mix_backward(const float* rstd, const bf16* dh, bf16* dx, const bf16* x_in, const bf16* x0, bf16* dx0,
                                         const float* l, float* gl, int T, int C, float* partial, const bf16* add = nullptr,
-                                        const SkipGrad& skip = {}, cudaStream_t st = 0) {
-  if (!norm_mix_ok(T, C, {dh, dx, x_in, x0, dx0, add, skip.src, skip.dsrc}) || (skip.src && (!skip.s || !skip.gs)))
+                                        const SkipGrad& skip = {}, Dx0 mode = Dx0::kAdd, cudaStream_t st = 0) {
+  if (!norm_mix_ok(T, C, {dh, dx, x_in, x0, dx0, add, skip.src, skip.dsrc}) || (skip.src && (!skip.s || !skip.gs)) ||
+      (mode == Dx0::kFold && (add || skip.src)))
     return cudaErrorInvalidValue;
-  rmsnorm_mix_backward_kernel<<<kDotBlocks, 256, 0, st>>>(rstd, dh, dx, x_in, x0, dx0, l, add, T, C, partial, skip);
+  rmsnorm_mix_backward_kernel<<<kDotBlocks, 256, 0, st>>>(rstd, dh, dx, x_in, x0, dx0, l, add, T, C, partial, skip, mode);
   dot_final_many_kernel<<<skip.src ? 3 : 2, kDotBlocks, 0, st>>>(partial, DotOuts{{gl, gl + 1, skip.src ? skip.gs + skip.j : nullptr}});
   return cudaGetLastError();
 }

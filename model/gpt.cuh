@@ -93,9 +93,6 @@ class Model {
     for (float** p : {&rstd_e_, &rstd_f_, &loss_}) alloc(p, (size_t)T * sizeof(float));
     alloc(&z_, (size_t)chunk_ * cfg.vocab * sizeof(bf16));  // z, then dz in place
     alloc(&partial_, 3 * layers::kDotBlocks * sizeof(float));
-    alloc(&one_, sizeof(float));
-    const float one = 1.f;
-    cuda_check(cudaMemcpy(one_, &one, sizeof(float), cudaMemcpyHostToDevice), "constant");
     alloc(&ws_, attn::backward_workspace_bytes(T, cfg.heads, cfg.head_dim()));
     for (int** p : {&tokens_, &targets_, &doc_}) alloc(p, (size_t)T * sizeof(int));
     alloc(&doc_spans_, (size_t)T * sizeof(attn::DocSpan));
@@ -320,11 +317,8 @@ class Model {
   // (which tensors are final at which call: train/grad_buckets.h).
   void backward(const std::function<void(int)>& ready = {}) {
     const int T = T_, C = cfg_.width, H = cfg_.heads, Dh = cfg_.head_dim(), L = cfg_.layers, F = cfg_.hidden;
-    const size_t TC = (size_t)T * C;
     prof_.mark(Profiler::kNormMix, "final norm backward");
     ok(layers::rmsnorm_backward(x_, rstd_f_, dhf_, dx_, T, C, false));
-    prof_.mark(Profiler::kNormMix, "zeroing dx0");
-    cuda_check(cudaMemsetAsync(dx0_, 0, TC * sizeof(bf16)), "dx0");
     for (int i = L - 1; i >= 0; i--) {
       const LayerParams& lp = at_.layer[i];
       Acts& a = acts_[i];
@@ -384,12 +378,14 @@ class Model {
       const layers::SkipGrad skip =
           i >= L / 2 ? layers::SkipGrad{pushed_[src], S(at_.skip), j, G(at_.skip), j > 0 ? dpushed_[src] : nullptr} : layers::SkipGrad{};
       prof_.mark(Profiler::kNormMix, i >= L / 2 ? "U-net skip + mix + norm backward" : "lambda mix + norm backward");
+      // dx0_ is written by the first of these (layer L - 1) and, by the last (layer 0, whose x_in
+      // is x0 itself), added into dx_, which then holds the whole gradient of x0
+      const layers::Dx0 mode = i == L - 1 ? layers::Dx0::kFirst : i == 0 ? layers::Dx0::kFold : layers::Dx0::kAdd;
       ok(layers::rmsnorm_mix_backward(a.rstd_h, dh_, dx_, a.x_in, x0_, dx0_, S(lp.lambda), G(lp.lambda), T, C, partial_,
-                                      i > 0 && i < L / 2 ? dpushed_[i - 1] : nullptr, skip));
+                                      i > 0 && i < L / 2 ? dpushed_[i - 1] : nullptr, skip, mode));
       if (ready) ready(i);
     }
     prof_.mark(Profiler::kNormMix, "norm of the embedding backward");
-    ok(layers::skip_add(dx_, dx0_, one_, 0, TC));
     ok(layers::rmsnorm_backward(emb_, rstd_e_, dx_, t1_, T, C, false));
     prof_.mark(Profiler::kEmbed, "embedding backward");
     ok(layers::embedding_backward(t1_, ixv_, G(at_.embed), C));
@@ -516,7 +512,7 @@ class Model {
   bf16 *w16_, *emb_, *x0_, *x_, *hf_, *dhf_, *dx_, *dx0_, *dh_, *dy_, *dq_, *dk_, *dv_, *t1_, *du_, *z_;
   bf16* dr_ = nullptr;  // dr (and u in the forward) of the unfused MLP path only
   bool fused_mlp_ = false;
-  float *w32_, *g32_, *rstd_e_, *rstd_f_, *loss_, *partial_, *one_;
+  float *w32_, *g32_, *rstd_e_, *rstd_f_, *loss_, *partial_;
   void* ws_;
   int *tokens_, *targets_, *doc_, *ix_buf_, *bad_;
   attn::DocSpan* doc_spans_;  // of doc_

@@ -87,6 +87,46 @@ static void test_norm_mix() {
       std::printf("mix + rmsnorm backward with add: the bits of the call without it + skip_add; dx %.2e\n", exa);
       for (void* q : {(void*)done, (void*)dadd, (void*)dx3, (void*)dz3, (void*)dx4, (void*)dz4}) CUDA_CHECK(cudaFree(q));
     }
+    {  // dx0 taken three ways (layers::Dx0): kFirst gives the bits kAdd gives over a zeroed dx0
+       // without reading dx0 (poisoned here), with the U-net skip too (the model's layer L - 1);
+       // kFold gives dx the bits of kAdd then skip_add(dx, dx0, 1) and leaves dx0 as it was
+      const float one = 1.f, sw[2] = {0.f, 0.7f};
+      float *done, *dsw, *dgs;
+      CUDA_CHECK(cudaMalloc(&done, sizeof(float)));
+      CUDA_CHECK(cudaMalloc(&dsw, sizeof(sw)));
+      CUDA_CHECK(cudaMalloc(&dgs, 2 * sizeof(float)));
+      CUDA_CHECK(cudaMemcpy(done, &one, sizeof(float), cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(dsw, sw, sizeof(sw), cudaMemcpyHostToDevice));
+      const std::vector<double> src = random_bf16(n);
+      bf16* dsrc = to_device(src);
+      for (int with_skip = 0; with_skip < 2; with_skip++) {
+        bf16 *dxa = to_device(dx), *dza = poisoned(n), *dxb = to_device(dx), *dzb = to_device(std::vector<double>(n, 0.0));
+        bf16 *dsa = with_skip ? poisoned(n) : nullptr, *dsb = with_skip ? poisoned(n) : nullptr;
+        const layers::SkipGrad ska = with_skip ? layers::SkipGrad{dsrc, dsw, 1, dgs, dsa} : layers::SkipGrad{};
+        const layers::SkipGrad skb = with_skip ? layers::SkipGrad{dsrc, dsw, 1, dgs + 1, dsb} : layers::SkipGrad{};
+        CUDA_CHECK(layers::rmsnorm_mix_backward(drs1, ddh, dxa, dxin, dx0_, dza, dl, dgl, T, C, dpart, nullptr, ska, layers::Dx0::kFirst));
+        CUDA_CHECK(layers::rmsnorm_mix_backward(drs1, ddh, dxb, dxin, dx0_, dzb, dl, dgl + 2, T, C, dpart, nullptr, skb));
+        CHECK(from_device(dxa, n) == from_device(dxb, n) && from_device(dza, n) == from_device(dzb, n) &&
+                  (!with_skip || from_device(dsa, n) == from_device(dsb, n)),
+              "rmsnorm_mix_backward kFirst (skip %d): not the bits of kAdd over a zeroed dx0", with_skip);
+        for (void* q : {(void*)dxa, (void*)dza, (void*)dxb, (void*)dzb, (void*)dsa, (void*)dsb}) CUDA_CHECK(cudaFree(q));
+      }
+      bf16 *dxc = to_device(dx), *dzc = to_device(dx0), *dxd = to_device(dx), *dzd = to_device(dx0);
+      CUDA_CHECK(layers::rmsnorm_mix_backward(drs1, ddh, dxc, dxin, dx0_, dzc, dl, dgl, T, C, dpart, nullptr, {}, layers::Dx0::kFold));
+      CUDA_CHECK(layers::rmsnorm_mix_backward(drs1, ddh, dxd, dxin, dx0_, dzd, dl, dgl + 2, T, C, dpart));
+      CUDA_CHECK(layers::skip_add(dxd, dzd, done, 0, n));
+      const std::vector<double> hxc = from_device(dxc, n);
+      std::vector<double> wf(n);
+      for (size_t i = 0; i < n; i++) wf[i] = wx[i] + wz[i];
+      const double ef = rel_err(hxc, wf);
+      CHECK(hxc == from_device(dxd, n) && from_device(dzc, n) == dx0 && ef < 4e-3,
+            "rmsnorm_mix_backward kFold: not the bits of kAdd + skip_add, dx0 written, or dx %.2e from fp64", ef);
+      CHECK(layers::rmsnorm_mix_backward(drs1, ddh, dxc, dxin, dx0_, dzc, dl, dgl, T, C, dpart, dsrc, {}, layers::Dx0::kFold) ==
+                cudaErrorInvalidValue,
+            "rmsnorm_mix_backward kFold with add accepted");
+      std::printf("mix + rmsnorm backward, dx0 first (no read) and folded into dx: the bits of kAdd (+ skip_add); folded dx %.2e\n", ef);
+      for (void* q : {(void*)done, (void*)dsw, (void*)dgs, (void*)dsrc, (void*)dxc, (void*)dzc, (void*)dxd, (void*)dzd}) CUDA_CHECK(cudaFree(q));
+    }
     {  // with the U-net skip (SkipAdd, SkipGrad): forward the bits of skip_add then the call
        // without it; backward the bits of the call without it then skip_backward (dsrc given, and
        // null: dx += s dx), the skip weight's gradient within 1e-5 of the unfused sum (|dx||src|)

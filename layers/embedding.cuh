@@ -50,13 +50,18 @@ __global__ void embedding_forward_kernel(const bf16* __restrict__ table, const i
   for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) store8(out + (size_t)t * C + c, load8(src + c));
 }
 
+// lo, hi += a chunk's 8 column sums (a gradient row's 8 floats, read by the caller)
+__device__ __forceinline__ void add_chunk_sums(float4& lo, float4& hi, const float (&s)[8]) {
+  lo.x += s[0], lo.y += s[1], lo.z += s[2], lo.w += s[3], hi.x += s[4], hi.y += s[5], hi.z += s[6], hi.w += s[7];
+}
+
 // A chunk's 8 column sums into its token's gradient row (added) or its partial-sum slot
 // (written, for embedding_combine_kernel); dst 16-byte aligned.
 __device__ __forceinline__ void put_chunk_sums(float* dst, const float (&s)[8], bool add) {
   float4* d4 = reinterpret_cast<float4*>(dst);
   float4 lo = d4[0], hi = d4[1];
   if (add) {
-    lo.x += s[0], lo.y += s[1], lo.z += s[2], lo.w += s[3], hi.x += s[4], hi.y += s[5], hi.z += s[6], hi.w += s[7];
+    add_chunk_sums(lo, hi, s);
   } else {
     lo = make_float4(s[0], s[1], s[2], s[3]), hi = make_float4(s[4], s[5], s[6], s[7]);
   }
@@ -81,8 +86,10 @@ __global__ void embedding_chunk_kernel(const bf16* __restrict__ dout, TokenIndex
   }
 }
 
-__global__ void embedding_combine_kernel(TokenIndexView ix, float* __restrict__ dtable, int C) {
-  const int m = blockIdx.x, b = ix.multi_slot[m], e = ix.multi_slot[m + 1];
+// The slots of multi-chunk token m summed in order into its gradient row (the block's threads
+// striding over the C columns).
+__device__ __forceinline__ void combine_token(const TokenIndexView& ix, float* __restrict__ dtable, int C, int m) {
+  const int b = ix.multi_slot[m], e = ix.multi_slot[m + 1];
   float* dst = dtable + (size_t)ix.unique[ix.multi_token[m]] * C;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     float s = 0.f;
@@ -90,6 +97,8 @@ __global__ void embedding_combine_kernel(TokenIndexView ix, float* __restrict__ 
     dst[c] += s;
   }
 }
+
+__global__ void embedding_combine_kernel(TokenIndexView ix, float* __restrict__ dtable, int C) { combine_token(ix, dtable, C, blockIdx.x); }
 
 inline cudaError_t embedding_forward(const bf16* table, const int* tokens, bf16* out, int T, int C, cudaStream_t stream = 0) {
   if (C % 8 || C > 8192) return cudaErrorInvalidValue;

@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kVebThreads, 12)
     }
     // put_chunk_sums' arithmetic: the row plus the sums, or (a slot) 0 + the sums, which is the
     // sums' bits (s is never -0: it starts at +0)
-    lo.x += s[0], lo.y += s[1], lo.z += s[2], lo.w += s[3], hi.x += s[4], hi.y += s[5], hi.z += s[6], hi.w += s[7];
+    add_chunk_sums(lo, hi, s);
     reinterpret_cast<float4*>(dst + col)[0] = lo, reinterpret_cast<float4*>(dst + col)[1] = hi;
   }
   // the block's dot products: each warp's by a fixed shuffle tree, then the warps in order
@@ -81,18 +81,12 @@ __global__ void __launch_bounds__(kVebThreads, 12)
 
 // The tail, one launch: blocks 0 and 1 add gc[i] += the sum of partial[i * n .. (i + 1) * n) in
 // a fixed order; block 2 + m sums the slots of multi-chunk token m into its gradient row
-// (embedding_combine_kernel's arithmetic).
+// (combine_token, as embedding_combine_kernel).
 __global__ void value_embed_backward_tail_kernel(const float* __restrict__ partial, int n, float* __restrict__ gc, TokenIndexView ix,
                                                  float* __restrict__ dtable, int C) {
   __shared__ float s[1024];
   if (blockIdx.x >= 2) {
-    const int m = blockIdx.x - 2, b = ix.multi_slot[m], e = ix.multi_slot[m + 1];
-    float* dst = dtable + (size_t)ix.unique[ix.multi_token[m]] * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-      float t = 0.f;
-      for (int k = b; k < e; k++) t += ix.partial[(size_t)k * C + c];
-      dst[c] += t;
-    }
+    combine_token(ix, dtable, C, blockIdx.x - 2);
     return;
   }
   const float* p = partial + (size_t)blockIdx.x * n;

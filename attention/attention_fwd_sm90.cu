@@ -6,8 +6,10 @@
 // One block of two warpgroups takes 128 queries of one head (64 rows a warpgroup) and walks the
 // key tiles of 128 that the mask lets them see (own_intervals.cuh bounds the walk and gives each
 // row its kept keys; mask.h's TileWalk skips empty tiles and spares full ones the per-element
-// test). At head dim 64 on masks with short walks, one warpgroup takes 64 queries over key
-// tiles of 64 instead, four blocks an SM (tile_scheduler.cuh). Per tile, each warpgroup:
+// test). At head dim 64 (tile_scheduler.cuh fwd_shape) a block of three warpgroups takes 192
+// queries over the same key tiles where walks are long (no window, no documents), and on masks
+// with short walks one warpgroup takes 64 queries over key tiles of 64, four blocks an SM. Per
+// tile, each warpgroup:
 //   S[64 x 128] = Q K^T          wgmma, Q and K from shared memory
 //   mask, online softmax          registers (softmax.cuh, the same code as the sm80 kernels)
 //   O[64 x D] += P V             wgmma, P from registers, V from shared memory; left running
@@ -20,6 +22,7 @@
 // the walk is known (with documents the walk's bounds take dependent loads), and completes with
 // the first key tile.
 #include <cmath>
+#include <tuple>
 
 #include "attention/kernels.h"
 #include "attention/tile_scheduler.cuh"
@@ -30,8 +33,8 @@
 
 namespace attn {
 
-// A tile shape: BM queries a block (64 a warpgroup), key tiles of BN, kStages buffers, and the
-// blocks an SM is meant to hold. kSplit: with two buffers K and V have pipes of their own (the
+// A tile shape: BM queries a block (64 a warpgroup: two or three warpgroups, or one), key tiles
+// of BN, kStages buffers, and the blocks an SM is meant to hold. kSplit: with two buffers K and V have pipes of their own (the
 // kernel's loop says why), with three they share one.
 template <int BM_, int BN_, int kStages_, int kBlocksPerSM_>
 struct FwdTiles {
@@ -41,6 +44,7 @@ struct FwdTiles {
 };
 using FwdTiles128 = FwdTiles<kF90Own, kF90Walk, 3, 1>;
 using FwdTiles64 = FwdTiles<kF90SmallOwn, kF90SmallWalk, 2, 4>;
+using FwdTiles192 = FwdTiles<kF90WideOwn, kF90Walk, 3, 1>;
 
 // Dynamic shared memory: the tiles, the document ids and the barriers (full and empty, a pair
 // for each pipe), and 1024 bytes of room to align the tiles where one block an SM leaves it
@@ -210,10 +214,9 @@ static cudaError_t launch_fwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
   auto kernel = attention_fwd_sm90_kernel<D, Tl>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (err != cudaSuccess) return err;
-  static_assert(Tl::BM == Tl::BN, "one tensor-map box serves Q and the key tiles");
-  CUtensorMap tq, tk, tv;
-  for (auto [map, x] : {std::pair{&tq, q}, std::pair{&tk, k}, std::pair{&tv, v}})
-    if ((err = make_tile_map(map, x, T, H, D, Tl::BN)) != cudaSuccess) return err;
+  CUtensorMap tq, tk, tv;  // boxes of Q's BM rows and of a key tile's BN
+  for (auto [map, x, rows] : {std::tuple{&tq, q, Tl::BM}, std::tuple{&tk, k, Tl::BN}, std::tuple{&tv, v, Tl::BN}})
+    if ((err = make_tile_map(map, x, T, H, D, rows)) != cudaSuccess) return err;
   dim3 grid((T + Tl::BM - 1) / Tl::BM, H);
   const float scale_log2 = (float)(M_LOG2E / std::sqrt((double)D));
   kernel<<<grid, Tl::kThreads, smem, stream>>>(tq, tk, tv, o, lse, T, H, make_bounds(mask, T), scale_log2);
@@ -227,10 +230,9 @@ bool sm90_code_present() {
 
 cudaError_t attention_forward_sm90(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, int T, int H,
                                    int D, const MaskDesc& mask, cudaStream_t stream) {
-  const bool small = fwd_small_tiles(D, mask);
-  if (D == 64) return small ? launch_fwd_sm90<64, FwdTiles64>(q, k, v, o, lse, T, H, mask, stream)
-                            : launch_fwd_sm90<64, FwdTiles128>(q, k, v, o, lse, T, H, mask, stream);
-  if (D == 128) return launch_fwd_sm90<128, FwdTiles128>(q, k, v, o, lse, T, H, mask, stream);  // small: D = 64 only
+  if (D == 64) return fwd_small_tiles(D, mask) ? launch_fwd_sm90<64, FwdTiles64>(q, k, v, o, lse, T, H, mask, stream)
+                                                : launch_fwd_sm90<64, FwdTiles192>(q, k, v, o, lse, T, H, mask, stream);
+  if (D == 128) return launch_fwd_sm90<128, FwdTiles128>(q, k, v, o, lse, T, H, mask, stream);
   return cudaErrorInvalidValue;
 }
 

@@ -210,6 +210,15 @@ rc, out, err = run(os.path.join(build, "bench", "bench_attention"), "--geometry"
 row = next((l.split() for l in out.splitlines() if l.startswith("causal ")), [])
 check("bench_attention --geometry: head dim 128 keeps 128 x 128 forward tiles (1 + 7 * 2 = 15, all partial)",
       rc == 0 and row[6:8] == ["15", "15"], out + err)
+# At head dim 64 without a window or documents the forward's blocks own 192 queries over key tiles
+# of 128: dense causal at T = 1024, query tile i (rows 192i..192i+191) walks key tiles 0 to
+# (192i + 191) / 128, the last two partial: 2, 3, 5, 6, 8 tiles for i = 0..4, and tile 5 (rows
+# 960..1151, past T) walks 8, all of them partial as a block running past T takes them: 32
+# tiles, 18 partial; 524800 kept pairs of 32 * 192 * 128 computed: 0.6673.
+rc, out, err = run(os.path.join(build, "bench", "bench_attention"), "--geometry", "--T", "1024", "--causal", "1", "--head-dim", "64")
+row = next((l.split() for l in out.splitlines() if l.startswith("causal ")), [])
+check("bench_attention --geometry: head dim 64 dense causal walks 192 x 128 forward tiles, as worked by hand",
+      rc == 0 and row[1:6] == ["524800", "0.50049", "32", "18", "0.6673"], out + err)
 rc, out, err = run(os.path.join(build, "bench", "bench_attention"), "--geometry", "--T", "4096", "--window", "8",
                    "--window-granularity", "block", "--window-mask", "bi", "--docs", "1")
 rc2, out2, _ = run(os.path.join(build, "bench", "bench_attention"), "--geometry", "--T", "4096", "--window", "8",

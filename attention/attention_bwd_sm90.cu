@@ -13,7 +13,7 @@
 //     dV += P^T dO, dK += dS^T Q           wgmma, left running under the next tile's P^T, dS^T
 //     dQ_share = dS K                      wgmma over the block's 128 keys (half of D each)
 //   and each query tile's dQ shares are added into fp32 sums by the tensor-memory engine in a
-//   fixed order (decreasing key block: dq_ranges / dq_count below), then converted to bf16.
+//   fixed order (decreasing key block: dq_order.cuh), then converted to bf16.
 // - two kernels: dK/dV as above without dQ (P^T, dS^T stay in registers as the next wgmma's A),
 //   and dQ from its own kernel, one block per 128 queries walking key tiles of 64 (S = Q K^T,
 //   dP = dO V^T again; dQ += dS K), on a second stream beside dK/dV. At head dim 64 both
@@ -95,11 +95,8 @@ static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
   cudaError_t err;
 
   if (fused) {
+    // dq_ranges and the zeroed dq_count come from the pre-pass (dispatch.cu asks it for them)
     const dim3 grid((T + kB90Own - 1) / kB90Own * H);  // tile_scheduler.cuh key_block_of
-    const int n_tiles = (T + kB90Walk - 1) / kB90Walk;
-    if ((err = cudaMemsetAsync(ws.dq_count, 0, (size_t)H * n_tiles * sizeof(unsigned), stream)) != cudaSuccess) return err;
-    attention_bwd_dq_ranges_kernel<<<(n_tiles + 255) / 256, 256, 0, stream>>>(mb, ws.dq_ranges, n_tiles);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
     constexpr size_t smem = fused_sm90_smem<D>();
     static_assert(fused_sm90_smem_used<D>() <= kSmemOptin, "fused backward: shared memory");
     err = cudaFuncSetAttribute(attention_bwd_fused_sm90_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);

@@ -8,6 +8,10 @@
 // sums dims 2l, 2l + 1, then 2l + 64, 2l + 65; then a shuffle tree), so the bits are too. On one
 // H200 at T = 65536, 6 heads, D = 128: 0.063 ms a call against 0.083 for one row a warp (3.3
 // against 2.5 TB/s); 4 positions a warp ran the same, 8 slower.
+// For the sm90 fused backward (dq_order.cuh) the same launch also writes dq_ranges and zeroes
+// dq_count, in blocks placed first in the grid: a launch and a memset fewer a call, and the
+// ranges' dependent loads (the documents' searches) run beside the rows instead of alone.
+#include "attention/dq_order.cuh"
 #include "attention/kernels.h"
 #include "attention/softmax.cuh"
 
@@ -15,10 +19,19 @@ namespace attn {
 
 constexpr int kPreRows = 2;
 
+// order_blocks > 0: blocks 0 .. order_blocks - 1 write dq_ranges for the query tiles of the
+// fused backward and zero dq_count [H][tiles]; the rest take the rows.
 template <int D>
 __global__ void attention_bwd_drow_kernel(const bf16* __restrict__ O, const bf16* __restrict__ dO, const float* __restrict__ LSE,
-                                          float* __restrict__ drow, float* __restrict__ lse2, int T, int H) {
-  const size_t w = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+                                          float* __restrict__ drow, float* __restrict__ lse2, int T, int H, MaskBounds mb,
+                                          int2* __restrict__ dq_ranges, unsigned* __restrict__ dq_count, int order_blocks) {
+  if ((int)blockIdx.x < order_blocks) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x, n_tiles = (T + kB90Walk - 1) / kB90Walk;
+    if (j < H * n_tiles) dq_count[j] = 0;
+    if (j < n_tiles) dq_ranges[j] = dq_range_of(mb, j);
+    return;
+  }
+  const size_t w = (size_t)(blockIdx.x - order_blocks) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31, h = (int)(w % H);
   const size_t i0 = (w / H) * kPreRows;
   if (i0 >= (size_t)T) return;
@@ -50,14 +63,19 @@ __global__ void attention_bwd_drow_kernel(const bf16* __restrict__ O, const bf16
 }
 
 cudaError_t attention_bwd_preprocess(const bf16* o, const bf16* dout, const float* lse, const BwdWorkspace& ws, int T, int H,
-                                     int D, cudaStream_t stream) {
-  const int warps = 8;
+                                     int D, const MaskBounds* dq_order, cudaStream_t stream) {
+  const int warps = 8, threads = warps * 32;
   const size_t work = ((size_t)T + kPreRows - 1) / kPreRows * H;  // warps in all
-  const unsigned blocks = (unsigned)((work + warps - 1) / warps);
   if (D != 64 && D != 128) return cudaErrorInvalidValue;
   if (T <= 0 || H <= 0) return cudaSuccess;
-  if (D == 64) attention_bwd_drow_kernel<64><<<blocks, warps * 32, 0, stream>>>(o, dout, lse, ws.drow, ws.lse2, T, H);
-  else attention_bwd_drow_kernel<128><<<blocks, warps * 32, 0, stream>>>(o, dout, lse, ws.drow, ws.lse2, T, H);
+  const size_t counts = (size_t)H * ((T + kB90Walk - 1) / kB90Walk);  // dq_count's entries, as many threads
+  const int order_blocks = dq_order ? (int)((counts + threads - 1) / threads) : 0;
+  const unsigned blocks = (unsigned)((work + warps - 1) / warps) + order_blocks;
+  const MaskBounds mb = dq_order ? *dq_order : MaskBounds{};
+  if (D == 64)
+    attention_bwd_drow_kernel<64><<<blocks, threads, 0, stream>>>(o, dout, lse, ws.drow, ws.lse2, T, H, mb, ws.dq_ranges, ws.dq_count, order_blocks);
+  else
+    attention_bwd_drow_kernel<128><<<blocks, threads, 0, stream>>>(o, dout, lse, ws.drow, ws.lse2, T, H, mb, ws.dq_ranges, ws.dq_count, order_blocks);
   return cudaGetLastError();
 }
 

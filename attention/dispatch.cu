@@ -83,9 +83,11 @@ cudaError_t attention_backward(const bf16* q, const bf16* k, const bf16* v, cons
   const Family f = family();
   if (f == Family::kUnsupported) return cudaErrorNotSupported;
   const BwdWorkspace ws = BwdWorkspace::carve(workspace, T, H, D);
-  cudaError_t err = attention_bwd_preprocess(o, dout, lse, ws, T, H, D, stream);
+  const bool fused = f == Family::kSm90 && sm90_fused(D);
+  const MaskBounds mb = make_bounds(mask, T);  // the fused backward's dQ order, set up by the pre-pass
+  cudaError_t err = attention_bwd_preprocess(o, dout, lse, ws, T, H, D, fused ? &mb : nullptr, stream);
   if (err != cudaSuccess) return err;
-  if (f == Family::kSm90) return attention_backward_sm90(q, k, v, dout, dq, dk, dv, ws, T, H, D, mask, sm90_fused(D),
+  if (f == Family::kSm90) return attention_backward_sm90(q, k, v, dout, dq, dk, dv, ws, T, H, D, mask, fused,
                                                          sm90_small_backward(D, mask), q_norm, k_norm, stream);
   return attention_backward_sm80(q, k, v, dout, lse, dq, dk, dv, ws, T, H, D, mask, q_norm, k_norm, stream);
 }

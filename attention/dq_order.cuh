@@ -25,12 +25,12 @@
 
 namespace attn {
 
-__global__ void attention_bwd_dq_ranges_kernel(MaskBounds mb, int2* __restrict__ ranges, int n_tiles) {
-  const int m = blockIdx.x * blockDim.x + threadIdx.x;
-  if (m >= n_tiles) return;
+// dq_ranges[m]: the key blocks with a share in query tile m (written by the backward's pre-pass,
+// bwd_preprocess.cu, which also zeroes dq_count).
+__device__ __forceinline__ int2 dq_range_of(const MaskBounds& mb, int m) {
   int k_lo, k_hi;
   key_range(mb, m * kB90Walk, m * kB90Walk + kB90Walk, k_lo, k_hi);
-  ranges[m] = k_lo > k_hi ? make_int2(1, 0) : make_int2(k_lo / kB90Own, k_hi / kB90Own);
+  return k_lo > k_hi ? make_int2(1, 0) : make_int2(k_lo / kB90Own, k_hi / kB90Own);
 }
 
 // Where (row, col) of a 64 x D dQ tile sits in dq_acc's tile and in the staging buffer: row-major

@@ -58,11 +58,14 @@ struct BwdWorkspace {
   }
 };
 
-// drow = rowsum(dO * O) and lse2 = lse in log2 units, into the workspace (bwd_preprocess.cu).
+// drow = rowsum(dO * O) and lse2 = lse in log2 units, into the workspace (bwd_preprocess.cu);
+// with dq_order (the mask's bounds, for the sm90 fused backward) also dq_ranges, and dq_count
+// zeroed.
 cudaError_t attention_bwd_preprocess(const bf16* o, const bf16* dout, const float* lse, const BwdWorkspace& ws, int T, int H,
-                                     int D, cudaStream_t stream);
+                                     int D, const MaskBounds* dq_order, cudaStream_t stream);
 
-// After the pre-pass. sm90: fused (dQ added in order by the dK/dV kernel) or two kernels.
+// After the pre-pass (for the sm90 fused backward, one given dq_order). sm90: fused (dQ added in
+// order by the dK/dV kernel) or two kernels.
 // q_norm, k_norm: as attention.h's attention_backward (null: dq, dk are Q's and K's gradients).
 cudaError_t attention_backward_sm80(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse, bf16* dq,
                                     bf16* dk, bf16* dv, const BwdWorkspace& ws, int T, int H, int D, const MaskDesc& mask,

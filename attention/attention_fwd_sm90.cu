@@ -8,14 +8,14 @@
 // row its kept keys; mask.h's TileWalk skips empty tiles and spares full ones the per-element
 // test). At head dim 64 (tile_scheduler.cuh fwd_shape) a block of three warpgroups takes 192
 // queries over the same key tiles where walks are long (no window, no documents), and on masks
-// with short walks one warpgroup takes 64 queries over key tiles of 64, four blocks an SM. Per
-// tile, each warpgroup:
+// with short walks one warpgroup takes 64 queries over the key tiles of 128, three blocks an SM.
+// Per tile, each warpgroup:
 //   S[64 x 128] = Q K^T          wgmma, Q and K from shared memory
 //   mask, online softmax          registers (softmax.cuh, the same code as the sm80 kernels)
 //   O[64 x D] += P V             wgmma, P from registers, V from shared memory; left running
 //                                 while the next tile's S is issued and waited
-// K and V tiles stream through 3 shared buffers (64 x 64 tiles: K and V each through 2 of their
-// own, so that four blocks fit an SM), one tile ahead, loaded by the TMA (tma.cuh:
+// K and V tiles stream through 3 shared buffers (one-warpgroup blocks: K and V each through 2
+// of their own, so that three blocks fit an SM), one tile ahead, loaded by the TMA (tma.cuh:
 // one thread issues a tile) and signalled by mbarriers (TmaPipe), so that the two warpgroups
 // drift apart instead of meeting at a block barrier every tile (measured: 10% faster); at head
 // dim 128 they take turns issuing their matmuls (turn_wait, below). Q is issued first, before
@@ -34,8 +34,8 @@
 namespace attn {
 
 // A tile shape: BM queries a block (64 a warpgroup: two or three warpgroups, or one), key tiles
-// of BN, kStages buffers, and the blocks an SM is meant to hold. kSplit: with two buffers K and V have pipes of their own (the
-// kernel's loop says why), with three they share one.
+// of BN, kStages buffers, and the blocks an SM is meant to hold. kSplit: with two buffers K and
+// V have pipes of their own (the kernel's loop says why), with three they share one.
 template <int BM_, int BN_, int kStages_, int kBlocksPerSM_>
 struct FwdTiles {
   static constexpr int BM = BM_, BN = BN_, kStages = kStages_, kBlocksPerSM = kBlocksPerSM_, kThreads = 2 * BM;
@@ -43,7 +43,7 @@ struct FwdTiles {
   static_assert(kStages == 2 || kStages == 3, "two buffers each for K and V in pipes of their own, or three in one");
 };
 using FwdTiles128 = FwdTiles<kF90Own, kF90Walk, 3, 1>;
-using FwdTiles64 = FwdTiles<kF90SmallOwn, kF90SmallWalk, 2, 4>;
+using FwdTiles64 = FwdTiles<kF90SmallOwn, kF90SmallWalk, 2, 3>;
 using FwdTiles192 = FwdTiles<kF90WideOwn, kF90Walk, 3, 1>;
 
 // Dynamic shared memory: the tiles, the document ids and the barriers (full and empty, a pair

@@ -24,17 +24,20 @@ namespace attn {
 
 // The sm90 forward's tiles: a block owns kF90Own queries and walks key tiles of kF90Walk, one
 // block an SM. At head dim 64 on a mask with a window or documents, where walks are short, a
-// block owns kF90SmallOwn queries and walks key tiles of kF90SmallWalk, four blocks an SM, so
-// that one block's start and end (loads before its first tile, the output after its last)
-// overlap the others' loops. Measured on one H200 (forward, 64-tiles, then two blocks an SM,
-// against 128): D = 64 with documents and window 512 22% faster, window 1024 3%, bidirectional
-// window 512 4%, dense causal 16% slower; D = 128 slower or even on every mask (dense 26%,
-// window 1024 17% slower). Four blocks an SM instead of two (three fitted): 3-6% faster again.
+// block of one warpgroup owns kF90SmallOwn queries and walks key tiles of kF90SmallWalk, three
+// blocks an SM, so that one block's start and end (loads before its first tile, the output
+// after its last) overlap the others' loops. Measured on one H200 (forward), first with key
+// tiles of 64 and two blocks an SM, against 128 x 128: D = 64 with documents and window 512 22%
+// faster, window 1024 3%, bidirectional window 512 4%, dense causal 16% slower; D = 128 slower
+// or even on every mask (dense 26%, window 1024 17% slower); four such blocks an SM instead of
+// two: 3-6% faster again. Then key tiles of 128 (three blocks an SM fit) against 64 on seven
+// head-dim-64 masks: window 1024 and non-causal bi 512 7% faster, the masks with documents
+// 1-3%, window 512 even; 128 queries over key tiles of 64 (two blocks an SM) 7-13% slower.
 // At head dim 64 without a window or documents, a block of three warpgroups owns kF90WideOwn
 // queries (key tiles of kF90Walk; 158 registers a thread fit 384 threads): on one H200, dense
 // causal (T = 16384, 16 heads) 1.32 ms against 1.41 for 128 queries (6% faster) and 1.67 for
-// 64; on the masks with a window or documents 192 queries stayed 3-24% slower than 64.
-constexpr int kF90Own = 128, kF90Walk = 128, kF90SmallOwn = 64, kF90SmallWalk = 64, kF90WideOwn = 192;
+// 64 x 64; on the masks with a window or documents 192 queries stayed 3-24% slower than 64.
+constexpr int kF90Own = 128, kF90Walk = 128, kF90SmallOwn = 64, kF90SmallWalk = 128, kF90WideOwn = 192;
 inline bool fwd_small_tiles(int D, const MaskDesc& m) { return D == 64 && (m.window > 0 || m.doc_ids != nullptr); }
 // The forward block's shape: the queries it owns and the key tiles it walks.
 struct FwdShape {

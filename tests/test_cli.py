@@ -193,10 +193,12 @@ rc, out, err = run(os.path.join(build, "bench", "bench_attention"), "--geometry"
 row = next((l.split() for l in out.splitlines() if l.startswith("causal ")), [])
 check("bench_attention --geometry: dense causal at T = 1024 as worked by hand",
       rc == 0 and row[1:] == ["524800", "0.50049", "36", "8", "0.8898", "72", "16", "0.8898"], out + err)
-# At head dim 64 with a window the forward takes tiles of 64 x 64: causal + 128 uni at T = 1024,
-# query tile i walks key tiles i-2 (partial), i-1 (full), i (diagonal, partial) for i >= 2, tile 1
-# walks 0 (full) and 1, tile 0 walks 0: 45 tiles, 30 partial; kept pairs 8256 + 896 * 128 =
-# 122944 of 45 * 64 * 64 computed: 0.6670. At head dim 128 the same mask takes 128 x 128 tiles.
+# At head dim 64 with a window the forward's blocks own 64 queries over key tiles of 128: causal +
+# 128 uni at T = 1024, query tile i (rows 64i..64i+63, keeping keys from 64i - 127) walks key tile
+# 0 alone for i = 0, 1, and key tiles i/2 - 1 and i/2 (rounded down) for i >= 2, all partial (no
+# tile lies inside every row's 128 keys): 1 + 1 + 14 * 2 = 30 tiles, 30 partial; kept pairs 8256
+# + 896 * 128 = 122944 of 30 * 64 * 128 computed: 0.5003. At head dim 128 the same mask takes
+# 128 x 128 tiles.
 # The backward's blocks own 64 keys there too: key block b (keys 64b..64b+63, kept by queries up
 # to 64b+190) walks query tiles b (diagonal, partial), b+1 (q - k from 1 to 127: full) and b+2
 # (q - k from 65 to 191: partial) for b <= 13, block 14 tiles 14 and 15 (full), block 15 tile
@@ -204,8 +206,8 @@ check("bench_attention --geometry: dense causal at T = 1024 as worked by hand",
 rc, out, err = run(os.path.join(build, "bench", "bench_attention"), "--geometry", "--T", "1024", "--causal", "1", "--window", "128",
                    "--head-dim", "64")
 row = next((l.split() for l in out.splitlines() if l.startswith("causal ")), [])
-check("bench_attention --geometry: head dim 64 with a window walks 64 x 64 forward tiles and 64-key backward blocks, as worked by hand",
-      rc == 0 and row[4:12] == ["122944", "0.11725", "45", "30", "0.6670", "45", "30", "0.6670"], out + err)
+check("bench_attention --geometry: head dim 64 with a window walks 64 x 128 forward tiles and 64-key backward blocks, as worked by hand",
+      rc == 0 and row[4:12] == ["122944", "0.11725", "30", "30", "0.5003", "45", "30", "0.6670"], out + err)
 rc, out, err = run(os.path.join(build, "bench", "bench_attention"), "--geometry", "--T", "1024", "--causal", "1", "--window", "128")
 row = next((l.split() for l in out.splitlines() if l.startswith("causal ")), [])
 check("bench_attention --geometry: head dim 128 keeps 128 x 128 forward tiles (1 + 7 * 2 = 15, all partial)",

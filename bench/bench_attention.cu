@@ -89,9 +89,10 @@ static std::vector<BenchCase> table() {
 
 // The work a mask gives the sm90 kernels, from the tile walk alone (attention/mask.h TileWalk;
 // no GPU): tiles visited (full and partial) by the forward (a block owns and walks as
-// tile_scheduler.cuh fwd_shape says) and the backward (owns kB90Own keys, kB90SmallOwn where bwd_small_tiles says so, and walks query tiles
-// of kB90Walk), and the kept pairs as a share of the pairs those tiles compute. Two masks with
-// the same share and the same kernel speed per computed pair run at the same useful TFLOP/s.
+// tile_scheduler.cuh fwd_shape says) and the backward (owns kB90Own keys, kB90SmallOwn where
+// bwd_small_tiles says so, and walks query tiles of kB90Walk), and the kept pairs as a share of
+// the pairs those tiles compute. Two masks with the same share and the same kernel speed per
+// computed pair run at the same useful TFLOP/s.
 struct Geometry {
   long long fwd_full = 0, fwd_partial = 0, bwd_full = 0, bwd_partial = 0;
   double fwd_useful = 0, bwd_useful = 0;

@@ -22,16 +22,19 @@
 // With k_norm (attention.h NormRotary) the key-owning kernels store the gradient of the pre-norm
 // k instead of dK, from their K tile (norm_rotary_bwd.cuh KeyNormRotary); with q_norm the fused
 // backward's dQ conversion does the same for q.
-// Tiles stream through shared buffers with cp.async, signalled by mbarriers (wgmma.cuh TilePipe:
-// a buffer is rewritten once every warp has released it).
+// Tiles stream through shared buffers, loaded by the TMA (tma.cuh: one thread issues a tile; the
+// fp32 lse2 and Drow rows by cp.async) and signalled by mbarriers (a buffer is rewritten once every
+// warp has released it).
 // The main loops: bwd_key_owner_sm90.cuh (dK, dV, and with dq_order.cuh the fused dQ shares) and
 // bwd_dq_sm90.cuh (the dQ kernel), on bwd_common_sm90.cuh; this file launches them.
 #include <cmath>
+#include <tuple>
 
 #include "attention/bwd_dq_sm90.cuh"
 #include "attention/bwd_key_owner_sm90.cuh"
 #include "attention/kernels.h"
 #include "attention/norm_rotary_bwd.cuh"
+#include "attention/tma.cuh"
 
 namespace attn {
 
@@ -58,6 +61,21 @@ static cudaError_t side_stream(SideStream*& out) {
   return cudaSuccess;
 }
 
+// Tensor maps of Q, K, V and dO for the kernels' TMA loads: boxes of q_rows query rows (Q, dO)
+// and of k_rows key rows (K, V).
+struct BwdMaps {
+  CUtensorMap q, k, v, dout;
+};
+template <int D>
+static cudaError_t bwd_maps(BwdMaps* m, const bf16* q, const bf16* k, const bf16* v, const bf16* dout, int T, int H, int q_rows,
+                            int k_rows) {
+  cudaError_t err;
+  for (auto [map, x, rows] : {std::tuple{&m->q, q, q_rows}, std::tuple{&m->k, k, k_rows}, std::tuple{&m->v, v, k_rows},
+                              std::tuple{&m->dout, dout, q_rows}})
+    if ((err = make_tile_map(map, x, T, H, D, rows)) != cudaSuccess) return err;
+  return cudaSuccess;
+}
+
 // The two-kernel backward, blocks owning OWN keys (dK/dV) or queries (dQ).
 template <int D, int OWN>
 static cudaError_t launch_two_kernels(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, bf16* dq, bf16* dk,
@@ -72,13 +90,18 @@ static cudaError_t launch_two_kernels(const bf16* q, const bf16* k, const bf16* 
     return err;
   SideStream* side = nullptr;
   if ((err = side_stream(side)) != cudaSuccess) return err;
+  BwdMaps key_owner, query_owner;  // dK/dV walks query tiles of kB90Walk, dQ key tiles of kB90Walk
+  if ((err = bwd_maps<D>(&key_owner, q, k, v, dout, T, H, kB90Walk, OWN)) != cudaSuccess) return err;
+  if ((err = bwd_maps<D>(&query_owner, q, k, v, dout, T, H, OWN, kB90Walk)) != cudaSuccess) return err;
 
   const dim3 grid((T + OWN - 1) / OWN, H), grid_dkdv(grid.x * H);  // dK/dV: tile_scheduler.cuh key_block_of
   if ((err = cudaEventRecord(side->fork, stream)) != cudaSuccess) return err;
   if ((err = cudaStreamWaitEvent(side->stream, side->fork, 0)) != cudaSuccess) return err;
-  dkdv_kernel<<<grid_dkdv, 2 * OWN, smem_dkdv, stream>>>(q, k, v, dout, ws.lse2, ws.drow, dk, dv, T, H, mb, scale_log2, scale, kn, heads_fastest);
+  dkdv_kernel<<<grid_dkdv, 2 * OWN, smem_dkdv, stream>>>(key_owner.q, key_owner.k, key_owner.v, key_owner.dout, ws.lse2,
+                                                         ws.drow, dk, dv, T, H, mb, scale_log2, scale, kn, heads_fastest);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
-  dq_kernel<<<grid, 2 * OWN, smem_dq, side->stream>>>(q, k, v, dout, ws.lse2, ws.drow, dq, T, H, mb, scale_log2, scale);
+  dq_kernel<<<grid, 2 * OWN, smem_dq, side->stream>>>(query_owner.q, query_owner.k, query_owner.v, query_owner.dout, ws.lse2,
+                                                      ws.drow, dq, T, H, mb, scale_log2, scale);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
   if ((err = cudaEventRecord(side->join, side->stream)) != cudaSuccess) return err;
   return cudaStreamWaitEvent(stream, side->join, 0);
@@ -101,8 +124,10 @@ static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
     static_assert(fused_sm90_smem_used<D>() <= kSmemOptin, "fused backward: shared memory");
     err = cudaFuncSetAttribute(attention_bwd_fused_sm90_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err != cudaSuccess) return err;
+    BwdMaps m;
+    if ((err = bwd_maps<D>(&m, q, k, v, dout, T, H, kB90Walk, kB90Own)) != cudaSuccess) return err;
     attention_bwd_fused_sm90_kernel<D><<<grid, kB90Threads, smem, stream>>>(
-        q, k, v, dout, ws.lse2, ws.drow, ws.dq_ranges, ws.dq_count, ws.dq_acc, dk, dv, T, H, mb, scale_log2, scale, kn, hf);
+        m.q, m.k, m.v, m.dout, ws.lse2, ws.drow, ws.dq_ranges, ws.dq_count, ws.dq_acc, dk, dv, T, H, mb, scale_log2, scale, kn, hf);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     const int warps = 8;
     const unsigned blocks = (unsigned)(((size_t)T * H + warps - 1) / warps);

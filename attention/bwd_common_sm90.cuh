@@ -1,11 +1,12 @@
 // What the sm90 backward kernels share (attention_bwd_sm90.cu describes the algorithm): the block
-// and pipeline sizes, the load of a query tile for the kernels that own keys, P^T and dS^T from
-// S^T and dP^T, and the start of a key-owning block (its keys' intervals, its walk, the first loads).
+// and pipeline sizes, the query-tile pipe of the kernels that own keys, P^T and dS^T from S^T and
+// dP^T, and the start of a key-owning block (its keys' intervals, its walk, the first loads).
 #pragma once
 #include "attention/kernels.h"
 #include "attention/own_intervals.cuh"
 #include "attention/softmax.cuh"
 #include "attention/tile_scheduler.cuh"
+#include "attention/tma.cuh"
 #include "attention/wgmma.cuh"
 
 namespace attn {
@@ -17,23 +18,50 @@ __device__ __forceinline__ unsigned char* align1024(unsigned char* p) {
   return p + ((1024 - (smem_addr(p) & 1023)) & 1023);
 }
 
-// This thread's copies of query tile qt for the kernels that own keys (blocks of THREADS): Q and
-// dO rows into buffer st of sQ / sdO (SW128 tiles of kB90Walk rows), their lse2 and Drow into
-// sLse / sDr.
-template <int D, int THREADS>
-__device__ __forceinline__ void load_query_tile(bf16* sQ, bf16* sdO, float* sLse, float* sDr, const bf16* Q,
-                                                const bf16* dO, const float* LSE2, const float* drow, int qt, int st,
-                                                int T, int H, int h) {
-  constexpr int BQ = kB90Walk;
-  const int qs = qt * BQ;
-  sm90::load_tile<D, BQ, THREADS>(sQ + st * BQ * D, Q, qs, T, H, h);
-  sm90::load_tile<D, BQ, THREADS>(sdO + st * BQ * D, dO, qs, T, H, h);
-  for (int r = threadIdx.x; r < 2 * BQ; r += THREADS) {
-    const int j = r % BQ, row = qs + j;
-    const float* src = (r < BQ ? LSE2 : drow) + (size_t)h * T + (row < T ? row : 0);
-    cp_async4(smem_addr((r < BQ ? sLse : sDr) + st * BQ + j), src, row < T);
+// The key-owning kernels' query-tile pipe (wgmma.cuh's TilePipe for wait_empty and release): a
+// tile's Q and dO come by the TMA, issued by one thread with their byte count; its lse2 and Drow
+// (fp32 rows of [H, T], which need not be 16-byte aligned) by cp.async from the first 2 kB90Walk
+// threads. full[b] takes every thread's cp.async arrival and the issuing thread's, so it completes
+// once all of them have landed. The Q, dO bytes are written by the async proxy that wgmma reads
+// by, and lse2, Drow are read by ordinary loads, so wait_full needs no proxy fence.
+template <int STAGES>
+struct QueryTilePipe : sm90::TilePipe<STAGES> {
+  using sm90::TilePipe<STAGES>::full;
+  using sm90::TilePipe<STAGES>::empty;
+  // By one thread, before a __syncthreads.
+  __device__ __forceinline__ void init(int threads) {
+    for (int i = 0; i < STAGES; i++) {
+      sm90::mbar_init(&full[i], threads + 1);
+      sm90::mbar_init(&empty[i], threads / 32);
+    }
+    sm90::fence_mbarrier_init();
   }
-}
+  __device__ __forceinline__ void wait_full(int i) { sm90::mbar_wait(&full[i % STAGES], (i / STAGES) & 1); }
+
+  // Query tile qt into buffer st of sQ / sdO (SW128 tiles of kB90Walk rows; rows past T read as
+  // zeros) and its lse2 and Drow into sLse / sDr, as the i-th tile of the walk; every thread calls
+  // it, once tile i - STAGES is released (wait_empty).
+  template <int D, int THREADS>
+  __device__ __forceinline__ void load(bf16* sQ, bf16* sdO, float* sLse, float* sDr, const CUtensorMap* tmQ,
+                                       const CUtensorMap* tmdO, const float* LSE2, const float* drow, int qt, int i, int T,
+                                       int h) {
+    constexpr int BQ = kB90Walk;
+    const int qs = qt * BQ, st = i % STAGES;
+    if (threadIdx.x == 0) {
+      sm90::mbar_arrive_expect_tx(&full[st], 2 * BQ * D * (uint32_t)sizeof(bf16));
+      sm90::tma_load_tile<D, BQ>(sQ + st * BQ * D, tmQ, &full[st], qs, h);
+      sm90::tma_load_tile<D, BQ>(sdO + st * BQ * D, tmdO, &full[st], qs, h);
+    }
+    static_assert(THREADS >= 2 * BQ, "one lse2 or Drow copy a thread");
+    if (threadIdx.x < 2 * BQ) {
+      const int r = threadIdx.x, j = r % BQ, row = qs + j;
+      const float* src = (r < BQ ? LSE2 : drow) + (size_t)h * T + (row < T ? row : 0);
+      cp_async4(smem_addr((r < BQ ? sLse : sDr) + st * BQ + j), src, row < T);
+    }
+    cp_async_commit();
+    sm90::mbar_arrive_cp_async(&full[st]);
+  }
+};
 
 // P^T = 2^(scale_log2 S^T - lse2) and dS^T = P^T (dP^T - Drow), in place, on a key-owning warp's
 // 16 x BQ tile (keys as rows; this thread's columns, queries of the tile, are 2t and 2t + 1 of
@@ -54,24 +82,31 @@ __device__ __forceinline__ void probs_and_dscores_t(float (&s)[NB][4], float (&d
 
 // The start both key-owning kernels share, for a block owning BK keys (BK / 64 warpgroups): the
 // queries each of this thread's keys (key0, key0 + 8) is kept by, the block's walk over the
-// query tiles that see its keys, the tile pipe, and the first loads (K and V, which ride on the
-// first query tile's arrival, and the first AHEAD query tiles through load_q_side). Returns the
-// walk.
+// query tiles that see its keys, the tile pipe, and the first loads (the first AHEAD query tiles
+// through load_q_side, and K and V by the TMA on kv_bar, which every thread has waited for on
+// return). Returns the walk.
 template <int D, int BK, int AHEAD, typename Pipe, typename LoadQuerySide>
-__device__ __forceinline__ TileWalk begin_key_block(const MaskBounds& mb, int k0, int key0, int T, int H, int h, int32_t* s_ids,
-                                                    int (&q_lo2)[2], int (&q_hi2)[2], Pipe& pipe, WalkAhead<AHEAD>& ahead,
-                                                    const bf16* K, const bf16* V, bf16* sK, bf16* sV,
-                                                    LoadQuerySide& load_q_side) {
+__device__ __forceinline__ TileWalk begin_key_block(const MaskBounds& mb, int k0, int key0, int T, int h, int32_t* s_ids,
+                                                    int (&q_lo2)[2], int (&q_hi2)[2], Pipe& pipe, uint64_t* kv_bar,
+                                                    WalkAhead<AHEAD>& ahead, const CUtensorMap* tmK, const CUtensorMap* tmV,
+                                                    bf16* sK, bf16* sV, LoadQuerySide& load_q_side) {
   constexpr int BQ = kB90Walk, THREADS = 2 * BK;
   const TileWalk walk = own_and_walk<BK, BQ>(mb, k0, false, key0, T, s_ids, q_lo2, q_hi2);
-  if (threadIdx.x == 0) pipe.init(THREADS);
+  if (threadIdx.x == 0) {
+    sm90::mbar_init(kv_bar, 1);
+    pipe.init(THREADS);  // fences the barriers' initialization for the TMA
+  }
   __syncthreads();
+  if (threadIdx.x == 0) {
+    sm90::mbar_arrive_expect_tx(kv_bar, 2 * BK * D * (uint32_t)sizeof(bf16));
+    sm90::tma_load_tile<D, BK>(sK, tmK, kv_bar, k0, h);
+    sm90::tma_load_tile<D, BK>(sV, tmV, kv_bar, k0, h);
+  }
   ahead.start(walk);
-  sm90::load_tile<D, BK, THREADS>(sK, K, k0, T, H, h);
-  sm90::load_tile<D, BK, THREADS>(sV, V, k0, T, H, h);
 #pragma unroll
   for (int a = 0; a < AHEAD; a++)
     if (ahead.tile[a] < walk.end) load_q_side(ahead.tile[a], a);
+  sm90::mbar_wait(kv_bar, 0);  // K, V (also read at the end by dK's norm backward, so waited even for an empty walk)
   return walk;
 }
 

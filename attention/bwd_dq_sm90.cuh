@@ -15,8 +15,9 @@ constexpr size_t dq_sm90_smem() {
 
 template <int D, int BQ>
 __global__ void __launch_bounds__(2 * BQ, BQ == 64 ? 2 : 1)
-    attention_bwd_dq_sm90_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V,
-                                 const bf16* __restrict__ dO, const float* __restrict__ LSE2, const float* __restrict__ drow,
+    attention_bwd_dq_sm90_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+                                 const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO,
+                                 const float* __restrict__ LSE2, const float* __restrict__ drow,
                                  bf16* __restrict__ dQ, int T, int H, MaskBounds mb, float scale_log2, float scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace sm90;
@@ -28,7 +29,7 @@ __global__ void __launch_bounds__(2 * BQ, BQ == 64 ? 2 : 1)
   bf16* sK = sdO + BQ * D;       // S buffers
   bf16* sV = sK + S * BK * D;    // S buffers
   int32_t* s_ids = reinterpret_cast<int32_t*>(sV + S * BK * D);  // BQ document ids
-  TilePipe<S> pipe;
+  TmaPipe<S> pipe;  // the key tiles' (one TMA producer: thread 0)
   pipe.full = reinterpret_cast<uint64_t*>(s_ids + BQ);
   pipe.empty = pipe.full + S;
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
@@ -38,12 +39,14 @@ __global__ void __launch_bounds__(2 * BQ, BQ == 64 ? 2 : 1)
   const int row0 = q0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's rows: row0, row0 + 8
   int key_lo[2], key_hi[2];                                   // the keys each of them keeps
   const TileWalk walk = own_and_walk<BQ, BK>(mb, q0, true, row0, T, s_ids, key_lo, key_hi);
-  auto load_kv = [&](int kt, int i) {  // this thread's copies of key tile kt, the i-th of the walk
-    load_tile<D, BK, THREADS>(sK + (i % S) * BK * D, K, kt * BK, T, H, h);
-    load_tile<D, BK, THREADS>(sV + (i % S) * BK * D, V, kt * BK, T, H, h);
-    pipe.arrive_full(i);
+  const bool leader = threadIdx.x == 0;
+  auto load_kv = [&](int kt, int i) {  // by the leader: key tile kt, the i-th of the walk
+    pipe.wait_empty(i);
+    mbar_arrive_expect_tx(pipe.full_of(i), 2 * BK * D * (uint32_t)sizeof(bf16));
+    tma_load_tile<D, BK>(sK + (i % S) * BK * D, &tmK, pipe.full_of(i), kt * BK, h);
+    tma_load_tile<D, BK>(sV + (i % S) * BK * D, &tmV, pipe.full_of(i), kt * BK, h);
   };
-  if (threadIdx.x == 0) pipe.init(THREADS);
+  if (leader) pipe.init(THREADS / 32);
   __syncthreads();
 
   float lse2[2], dr[2];
@@ -56,11 +59,14 @@ __global__ void __launch_bounds__(2 * BQ, BQ == 64 ? 2 : 1)
 
   WalkAhead<kB90Ahead> ahead;  // tile[0] computed now, the others loaded or loading
   ahead.start(walk);
-  load_tile<D, BQ, THREADS>(sQ, Q, q0, T, H, h);
-  load_tile<D, BQ, THREADS>(sdO, dO, q0, T, H, h);
+  if (leader && ahead.tile[0] < walk.end) {  // Q and dO ride on the first tile's arrival (read only if it comes)
+    mbar_expect_tx(pipe.full_of(0), 2 * BQ * D * (uint32_t)sizeof(bf16));
+    tma_load_tile<D, BQ>(sQ, &tmQ, pipe.full_of(0), q0, h);
+    tma_load_tile<D, BQ>(sdO, &tmdO, pipe.full_of(0), q0, h);
 #pragma unroll
-  for (int a = 0; a < kB90Ahead; a++)  // Q and dO ride on the first tile's arrival
-    if (ahead.tile[a] < walk.end) load_kv(ahead.tile[a], a);
+    for (int a = 0; a < kB90Ahead; a++)
+      if (ahead.tile[a] < walk.end) load_kv(ahead.tile[a], a);
+  }
 
   float acc[D / 8][4] = {};
   uint32_t dsa[BK / 16][4];  // dS of the previous tile
@@ -77,10 +83,7 @@ __global__ void __launch_bounds__(2 * BQ, BQ == 64 ? 2 : 1)
     wgmma_commit();
     if (it > 0) gemm_rs<D, BK / 16, BK>(acc, dsa, sK + st_prev * BK * D);
     wgmma_commit();
-    if (ahead.tile[kB90Ahead] < walk.end) {
-      pipe.wait_empty(it + kB90Ahead);
-      load_kv(ahead.tile[kB90Ahead], it + kB90Ahead);
-    }
+    if (leader && ahead.tile[kB90Ahead] < walk.end) load_kv(ahead.tile[kB90Ahead], it + kB90Ahead);
     TileKind kind_after;
     const int after = walk.next(ahead.tile[kB90Ahead] + 1, kind_after);
 
@@ -110,7 +113,6 @@ __global__ void __launch_bounds__(2 * BQ, BQ == 64 ? 2 : 1)
     wgmma_wait<0>();
     reg_fence(acc);
   }
-  cp_async_wait<0>();
   const float dq_scale[2] = {scale, scale};
   store_rows<D>(dQ, acc, row0, T, H, h, lane, dq_scale);
 #else

@@ -6,7 +6,8 @@
 //   dV += P^T dO, dK += dS^T Q       [BK keys x D], fp32 accumulators in registers
 // and, with DQ (the fused backward), the block's share of dQ = dS K for each tile ([64 x D] over
 // its 128 keys), added into fp32 sums in the fixed order of dq_order.cuh.
-// Q, K, V, dO: bf16 [T, H, D]; lse2, Drow: fp32 [H, T]; dK, dV: bf16 [T, H, D], D in {64, 128}.
+// Q, K, V, dO: bf16 [T, H, D], read by the TMA through tensor maps (tma.cuh make_tile_map: boxes of
+// 64 query rows, and of BK key rows); lse2, Drow: fp32 [H, T]; dK, dV: bf16 [T, H, D], D in {64, 128}.
 // With kn.rstd set, dK is the gradient of the k that K's norm + rotary was made from, computed
 // from the block's K tile as it is stored (norm_rotary_bwd.cuh KeyNormRotary).
 // Without DQ, P^T and dS^T stay in registers as the next wgmma's A operand. With DQ they go
@@ -26,14 +27,14 @@ constexpr size_t kSmemOptin = 232448;  // 227 KB: the most one block may have on
 template <int D, int BK>
 constexpr size_t dkdv_sm90_smem() {
   return (size_t)(2 * BK + 2 * kB90Stages * kB90Walk) * D * sizeof(bf16) + 2 * kB90Stages * kB90Walk * sizeof(float) +
-         BK * sizeof(int32_t) + 2 * kB90Stages * sizeof(uint64_t) + 1024;
+         BK * sizeof(int32_t) + (2 * kB90Stages + 1) * sizeof(uint64_t) + 1024;
 }
 
 template <int D>
 __host__ __device__ constexpr size_t fused_sm90_smem_used() {
   return (size_t)(2 * kB90Own + 2 * kFStages * kB90Walk) * D * sizeof(bf16) + 2 * kB90Own * kB90Walk * sizeof(bf16) +
          (size_t)kB90Walk * D * sizeof(float) + 2 * kFStages * kB90Walk * sizeof(float) + kB90Own * sizeof(int32_t) +
-         2 * kFStages * sizeof(uint64_t);
+         (2 * kFStages + 1) * sizeof(uint64_t);
 }
 template <int D>
 __host__ __device__ constexpr size_t fused_sm90_smem() {  // asked at launch: room to align the tiles where it fits
@@ -45,9 +46,9 @@ __host__ __device__ constexpr size_t fused_sm90_smem() {  // asked at launch: ro
 // tile, the key blocks with a dQ share (dq_ranges), the count of shares added (dq_count) and the
 // fp32 sums (dq_acc), as dq_order.cuh describes.
 template <int D, int BK, bool DQ>
-__device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, const bf16* __restrict__ Q,
-                                                   const bf16* __restrict__ K, const bf16* __restrict__ V,
-                                                   const bf16* __restrict__ dO, const float* __restrict__ LSE2,
+__device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, const CUtensorMap* tmQ,
+                                                   const CUtensorMap* tmK, const CUtensorMap* tmV,
+                                                   const CUtensorMap* tmdO, const float* __restrict__ LSE2,
                                                    const float* __restrict__ drow, const int2* __restrict__ dq_ranges,
                                                    unsigned* __restrict__ dq_count, float* __restrict__ dq_acc, bf16* __restrict__ dK,
                                                    bf16* __restrict__ dV, int T, int H, const MaskBounds& mb,
@@ -71,9 +72,10 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
   float* sLse = sdQ + (DQ ? BQ * D : 0);                              // S x BQ
   float* sDr = sLse + S * BQ;                                         // S x BQ
   int32_t* s_ids = reinterpret_cast<int32_t*>(sDr + S * BQ);          // BK document ids
-  TilePipe<S> pipe;
+  QueryTilePipe<S> pipe;
   pipe.full = reinterpret_cast<uint64_t*>(s_ids + BK);
   pipe.empty = pipe.full + S;
+  uint64_t* kv_bar = pipe.empty + S;  // the K and V tiles' arrival
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
   const int n_kb = (T + BK - 1) / BK, n_tiles = (T + BQ - 1) / BQ;
   const KeyBlock kbh = key_block_of<DQ>(n_kb, H, heads_fastest);  // DQ: the order dq_order.cuh needs
@@ -82,12 +84,12 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
 
   const int key0 = k0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's keys: key0, key0 + 8
   int q_lo2[2], q_hi2[2];                                     // the queries each of them is kept by
-  auto load_q_side = [&](int qt, int i) {  // this thread's copies of query tile qt, the i-th of the walk
-    load_query_tile<D, THREADS>(sQ, sdO, sLse, sDr, Q, dO, LSE2, drow, qt, i % S, T, H, h);
-    pipe.arrive_full(i);
+  auto load_q_side = [&](int qt, int i) {  // query tile qt, the i-th of the walk
+    pipe.template load<D, THREADS>(sQ, sdO, sLse, sDr, tmQ, tmdO, LSE2, drow, qt, i, T, h);
   };
   WalkAhead<AHEAD> ahead;  // tile[0] computed now, the others loaded or loading
-  const TileWalk walk = begin_key_block<D, BK>(mb, k0, key0, T, H, h, s_ids, q_lo2, q_hi2, pipe, ahead, K, V, sK, sV, load_q_side);
+  const TileWalk walk =
+      begin_key_block<D, BK>(mb, k0, key0, T, h, s_ids, q_lo2, q_hi2, pipe, kv_bar, ahead, tmK, tmV, sK, sV, load_q_side);
 
   // DQ: each warpgroup's dQ matmul, its half of D's columns over all 128 keys (64 x DQN
   // accumulator). D = 128: the K tile's second 64-column panel; D = 64: 32 columns into the one
@@ -236,7 +238,6 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
       if (pending >= 0) bulk_done_signal(dq_count + (size_t)h * n_tiles + pending, leader);  // the last addition has landed
     }
   }
-  cp_async_wait<0>();
   const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.f, 1.f};
   store_rows<D>(dV, dv, key0, T, H, h, lane, dv_scale);
   if (kn.rstd) {
@@ -255,14 +256,15 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
 // 128 (two warpgroups, one block an SM) or 64 (one warpgroup, two blocks an SM).
 template <int D, int BK>
 __global__ void __launch_bounds__(2 * BK, BK == 64 ? 2 : 1)
-    attention_bwd_dkdv_sm90_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V,
-                                   const bf16* __restrict__ dO, const float* __restrict__ LSE2, const float* __restrict__ drow,
-                                   bf16* __restrict__ dK, bf16* __restrict__ dV, int T, int H, MaskBounds mb,
-                                   float scale_log2, float scale, NormRotary kn, bool heads_fastest) {
+    attention_bwd_dkdv_sm90_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+                                   const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO,
+                                   const float* __restrict__ LSE2, const float* __restrict__ drow, bf16* __restrict__ dK,
+                                   bf16* __restrict__ dV, int T, int H, MaskBounds mb, float scale_log2, float scale,
+                                   NormRotary kn, bool heads_fastest) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
-  key_owner_backward<D, BK, false>(smem_raw, Q, K, V, dO, LSE2, drow, nullptr, nullptr, nullptr, dK, dV, T, H, mb, scale_log2, scale,
-                                   kn, heads_fastest);
+  key_owner_backward<D, BK, false>(smem_raw, &tmQ, &tmK, &tmV, &tmdO, LSE2, drow, nullptr, nullptr, nullptr, dK, dV, T, H, mb,
+                                   scale_log2, scale, kn, heads_fastest);
 #else
   __trap();  // built for another architecture: the launcher only picks this kernel on sm90
 #endif
@@ -271,15 +273,16 @@ __global__ void __launch_bounds__(2 * BK, BK == 64 ? 2 : 1)
 // dK, dV and the block's dQ shares in one pass (the fused backward).
 template <int D>
 __global__ void __launch_bounds__(kB90Threads, 1)
-    attention_bwd_fused_sm90_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V,
-                                    const bf16* __restrict__ dO, const float* __restrict__ LSE2, const float* __restrict__ drow,
+    attention_bwd_fused_sm90_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+                                    const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO,
+                                    const float* __restrict__ LSE2, const float* __restrict__ drow,
                                     const int2* __restrict__ dq_ranges, unsigned* __restrict__ dq_count,
                                     float* __restrict__ dq_acc, bf16* __restrict__ dK, bf16* __restrict__ dV, int T, int H,
                                     MaskBounds mb, float scale_log2, float scale, NormRotary kn, bool heads_fastest) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  key_owner_backward<D, kB90Own, true>(smem_raw, Q, K, V, dO, LSE2, drow, dq_ranges, dq_count, dq_acc, dK, dV, T, H, mb,
-                              scale_log2, scale, kn, heads_fastest);
+  key_owner_backward<D, kB90Own, true>(smem_raw, &tmQ, &tmK, &tmV, &tmdO, LSE2, drow, dq_ranges, dq_count, dq_acc, dK, dV, T, H,
+                                       mb, scale_log2, scale, kn, heads_fastest);
 #else
   __trap();  // built for another architecture: the launcher only picks this kernel on sm90
 #endif

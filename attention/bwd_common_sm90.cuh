@@ -18,12 +18,13 @@ __device__ __forceinline__ unsigned char* align1024(unsigned char* p) {
   return p + ((1024 - (smem_addr(p) & 1023)) & 1023);
 }
 
-// The key-owning kernels' query-tile pipe (wgmma.cuh's TilePipe for wait_empty and release): a
-// tile's Q and dO come by the TMA, issued by one thread with their byte count; its lse2 and Drow
-// (fp32 rows of [H, T], which need not be 16-byte aligned) by cp.async from the first 2 kB90Walk
-// threads. full[b] takes every thread's cp.async arrival and the issuing thread's, so it completes
-// once all of them have landed. The Q, dO bytes are written by the async proxy that wgmma reads
-// by, and lse2, Drow are read by ordinary loads, so wait_full needs no proxy fence.
+// The key-owning kernels' query-tile pipe (wgmma.cuh's TilePipe for wait_empty, wait_full and
+// release): a tile's Q and dO come by the TMA, issued by one thread with their byte count; its
+// lse2 and Drow (fp32 rows of [H, T], which need not be 16-byte aligned) by cp.async from the
+// first 2 kB90Walk threads. full[b] takes every thread's cp.async arrival and the issuing
+// thread's, so it completes once all of them have landed. The Q, dO bytes are written by the
+// async proxy that wgmma reads by, and lse2, Drow are read by ordinary loads, so waiting for
+// full[b] needs no proxy fence.
 template <int STAGES>
 struct QueryTilePipe : sm90::TilePipe<STAGES> {
   using sm90::TilePipe<STAGES>::full;
@@ -36,7 +37,6 @@ struct QueryTilePipe : sm90::TilePipe<STAGES> {
     }
     sm90::fence_mbarrier_init();
   }
-  __device__ __forceinline__ void wait_full(int i) { sm90::mbar_wait(&full[i % STAGES], (i / STAGES) & 1); }
 
   // Query tile qt into buffer st of sQ / sdO (SW128 tiles of kB90Walk rows; rows past T read as
   // zeros) and its lse2 and Drow into sLse / sDr, as the i-th tile of the walk; every thread calls

@@ -1,5 +1,5 @@
 // Tiles of a [T, H, D] bf16 tensor loaded by the tensor memory accelerator (TMA, sm90): one
-// thread issues a whole tile, where cp.async (wgmma.cuh load_tile) has every thread of the block
+// thread issues a whole tile, where cp.async (mma.cuh load_tile, the sm80 kernels) has every thread of the block
 // issue D / 8 16-byte copies a row and compute their addresses.
 //
 //   tensor map (host, make_tile_map): the tensor as 3 dimensions (D, H, T), innermost first, byte
@@ -156,7 +156,7 @@ __device__ __forceinline__ void store_commit() { asm volatile("cp.async.bulk.com
 __device__ __forceinline__ void store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void store_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
-// wgmma.cuh's TilePipe (wait_empty and release as there) with one producer: full[b] expects
+// wgmma.cuh's TilePipe (wait_empty, wait_full and release as there) with one producer: full[b] expects
 // its single arrival and the tile's bytes.
 template <int STAGES>
 struct TmaPipe : TilePipe<STAGES> {
@@ -171,8 +171,6 @@ struct TmaPipe : TilePipe<STAGES> {
     fence_mbarrier_init();
   }
   __device__ __forceinline__ uint64_t* full_of(int i) { return &full[i % STAGES]; }
-  // Before reading tile i (the TMA wrote it through the async proxy that wgmma reads by: no fence).
-  __device__ __forceinline__ void wait_full(int i) { mbar_wait(&full[i % STAGES], (i / STAGES) & 1); }
 };
 
 }  // namespace sm90

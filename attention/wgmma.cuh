@@ -43,21 +43,6 @@ __device__ __forceinline__ int sw128(int row, int c) {
   return (c >> 3) * ROWS * 64 + row * 64 + (((c & 7) ^ (row & 7)) << 3);
 }
 
-// Rows [row0, row0 + ROWS) of head h of a [T, H, D] tensor into an SW128 tile; rows past T are
-// zero-filled.
-template <int D, int ROWS, int THREADS>
-__device__ __forceinline__ void load_tile(bf16* tile, const bf16* x, int row0, int T, int H, int h) {
-  constexpr int kChunks = D / 8;
-  const size_t ld = (size_t)H * D;
-#pragma unroll
-  for (int idx = threadIdx.x % THREADS; idx < ROWS * kChunks; idx += THREADS) {
-    const int r = idx / kChunks, c = idx % kChunks, row = row0 + r;
-    const bool valid = row < T;
-    const bf16* src = x + (valid ? (size_t)row * ld : 0) + (size_t)h * D + c * 8;
-    cp_async16(smem_addr(tile + sw128<ROWS>(r, c)), src, valid);
-  }
-}
-
 __device__ __forceinline__ uint64_t desc(const bf16* p, uint32_t lbo_bytes, uint32_t sbo_bytes) {
   return (uint64_t)((smem_addr(p) & 0x3FFFF) >> 4) | ((uint64_t)(lbo_bytes >> 4) << 16) |
          ((uint64_t)(sbo_bytes >> 4) << 32) | (1ull << 62);
@@ -124,35 +109,21 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
       : "memory");
 }
 // The buffers a block streams tiles through: tile i lives in buffer i % STAGES. full[b] completes
-// a phase when every thread's copies of the tile in b have landed (cp.async arrivals, one a
-// thread); empty[b] when every warp has released it (its wgmmas reading b have completed). The
-// warpgroups thus wait only for the data they need, never for each other at a block barrier.
+// a phase when the tile in b has landed (the TMA's bytes, counted as tma.cuh TmaPipe or
+// bwd_common_sm90.cuh QueryTilePipe initializes it); empty[b] when every warp has released it
+// (its wgmmas reading b have completed). The warpgroups thus wait only for the data they need,
+// never for each other at a block barrier.
 template <int STAGES>
 struct TilePipe {
   uint64_t* full;   // STAGES barriers
   uint64_t* empty;  // STAGES barriers
 
-  // By one thread, before a __syncthreads.
-  __device__ __forceinline__ void init(int threads) {
-    for (int i = 0; i < STAGES; i++) {
-      mbar_init(&full[i], threads);
-      mbar_init(&empty[i], threads / 32);
-    }
-  }
   // Before writing tile i: its buffer's previous tile (i - STAGES) must be released.
   __device__ __forceinline__ void wait_empty(int i) {
     if (i >= STAGES) mbar_wait(&empty[i % STAGES], (i / STAGES - 1) & 1);
   }
-  // After this thread's copies of tile i are issued.
-  __device__ __forceinline__ void arrive_full(int i) {
-    cp_async_commit();
-    mbar_arrive_cp_async(&full[i % STAGES]);
-  }
-  // Before reading tile i (its data then also visible to wgmma).
-  __device__ __forceinline__ void wait_full(int i) {
-    mbar_wait(&full[i % STAGES], (i / STAGES) & 1);
-    fence_proxy_async();
-  }
+  // Before reading tile i (the TMA wrote it through the async proxy that wgmma reads by: no fence).
+  __device__ __forceinline__ void wait_full(int i) { mbar_wait(&full[i % STAGES], (i / STAGES) & 1); }
   // After this warp's last read of tile i (its wgmmas waited).
   __device__ __forceinline__ void release(int i) {
     if ((threadIdx.x & 31) == 0) mbar_arrive(&empty[i % STAGES]);

@@ -1,6 +1,6 @@
 // Tiles of a [T, H, D] bf16 tensor loaded by the tensor memory accelerator (TMA, sm90): one
-// thread issues a whole tile, where cp.async (mma.cuh load_tile, the sm80 kernels) has every thread of the block
-// issue D / 8 16-byte copies a row and compute their addresses.
+// thread issues a whole tile, where cp.async (mma.cuh load_tile, the sm80 kernels) has every
+// thread of the block issue D / 8 16-byte copies a row and compute their addresses.
 //
 //   tensor map (host, make_tile_map): the tensor as 3 dimensions (D, H, T), innermost first, byte
 //     strides D * 2 and H * D * 2; a box of 64 x 1 x ROWS (one 128-byte column panel of ROWS rows

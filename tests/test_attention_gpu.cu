@@ -416,8 +416,9 @@ int main(int argc, char** argv) {
     release(b);
   }
 
-  // determinism: 20 runs, identical bits (causal window, and prefix-LM with a bi window)
-  for (Case c : {Case{4097, 2, 128, true, 1024, false, false, 2}, Case{4097, 2, 128, true, 1024, true, false, 2, 400}}) {
+  // determinism: 20 runs, identical bits (causal window, prefix-LM with a bi window, dense causal)
+  for (Case c : {Case{4097, 2, 128, true, 1024, false, false, 2}, Case{4097, 2, 128, true, 1024, true, false, 2, 400},
+                 Case{4097, 2, 128, true, 0, false, false, 0}}) {
     Buffers b = alloc(c.T, c.H, c.D);
     new_inputs(b, c.docs);
     Outputs first = run_kernels(b, kernel_mask(c, b, true));

@@ -4,7 +4,7 @@
 // first --ranks whatever its bits (what a choice free to change the numbers could gain).
 //
 //   bench_matmul [--T 65536] [--width 768] [--hidden 3072] [--vocab 50304] [--head-chunk 16384]
-//                [--micro-steps 8] [--layers 12] [--ranks 8] [--mlp-only]
+//                [--micro-steps 8] [--layers 12] [--ranks 8] [--mlp-only] [--head-only]
 //
 // Each product is the call layers::Matmul makes in model/gpt.cuh (forward y = x W, with the
 // residual add where the model has one; dX = dy W^T; dW += x^T dy in fp32), on fresh random
@@ -17,7 +17,9 @@
 // totals, each the other way, for comparison. A call's time includes its launch, so short
 // calls read slower here than in the step. Each choice's algorithm is listed after the table.
 // On Hopper a last table compares the MLP's products with ReLU^2 in their epilogue
-// (layers/mlp_gemm.cuh, what train_gpt runs there) against the tuned product and relu2.cuh's pass.
+// (layers/mlp_gemm.cuh, what train_gpt runs there) against the tuned product and relu2.cuh's pass,
+// and another the lm head's product with the cross-entropy's first pass in its epilogue
+// (layers/head_ce.cuh) against the tuned product and softcap_ce.cuh.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -30,9 +32,11 @@
 #include "common/cli.h"
 #include "common/cuda_check.h"
 #include "bench/fill.cuh"
+#include "layers/head_ce.cuh"
 #include "layers/matmul.cuh"
 #include "layers/mlp_gemm.cuh"
 #include "layers/relu2.cuh"
+#include "layers/softcap_ce.cuh"
 
 typedef __nv_bfloat16 bf16;
 
@@ -107,9 +111,83 @@ static void fused_mlp(int T, int C, int F, long long calls, layers::Matmul& mm, 
   for (bf16* p : {u, r1, r2, du1, du2}) CUDA_CHECK(cudaFree(p));
 }
 
+// The lm head's product with the cross-entropy's first pass in its epilogue and its finalize
+// (layers/head_ce.cuh, with the backward's outputs: g, the row scales and diag(c) h) against the
+// tuned product z = h Whead followed by softcap_ce.cuh (dz over z), on one chunk of rows with
+// random targets: each side's time a call (median of 10 after 3 warm-ups, alternating), the
+// largest relative difference of the rows' losses, and the relative difference of dz (the
+// fused side's c g) over the first 256 rows.
+static void fused_head(int rows, int C, int V, long long calls, layers::Matmul& mm, bf16* A, bf16* B, cudaEvent_t e0, cudaEvent_t e1) {
+  const size_t RV = (size_t)rows * V;
+  bf16 *z, *g, *hs;
+  float *scratch, *c, *loss1, *loss2;
+  int *tg, *bad;
+  CUDA_CHECK(cudaMalloc(&z, RV * sizeof(bf16)));
+  CUDA_CHECK(cudaMalloc(&g, RV * sizeof(bf16)));
+  CUDA_CHECK(cudaMalloc(&hs, (size_t)rows * C * sizeof(bf16)));
+  CUDA_CHECK(cudaMalloc(&scratch, layers::head_ce_scratch_floats(rows, V) * sizeof(float)));
+  for (float** p : {&c, &loss1, &loss2}) CUDA_CHECK(cudaMalloc(p, rows * sizeof(float)));
+  CUDA_CHECK(cudaMalloc(&tg, rows * sizeof(int)));
+  CUDA_CHECK(cudaMalloc(&bad, sizeof(int)));
+  CUDA_CHECK(cudaMemset(bad, 0, sizeof(int)));
+  std::vector<int> htg(rows);
+  for (int r = 0; r < rows; r++) htg[r] = (int)((r * 2654435761u) % (unsigned)V);
+  CUDA_CHECK(cudaMemcpy(tg, htg.data(), rows * sizeof(int), cudaMemcpyHostToDevice));
+  const float gs = 1.f / rows;
+  auto apart = [&] {
+    mm.xW(A, B, z, rows, C, V);
+    CUDA_CHECK(layers::softcap_ce(z, tg, z, loss1, rows, V, gs, bad));
+  };
+  auto fused = [&] {
+    CUDA_CHECK(layers::head_ce_forward(A, B, tg, g, scratch, rows, C, V));
+    CUDA_CHECK(layers::head_ce_finalize(scratch, tg, A, g, hs, c, loss2, rows, C, V, gs, bad));
+  };
+  auto time = [&](const std::function<void()>& f) {
+    CUDA_CHECK(cudaEventRecord(e0));
+    f();
+    CUDA_CHECK(cudaEventRecord(e1));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float t;
+    CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    return (double)t;
+  };
+  std::vector<double> ta, tb;
+  for (int it = 0; it < 13; it++) {
+    const double a = time(apart), b = time(fused);
+    if (it >= 3) ta.push_back(a), tb.push_back(b);
+  }
+  std::sort(ta.begin(), ta.end());
+  std::sort(tb.begin(), tb.end());
+  const double a = ta[ta.size() / 2], b = tb[tb.size() / 2];
+  std::vector<float> l1(rows), l2(rows), hc(rows);
+  CUDA_CHECK(cudaMemcpy(l1.data(), loss1, rows * sizeof(float), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(l2.data(), loss2, rows * sizeof(float), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(hc.data(), c, rows * sizeof(float), cudaMemcpyDeviceToHost));
+  double ldiff = 0;
+  for (int r = 0; r < rows; r++) ldiff = std::max(ldiff, (double)std::fabs(l1[r] - l2[r]) / std::fabs(l1[r]));
+  const size_t n = (size_t)std::min(rows, 256) * V;
+  std::vector<bf16> hz(n), hg(n);
+  CUDA_CHECK(cudaMemcpy(hz.data(), z, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(hg.data(), g, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    const double x = __bfloat162float(hz[i]), y = (double)hc[i / V] * __bfloat162float(hg[i]);
+    num += (x - y) * (x - y), den += x * x;
+  }
+  const double tf = 2.0 * rows * C * V / 1e9;
+  std::printf("\nthe lm head's cross-entropy inside its product (layers/head_ce.cuh) against cuBLASLt (tuned) + softcap_ce.cuh,\n"
+              "%d rows, %lld calls a step:\n", rows, calls);
+  std::printf("%-34s %9s %9s %9s | %9s %9s %9s | %9s %9s %9s\n", "product + cross-entropy", "apart ms", "TFLOP/s", "ms/step", "fused ms",
+              "TFLOP/s", "ms/step", "saved/step", "loss diff", "dz diff");
+  std::printf("%-34s %9.4f %9.1f %9.2f | %9.4f %9.1f %9.2f | %9.2f %9.1e %9.1e\n", "z = h Whead, CE (dz or g, c, hs)", a, tf / a, a * calls,
+              b, tf / b, b * calls, (a - b) * calls, ldiff, std::sqrt(num / den));
+  for (void* p : {(void*)z, (void*)g, (void*)hs, (void*)scratch, (void*)c, (void*)loss1, (void*)loss2, (void*)tg, (void*)bad})
+    CUDA_CHECK(cudaFree(p));
+}
+
 static int run(int argc, char** argv) {
   int T = 65536, C = 768, F = 3072, V = 50304, chunk = 16384, micro = 8, L = 12, ranks = 8;
-  bool mlp_only = false;
+  bool mlp_only = false, head_only = false;
   CLI::App app{"bench_matmul: the model's matrix products through cuBLASLt, and cuBLASLt's other choices for them"};
   cli::integer(app, "--T", T, 8, 1 << 20, "tokens a micro-step")->capture_default_str();
   cli::integer(app, "--width", C, 8, 1 << 14, "model width C")->capture_default_str();
@@ -119,7 +197,8 @@ static int run(int argc, char** argv) {
   cli::integer(app, "--micro-steps", micro, 1, 1 << 10, "micro-steps a step")->capture_default_str();
   cli::integer(app, "--layers", L, 1, 1 << 10, "layers")->capture_default_str();
   cli::integer(app, "--ranks", ranks, 1, 16, "cuBLASLt heuristic choices to try")->capture_default_str();
-  app.add_flag("--mlp-only", mlp_only, "only the last table: the MLP's products with ReLU^2 fused, against them apart");
+  app.add_flag("--mlp-only", mlp_only, "only the table of the MLP's products with ReLU^2 fused, against them apart");
+  app.add_flag("--head-only", head_only, "only the table of the lm head's product with the cross-entropy fused, against them apart");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -210,13 +289,14 @@ static int run(int argc, char** argv) {
     return ms[ms.size() / 2];
   };
   layers::Matmul first(32u << 20, 0), tuned(32u << 20, layers::Matmul::kTuned);
-  if (mlp_only) {
-    if (!layers::mlp_gemm_available()) {
-      std::fprintf(stderr, "bench_matmul: --mlp-only needs an sm90 device (the fused MLP products are Hopper's)\n");
+  if (mlp_only || head_only) {
+    if (!layers::mlp_gemm_available() || !layers::head_ce_available()) {
+      std::fprintf(stderr, "bench_matmul: --mlp-only and --head-only need an sm90 device (the fused products are Hopper's)\n");
       return 1;
     }
-    std::printf("device: %s; T=%d C=%d hidden=%d; %lld calls a step\n", prop.name, T, C, F, blk);
-    fused_mlp(T, C, F, blk, tuned, A, B, e0, e1);
+    std::printf("device: %s; T=%d C=%d hidden=%d vocab=%d head chunk=%d\n", prop.name, T, C, F, V, chunk);
+    if (mlp_only) fused_mlp(T, C, F, blk, tuned, A, B, e0, e1);
+    if (head_only) fused_head(chunk, C, V, head, tuned, A, B, e0, e1);
     return 0;
   }
   std::vector<layers::Matmul*> others;
@@ -255,6 +335,7 @@ static int run(int argc, char** argv) {
   for (const std::string& s : algos) std::printf("  %s\n", s.c_str());
   for (auto* m : others) delete m;
   if (layers::mlp_gemm_available()) fused_mlp(T, C, F, blk, tuned, A, B, e0, e1);
+  if (layers::head_ce_available()) fused_head(chunk, C, V, head, tuned, A, B, e0, e1);
   return 0;
 }
 

@@ -67,6 +67,24 @@ static_assert(Shape::kSmem <= 232448, "more shared memory than a block may have"
 // bf16 rounding as the unfused path's bf16 tensors round
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The producer's loads of K-slice kb of a forward tile (B = [K][N], MN-major) into ring entry it:
+// this block's 128 rows of A from m0, and its half of B's 256 columns from n0 (two panels of 64),
+// which the TMA writes into both blocks of the cluster (multicast). c: this block's rank.
+__device__ __forceinline__ void load_forward_slice(attn::sm90::TmaPipe<Shape::kStages>& ring, int it, bf16* sA, bf16* sB,
+                                                   const CUtensorMap* tmA, const CUtensorMap* tmB, int kb, int m0, int n0,
+                                                   uint32_t c) {
+  using namespace attn::sm90;
+  const int s = it % Shape::kStages;
+  ring.wait_empty(it);  // (released in both blocks: the multicast below writes into both)
+  mbar_arrive_expect_tx(ring.full_of(it), (uint32_t)Shape::kStageBytes);  // A, and both halves of B
+  tma_load_panel(sA + s * BM * BK, tmA, ring.full_of(it), kb * BK, m0);
+  bf16* b = sB + s * BN * BK;
+#pragma unroll
+  for (int p = 2 * c; p < 2 * c + 2; p++) tma_load_panel_multicast(b + p * BK * 64, tmB, ring.full_of(it), n0 + 64 * p, kb * BK, 0x3);
+}
+#endif
+
 // BWD = false: out = r of the forward (B = Wfc, [K][N]: MN-major for wgmma); true: out = du of
 // the backward (B = Wproj, [N][K]: K-major), reading r through tmR; out is written through tmO
 // (tmR, tmO: boxes of a warpgroup's 64 rows).
@@ -103,18 +121,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int t = cluster; t < tiles; t += clusters) {
         const int m0 = (t / tiles_n) * 2 * BM + c * BM, n0 = (t % tiles_n) * BN;
         for (int kb = 0; kb < nk; kb++, it++) {
+          if (!BWD) {  // Wfc rows (k) kb * BK.., columns n0..: four MN-major panels of 64 columns, this block's two
+            load_forward_slice(ring, it, sA, sB, &tmA, &tmB, kb, m0, n0, c);
+            continue;
+          }
           const int s = it % S;
           ring.wait_empty(it);  // (released in both blocks: the multicast below writes into both)
           mbar_arrive_expect_tx(ring.full_of(it), kStageTx);  // A, and both halves of B
           tma_load_panel(sA + s * BM * BK, &tmA, ring.full_of(it), kb * BK, m0);
-          bf16* b = sB + s * BN * BK;
-          if (BWD) {  // Wproj rows n0.., columns (k) kb * BK..: one K-major panel of 256 rows, this block's 128 of them
-            tma_load_panel_multicast(b + c * 128 * BK, &tmB, ring.full_of(it), kb * BK, n0 + 128 * c, 0x3);
-          } else {  // Wfc rows (k) kb * BK.., columns n0..: four MN-major panels of 64 columns, this block's two
-#pragma unroll
-            for (int p = 2 * c; p < 2 * c + 2; p++)
-              tma_load_panel_multicast(b + p * BK * 64, &tmB, ring.full_of(it), n0 + 64 * p, kb * BK, 0x3);
-          }
+          // Wproj rows n0.., columns (k) kb * BK..: one K-major panel of 256 rows, this block's 128 of them
+          tma_load_panel_multicast(sB + s * BN * BK + c * 128 * BK, &tmB, ring.full_of(it), kb * BK, n0 + 128 * c, 0x3);
         }
         // BWD: r into two slots, entries of the ring whose B part holds a warpgroup's 64 x 256
         // (du then overwrites it there)
@@ -244,11 +260,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // The kernel's launch in clusters of two blocks (the multicast pairs them), `clusters` of them;
 // *pair holds the cluster attribute the configuration points to.
-inline cudaLaunchConfig_t pair_config(unsigned clusters, cudaStream_t stream, cudaLaunchAttribute* pair) {
+inline cudaLaunchConfig_t pair_config(unsigned clusters, cudaStream_t stream, cudaLaunchAttribute* pair, int threads = kThreads) {
   pair->id = cudaLaunchAttributeClusterDimension;
   pair->val.clusterDim.x = 2, pair->val.clusterDim.y = 1, pair->val.clusterDim.z = 1;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(2 * clusters, 1, 1), cfg.blockDim = dim3(kThreads, 1, 1), cfg.dynamicSmemBytes = Shape::kSmem;
+  cfg.gridDim = dim3(2 * clusters, 1, 1), cfg.blockDim = dim3(threads, 1, 1), cfg.dynamicSmemBytes = Shape::kSmem;
   cfg.stream = stream, cfg.attrs = pair, cfg.numAttrs = 1;
   return cfg;
 }

@@ -2,7 +2,9 @@
 // residual stream (n = width) and per head on q and k (rows = T * heads, n = head dim):
 //   forward:  y = x * rstd,  rstd = 1 / sqrt(mean(x^2) + eps)      x, y: bf16 [rows][n]; rstd: fp32 [rows]
 //   backward: dx = rstd * dy - rstd^3 * x * (dy . x) / n           written, or added to dx when accumulate
-//             (accumulate: the residual stream's gradient also arrives by the skip connection)
+//             (accumulate: the residual stream's gradient also arrives by the skip connection);
+//             with dy_scale (fp32 [rows]), dy's row r taken as dy_scale[r] dy[r] (the fused lm head,
+//             layers/head_ce.cuh, leaves its rows' scales to this backward)
 // One warp per row, 16-byte loads, sums in fp32. n must be a multiple of 8.
 // CPU reference: model/reference_layers.h (rmsnorm, rmsnorm_bwd).
 #pragma once
@@ -32,7 +34,8 @@ __global__ void rmsnorm_forward_kernel(const bf16* __restrict__ x, bf16* __restr
 }
 
 __global__ void rmsnorm_backward_kernel(const bf16* __restrict__ x, const float* __restrict__ rstd, const bf16* __restrict__ dy,
-                                        bf16* __restrict__ dx, int rows, int n, bool accumulate) {
+                                        bf16* __restrict__ dx, int rows, int n, bool accumulate,
+                                        const float* __restrict__ dy_scale) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (row >= rows) return;
   const size_t base = (size_t)row * n;
@@ -43,7 +46,7 @@ __global__ void rmsnorm_backward_kernel(const bf16* __restrict__ x, const float*
     for (int k = 0; k < 8; k++) dot += a.get(k) * g.get(k);
   }
   dot = warp_sum(dot);
-  const float r = rstd[row], c = r * r * r * dot / n;
+  const float sc = dy_scale ? dy_scale[row] : 1.f, r = rstd[row] * sc, c = rstd[row] * rstd[row] * r * dot / n;
   for (int i = lane * 8; i < n; i += 256) {
     Pack8 a = load8(x + base + i), g = load8(dy + base + i), o;
     Pack8 prev = accumulate ? load8(dx + base + i) : Pack8{};
@@ -61,10 +64,10 @@ inline cudaError_t rmsnorm_forward(const bf16* x, bf16* y, float* rstd, int rows
 }
 
 inline cudaError_t rmsnorm_backward(const bf16* x, const float* rstd, const bf16* dy, bf16* dx, int rows, int n,
-                                    bool accumulate, cudaStream_t stream = 0) {
+                                    bool accumulate, cudaStream_t stream = 0, const float* dy_scale = nullptr) {
   if (n % 8 || rows < 0) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
-  rmsnorm_backward_kernel<<<(rows + 7) / 8, 256, 0, stream>>>(x, rstd, dy, dx, rows, n, accumulate);
+  rmsnorm_backward_kernel<<<(rows + 7) / 8, 256, 0, stream>>>(x, rstd, dy, dx, rows, n, accumulate, dy_scale);
   return cudaGetLastError();
 }
 

@@ -6,9 +6,13 @@
 //   x = norm(E[tok]); x0 = x; per layer: U-net skip, lambda mix, attention (q, k per-head norm,
 //   rotary, value-embedding mix, fused masked attention), MLP (ReLU^2); the lm head in chunks
 //   of rows whose bf16 head outputs live only inside the chunk (fused softcapped cross-entropy,
-//   fp32 arithmetic, dz written over z). With gradients on, each chunk's backward
-//   (dz -> d(norm(x)), dWhead) runs right there, so no T x vocab tensor outlives its chunk;
-//   backward() then walks the layers in reverse.
+//   fp32 arithmetic). With gradients on, each chunk's backward (dz -> d(norm(x)), dWhead) runs
+//   right there, so no T x vocab tensor outlives its chunk; backward() then walks the layers in
+//   reverse. On Hopper the cross-entropy's first pass runs in the head product's epilogue
+//   (layers/head_ce.cuh): the product writes g, whose rows scaled by c are dz, and the backward
+//   takes g with the scales moved to its small operands (the final norm's backward scales dh's
+//   rows, dWhead takes diag(c) h); elsewhere the product writes z and softcap_ce.cuh writes dz
+//   over it.
 // Gradients accumulate (+=) until zero_grad(), as gradient accumulation over micro-steps needs.
 // The host never waits for the GPU inside enqueue_forward() and backward(): the sequence's
 // uploads go through pinned buffers and its losses come back into pinned memory, summed when
@@ -35,6 +39,7 @@
 
 #include "attention/attention.h"
 #include "layers/embedding.cuh"
+#include "layers/head_ce.cuh"
 #include "layers/matmul.cuh"
 #include "layers/mix.cuh"
 #include "layers/mix_backward.cuh"
@@ -75,6 +80,7 @@ class Model {
     for (bf16** p : {&emb_, &x0_, &x_, &hf_, &dhf_, &dx_, &dx0_, &dh_, &dy_, &dq_, &dk_, &dv_, &t1_}) alloc(p, TC * sizeof(bf16));
     alloc(&du_, TF * sizeof(bf16));
     set_fused_mlp(layers::mlp_gemm_available());  // the unfused path allocates dr_
+    set_fused_head(layers::head_ce_available());
     acts_.resize(cfg.layers);
     for (int i = 0; i < cfg.layers; i++) {
       Acts& a = acts_[i];
@@ -91,7 +97,7 @@ class Model {
     for (auto& p : pushed_) alloc(&p, TC * sizeof(bf16));
     for (auto& p : dpushed_) alloc(&p, TC * sizeof(bf16));
     for (float** p : {&rstd_e_, &rstd_f_, &loss_}) alloc(p, (size_t)T * sizeof(float));
-    alloc(&z_, (size_t)chunk_ * cfg.vocab * sizeof(bf16));  // z, then dz in place
+    alloc(&z_, (size_t)chunk_ * cfg.vocab * sizeof(bf16));  // z, then dz in place (or g of the fused head)
     alloc(&partial_, 3 * layers::kDotBlocks * sizeof(float));
     alloc(&ws_, attn::backward_workspace_bytes(T, cfg.heads, cfg.head_dim()));
     for (int** p : {&tokens_, &targets_, &doc_}) alloc(p, (size_t)T * sizeof(int));
@@ -160,6 +166,20 @@ class Model {
     if (!on && !dr_) alloc(&dr_, (size_t)T_ * cfg_.hidden * sizeof(bf16));
   }
   bool fused_mlp() const { return fused_mlp_; }
+  // The lm head's product with the cross-entropy's first pass in its epilogue
+  // (layers/head_ce.cuh, Hopper; on by default where the device runs it), or the product through
+  // cuBLASLt and softcap_ce.cuh apart (tests compare the two; a forward that returns z takes the
+  // second).
+  void set_fused_head(bool on) {
+    if (on && !layers::head_ce_available()) throw std::invalid_argument("set_fused_head: this device cannot run the fused head");
+    fused_head_ = on;
+    if (on && !hs_) {
+      alloc(&hs_, (size_t)chunk_ * cfg_.width * sizeof(bf16));
+      alloc(&row_scale_, (size_t)T_ * sizeof(float));
+      alloc(&head_scratch_, layers::head_ce_scratch_floats(chunk_, cfg_.vocab) * sizeof(float));
+    }
+  }
+  bool fused_head() const { return fused_head_; }
   std::vector<float> gradients() const {
     std::vector<float> g(layout_.size());
     cuda_check(cudaMemcpy(g.data(), g32_, g.size() * sizeof(float), cudaMemcpyDeviceToHost), "gradients");
@@ -262,7 +282,24 @@ class Model {
     prof_.mark(Profiler::kNormMix, "final norm");
     ok(layers::rmsnorm_forward(x, hf_, rstd_f_, T, C, eps));  // x is x_ (L is even, at least 2)
     if (z_out) z_out->resize((size_t)T * V);
-    for (int r0 = 0; r0 < T; r0 += chunk_) {
+    head_scaled_ = fused_head_ && !z_out;
+    for (int r0 = 0; r0 < T && head_scaled_; r0 += chunk_) {
+      const int rows = std::min(chunk_, T - r0);
+      const bf16* h = hf_ + (size_t)r0 * C;
+      const bool grad = grad_scale != 0.f;
+      prof_.mark(Profiler::kHead, "g = CE'(h Whead), fused");
+      ok(layers::head_ce_forward(h, W(at_.head), targets_ + r0, z_, head_scratch_, rows, C, V));
+      prof_.mark(Profiler::kHead, "cross-entropy: loss, row scales");
+      ok(layers::head_ce_finalize(head_scratch_, targets_ + r0, h, grad ? z_ : nullptr, grad ? hs_ : nullptr,
+                                  grad ? row_scale_ + r0 : nullptr, loss_ + r0, rows, C, V, grad_scale, bad_));
+      if (grad) {  // the head's backward for this chunk on g; dh's rows are scaled in backward()
+        prof_.mark(Profiler::kHead, "head dX");
+        mm_.dX(z_, W(at_.head), dhf_ + (size_t)r0 * C, rows, C, V);
+        prof_.mark(Profiler::kHead, "head dW");
+        mm_.dW(hs_, z_, G(at_.head), rows, C, V);
+      }
+    }
+    for (int r0 = 0; r0 < T && !head_scaled_; r0 += chunk_) {
       const int rows = std::min(chunk_, T - r0);
       prof_.mark(Profiler::kHead, "z = h Whead");
       mm_.xW(hf_ + (size_t)r0 * C, W(at_.head), z_, rows, C, V);
@@ -318,7 +355,7 @@ class Model {
   void backward(const std::function<void(int)>& ready = {}) {
     const int T = T_, C = cfg_.width, H = cfg_.heads, Dh = cfg_.head_dim(), L = cfg_.layers, F = cfg_.hidden;
     prof_.mark(Profiler::kNormMix, "final norm backward");
-    ok(layers::rmsnorm_backward(x_, rstd_f_, dhf_, dx_, T, C, false));
+    ok(layers::rmsnorm_backward(x_, rstd_f_, dhf_, dx_, T, C, false, 0, head_scaled_ ? row_scale_ : nullptr));
     for (int i = L - 1; i >= 0; i--) {
       const LayerParams& lp = at_.layer[i];
       Acts& a = acts_[i];
@@ -512,6 +549,9 @@ class Model {
   bf16 *w16_, *emb_, *x0_, *x_, *hf_, *dhf_, *dx_, *dx0_, *dh_, *dy_, *dq_, *dk_, *dv_, *t1_, *du_, *z_;
   bf16* dr_ = nullptr;  // dr (and u in the forward) of the unfused MLP path only
   bool fused_mlp_ = false;
+  bool fused_head_ = false, head_scaled_ = false;  // the last forward's dhf_ rows want row_scale_
+  bf16* hs_ = nullptr;                              // diag(c) h of a chunk (fused head only)
+  float *row_scale_ = nullptr, *head_scratch_ = nullptr;
   float *w32_, *g32_, *rstd_e_, *rstd_f_, *loss_, *partial_;
   void* ws_;
   int *tokens_, *targets_, *doc_, *ix_buf_, *bad_;

@@ -4,6 +4,8 @@
 //   rotary:   on [T][H][Dh], halves x1 = [0, Dh/2), x2 = [Dh/2, Dh), angle t * 10000^(-j/(Dh/2)):
 //             y1 = x1 cos + x2 sin, y2 = -x1 sin + x2 cos; sign = -1 gives the transpose (backward)
 //   relu2:    r = max(u, 0)^2;  backward du = 2 max(u, 0) dr
+//   softcap_ce: one row of V head outputs z: logits 30 tanh(z / 30), loss logsumexp - logit[target],
+//             dz = scale (softmax - onehot(target)) (1 - tanh^2(z / 30))
 #pragma once
 #include <cmath>
 #include <cstddef>
@@ -49,6 +51,20 @@ inline void relu2(const double* u, double* r, size_t n) {
 }
 inline void relu2_bwd(const double* u, const double* dr, double* du, size_t n) {
   for (size_t i = 0; i < n; i++) du[i] = u[i] > 0 ? 2 * u[i] * dr[i] : 0.0;
+}
+
+// One row: returns the loss, writes dz (V values) when dz != nullptr
+inline double softcap_ce(const double* z, int V, int target, double scale, double* dz) {
+  double mx = -INFINITY, sum = 0;
+  for (int i = 0; i < V; i++) mx = std::fmax(mx, 30 * std::tanh(z[i] / 30.0));
+  for (int i = 0; i < V; i++) sum += std::exp(30 * std::tanh(z[i] / 30.0) - mx);
+  const double lse = mx + std::log(sum);
+  if (dz)
+    for (int i = 0; i < V; i++) {
+      const double th = std::tanh(z[i] / 30.0);
+      dz[i] = scale * (std::exp(30 * th - lse) - (i == target)) * (1 - th * th);
+    }
+  return lse - 30 * std::tanh(z[target] / 30.0);
 }
 
 }  // namespace model_ref

@@ -2,8 +2,8 @@
 // configurations with every parameter mattering (outputs not zero-initialised, scalars away
 // from their initial values) and three masks (causal + 2-block window + documents; no causal +
 // a bidirectional token window; prefix-LM of 50 tokens + documents + a bidirectional 1-block
-// window, whose loss drops the predictions inside each prefix); on Hopper both MLP paths (ReLU^2
-// fused into the products, and apart).
+// window, whose loss drops the predictions inside each prefix); on Hopper both paths (ReLU^2
+// fused into the MLP products and the cross-entropy into the head's, and both apart).
 // Tolerance: the GPU keeps every activation in bf16 (2^-9 relative rounding, a few dozen
 // roundings along any path through 4 layers, about sqrt(30) * 2e-3 = 1e-2): softcapped logits
 // within 3e-2 relative (Frobenius; 7.5e-3 and 4.8e-3 measured on H100), the mean loss within
@@ -73,16 +73,25 @@ int main() {
 
     std::vector<double> gref;
     model_ref::forward_backward(p, tokens, targets, &gref);
-    // both MLP paths where the device has the fused one (layers/mlp_gemm.cuh: ReLU^2 in the
-    // products' epilogues), each against the reference
+    // both paths where the device has the fused ones (layers/mlp_gemm.cuh: ReLU^2 in the MLP
+    // products' epilogues; layers/head_ce.cuh: the cross-entropy in the head product's), each
+    // against the reference. The logits come from a forward that returns z (which runs the head
+    // apart); the loss and the gradients checked are those of the forward as training runs it.
     std::vector<int> paths = {0};
-    if (layers::mlp_gemm_available()) paths.insert(paths.begin(), 1);
+    if (layers::mlp_gemm_available() && layers::head_ce_available()) paths.insert(paths.begin(), 1);
     for (int fused : paths) {
       gpt::Model m(cfg, T, /*head_chunk=*/160);  // chunks of 160 rows: 3 chunks, the last partial
       m.set_fused_mlp(fused);
+      m.set_fused_head(fused);
       m.load(p.data);
       std::vector<float> z;
-      const double loss = m.forward(batch, gscale, &z);
+      const double loss_z = m.forward(batch, gscale, &z);
+      m.zero_grad();
+      const double loss = m.forward(batch, gscale);
+      // the two heads' z differ only where an fp32 sum sits at a bf16 rounding boundary (one ulp
+      // of z, a few elements): 1e-4 relative on the mean
+      CHECK(std::fabs(loss - loss_z) < 1e-4 * loss_z, "variant %d, fused %d: the loss with z returned %.7f, without %.7f", variant,
+            fused, loss_z, loss);
       double num = 0, den = 0;
       for (size_t i = 0; i < z.size(); i++) {
         const double lg = 30.0 * std::tanh(z[i] / 30.0), d = lg - logits_ref[i];
@@ -90,9 +99,9 @@ int main() {
         den += logits_ref[i] * logits_ref[i];
       }
       const double le = std::sqrt(num / den), lossrel = std::fabs(loss - loss_ref) / loss_ref;
-      CHECK(le < 3e-2, "variant %d, fused MLP %d: logits rel err %.2e", variant, fused, le);
-      CHECK(lossrel < 1e-3, "variant %d, fused MLP %d: loss %.6f vs reference %.6f", variant, fused, loss, loss_ref);
-      std::printf("model forward, variant %d, fused MLP %d: loss %.6f (reference %.6f, rel %.1e), logits rel err %.2e, logit rms %.2f\n", variant,
+      CHECK(le < 3e-2, "variant %d, fused %d: logits rel err %.2e", variant, fused, le);
+      CHECK(lossrel < 1e-3, "variant %d, fused %d: loss %.6f vs reference %.6f", variant, fused, loss, loss_ref);
+      std::printf("model forward, variant %d, fused %d: loss %.6f (reference %.6f, rel %.1e), logits rel err %.2e, logit rms %.2f\n", variant,
                   fused, loss, loss_ref, lossrel, le, std::sqrt(den / z.size()));
       // the backward against the reference gradient, tensor by tensor
       m.backward();
@@ -115,14 +124,14 @@ int main() {
         const double e = std::sqrt(num / std::max(is_scalar(t.name) ? scalar_norm2 : den, 1e-300));
         if (e > worst) worst = e, worst_name = t.name;
         std::printf("  grad %-22s rel err %.2e (norm %.2e)\n", t.name.c_str(), e, std::sqrt(den));
-        CHECK(e < kGradTol && den > 0, "variant %d, fused MLP %d: gradient of %s rel err %.2e", variant, fused, t.name.c_str(), e);
+        CHECK(e < kGradTol && den > 0, "variant %d, fused %d: gradient of %s rel err %.2e", variant, fused, t.name.c_str(), e);
       }
-      std::printf("model backward, variant %d, fused MLP %d: worst gradient %s at %.2e\n", variant, fused, worst_name.c_str(), worst);
+      std::printf("model backward, variant %d, fused %d: worst gradient %s at %.2e\n", variant, fused, worst_name.c_str(), worst);
       // the same inputs give the same loss and gradients to the bit
       m.zero_grad();
-      CHECK(m.forward(batch, gscale) == loss, "variant %d, fused MLP %d: forward is not deterministic", variant, fused);
+      CHECK(m.forward(batch, gscale) == loss, "variant %d, fused %d: forward is not deterministic", variant, fused);
       m.backward();
-      CHECK(m.gradients() == g, "variant %d, fused MLP %d: backward is not deterministic", variant, fused);
+      CHECK(m.gradients() == g, "variant %d, fused %d: backward is not deterministic", variant, fused);
     }
   }
   return test_summary("model-gpu");

@@ -144,6 +144,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (!have && !prev) break;
     const int m0 = (t % tm) * 2 * BM + c * BM, n0 = (t / tm) * BN;
     const int it0 = ti * nk;  // this tile's first entry in the ring's order
+    int tgt[2];               // this tile's rows' targets, loaded now: its epilogue needs them after its slices
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int row = m0 + wg * WM + rr + 8 * h;
+      tgt[h] = have && row < M ? targets[row] : -1;
+    }
     float acc[kBlocks][4];
     auto issue = [&](int kb) {
       const int it = it0 + kb, s = it % S;
@@ -224,10 +230,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int h = 0; h < 2; h++) pk[j][h] = attn::pack_bf16(acc[j][2 * h], acc[j][2 * h + 1]);
     pm0 = m0, pn0 = n0, pcols = N - n0;
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-      const int row = m0 + wg * WM + rr + 8 * h;
-      dt[h] = (row < M ? targets[row] : -1) - n0 - c0;  // a target < 0 never meets a column
-    }
+    for (int h = 0; h < 2; h++) dt[h] = tgt[h] - n0 - c0;  // a target < 0 never meets a column
   }
   if (storer) store_wait();  // the stores are complete before the block's shared memory goes
   cluster_sync();             // and the other block signals none of this one's barriers any more

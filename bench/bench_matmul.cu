@@ -27,6 +27,7 @@
 #include <functional>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/cli.h"
@@ -48,6 +49,30 @@ struct Product {
   layers::Batch batch = {};  // products of one call (A shared): the q, k, v projections
 };
 
+// ms of one call of f, by the events e0, e1
+static double time_call(const std::function<void()>& f, cudaEvent_t e0, cudaEvent_t e1) {
+  CUDA_CHECK(cudaEventRecord(e0));
+  f();
+  CUDA_CHECK(cudaEventRecord(e1));
+  CUDA_CHECK(cudaEventSynchronize(e1));
+  float t;
+  CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+  return (double)t;
+}
+
+// The medians of 10 calls of each of f and g after 3 warm-ups, the two alternating
+static std::pair<double, double> median_pair(const std::function<void()>& f, const std::function<void()>& g, cudaEvent_t e0,
+                                             cudaEvent_t e1) {
+  std::vector<double> ta, tb;
+  for (int it = 0; it < 13; it++) {
+    const double a = time_call(f, e0, e1), b = time_call(g, e0, e1);
+    if (it >= 3) ta.push_back(a), tb.push_back(b);
+  }
+  std::sort(ta.begin(), ta.end());
+  std::sort(tb.begin(), tb.end());
+  return {ta[ta.size() / 2], tb[tb.size() / 2]};
+}
+
 // The MLP's activation fused into its products (layers/mlp_gemm.cuh) against the products
 // through cuBLASLt (tuned) followed by relu2.cuh's pass, on the same operands: each side's time
 // a call (the median of 10 after 3 warm-ups, alternating the two sides) and the relative
@@ -68,15 +93,6 @@ static void fused_mlp(int T, int C, int F, long long calls, layers::Matmul& mm, 
     CUDA_CHECK(layers::relu2_backward_from_r(r1, u, du1, TF));
   };
   auto fused_bwd = [&] { CUDA_CHECK(layers::mlp_down_dx_relu2(A, B, r1, du2, T, C, F)); };
-  auto time = [&](const std::function<void()>& f) {
-    CUDA_CHECK(cudaEventRecord(e0));
-    f();
-    CUDA_CHECK(cudaEventRecord(e1));
-    CUDA_CHECK(cudaEventSynchronize(e1));
-    float t;
-    CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-    return (double)t;
-  };
   auto rel_diff = [&](const bf16* x, const bf16* y) {
     std::vector<bf16> hx(TF), hy(TF);
     CUDA_CHECK(cudaMemcpy(hx.data(), x, TF * sizeof(bf16), cudaMemcpyDeviceToHost));
@@ -96,14 +112,7 @@ static void fused_mlp(int T, int C, int F, long long calls, layers::Matmul& mm, 
   for (int which = 0; which < 2; which++) {
     const std::function<void()> apart = which ? std::function<void()>(unfused_bwd) : std::function<void()>(unfused_fwd);
     const std::function<void()> fused = which ? std::function<void()>(fused_bwd) : std::function<void()>(fused_fwd);
-    std::vector<double> ta, tb;
-    for (int it = 0; it < 13; it++) {
-      const double a = time(apart), b = time(fused);
-      if (it >= 3) ta.push_back(a), tb.push_back(b);
-    }
-    std::sort(ta.begin(), ta.end());
-    std::sort(tb.begin(), tb.end());
-    const double a = ta[ta.size() / 2], b = tb[tb.size() / 2];
+    const auto [a, b] = median_pair(apart, fused, e0, e1);
     const double d = which ? rel_diff(du2, du1) : rel_diff(r2, r1);
     std::printf("%-34s %9.4f %9.1f %9.2f | %9.4f %9.1f %9.2f | %9.2f %9.1e\n", names[which], a, tf / a, a * calls, b, tf / b, b * calls,
                 (a - b) * calls, d);
@@ -142,23 +151,7 @@ static void fused_head(int rows, int C, int V, long long calls, layers::Matmul& 
     CUDA_CHECK(layers::head_ce_forward(A, B, tg, g, scratch, rows, C, V));
     CUDA_CHECK(layers::head_ce_finalize(scratch, tg, A, g, hs, c, loss2, rows, C, V, gs, bad));
   };
-  auto time = [&](const std::function<void()>& f) {
-    CUDA_CHECK(cudaEventRecord(e0));
-    f();
-    CUDA_CHECK(cudaEventRecord(e1));
-    CUDA_CHECK(cudaEventSynchronize(e1));
-    float t;
-    CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-    return (double)t;
-  };
-  std::vector<double> ta, tb;
-  for (int it = 0; it < 13; it++) {
-    const double a = time(apart), b = time(fused);
-    if (it >= 3) ta.push_back(a), tb.push_back(b);
-  }
-  std::sort(ta.begin(), ta.end());
-  std::sort(tb.begin(), tb.end());
-  const double a = ta[ta.size() / 2], b = tb[tb.size() / 2];
+  const auto [a, b] = median_pair(apart, fused, e0, e1);
   std::vector<float> l1(rows), l2(rows), hc(rows);
   CUDA_CHECK(cudaMemcpy(l1.data(), loss1, rows * sizeof(float), cudaMemcpyDeviceToHost));
   CUDA_CHECK(cudaMemcpy(l2.data(), loss2, rows * sizeof(float), cudaMemcpyDeviceToHost));

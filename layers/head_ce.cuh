@@ -89,12 +89,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   using attn::smem_addr;
   constexpr int S = Shape::kStages;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const unsigned pad = (1024 - (smem_addr(smem_raw) & 1023)) & 1023;
-  bf16* sA = reinterpret_cast<bf16*>(smem_raw + pad);  // S stages of BM x BK (one SW128 panel)
-  bf16* sB = sA + S * BM * BK;                          // S stages of BK x BN (4 MN-major panels)
-  bf16* sC = sB + S * BN * BK;                          // per warpgroup, 2 panels of WM x 64
-  uint64_t* bars = reinterpret_cast<uint64_t*>(sC + BM * OC);
-  TmaPipe<S> ring{{bars, bars + S}};
+  const mlp_sm90::Smem sm(smem_raw);  // B: BK x BN, 4 MN-major panels
+  bf16 *sA = sm.sA, *sB = sm.sB, *sC = sm.sC;
+  TmaPipe<S> ring{{sm.bars, sm.bars + S}};
   const uint32_t c = cluster_rank(), peer = c ^ 1;  // this block takes rows 128 c.. of the cluster's 256 x 256 tiles
   // tiles in m-fastest order: the clusters at work share a few 256-column slabs of W (77 MB in the
   // model: read from HBM once a call, where n-fastest order read all of it again for every
@@ -193,13 +190,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             const uint32_t f[4] = {pk[jb][0], pk[jb][1], pk[jb + 1][0], pk[jb + 1][1]};
             stmatrix_x4(smem_addr(my_c + sw128<WM>(srow, j + (lane >> 4))), f);
           }
-          fence_proxy_async();
-          asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
-          if (storer) {
-#pragma unroll
-            for (int p = 0; p < OC / 64; p++) tma_store_panel(my_c + p * WM * 64, &tmO, pn0 + round * OC + 64 * p, pm0 + wg * WM);
-            store_commit();
-          }
+          mlp_sm90::store_round(my_c, &tmO, pn0 + round * OC, pm0 + wg * WM, wg, storer);
         }
         if (sub == kSubs - 1) {  // the row sums of the previous tile: the four threads of a row, then one writes
 #pragma unroll

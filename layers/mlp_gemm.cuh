@@ -68,6 +68,21 @@ static_assert(Shape::kSmem <= 232448, "more shared memory than a block may have"
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The block's dynamic shared memory (Shape::kSmem), aligned to 1024 bytes: S stages of A (BM x BK,
+// one SW128 panel) and of B (BN x BK: one K-major panel, or BK x BN: 4 MN-major panels), the
+// epilogue buffer (per warpgroup, 2 panels of WM x 64), then 2 barriers a stage.
+struct Smem {
+  bf16 *sA, *sB, *sC;
+  uint64_t* bars;
+  __device__ __forceinline__ explicit Smem(unsigned char* raw) {
+    const unsigned pad = (1024 - (attn::smem_addr(raw) & 1023)) & 1023;
+    sA = reinterpret_cast<bf16*>(raw + pad);
+    sB = sA + Shape::kStages * BM * BK;
+    sC = sB + Shape::kStages * BN * BK;
+    bars = reinterpret_cast<uint64_t*>(sC + BM * OC);
+  }
+};
+
 // The producer's loads of K-slice kb of a forward tile (B = [K][N], MN-major) into ring entry it:
 // this block's 128 rows of A from m0, and its half of B's 256 columns from n0 (two panels of 64),
 // which the TMA writes into both blocks of the cluster (multicast). c: this block's rank.
@@ -82,6 +97,20 @@ __device__ __forceinline__ void load_forward_slice(attn::sm90::TmaPipe<Shape::kS
   bf16* b = sB + s * BN * BK;
 #pragma unroll
   for (int p = 2 * c; p < 2 * c + 2; p++) tma_load_panel_multicast(b + p * BK * 64, tmB, ring.full_of(it), n0 + 64 * p, kb * BK, 0x3);
+}
+
+// After a warpgroup's stmatrix writes of an epilogue round (WM x OC in its buffer buf): the
+// buffer handed to the TMA (the async proxy) and stored by one thread of the warpgroup (storer)
+// at columns col0.., rows row0.. of the output.
+__device__ __forceinline__ void store_round(const bf16* buf, const CUtensorMap* tmO, int col0, int row0, int wg, bool storer) {
+  using namespace attn::sm90;
+  fence_proxy_async();
+  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+  if (storer) {
+#pragma unroll
+    for (int p = 0; p < OC / 64; p++) tma_store_panel(buf + p * WM * 64, tmO, col0 + 64 * p, row0);
+    store_commit();
+  }
 }
 #endif
 
@@ -99,12 +128,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   using attn::smem_addr;
   constexpr int S = Shape::kStages;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const unsigned pad = (1024 - (smem_addr(smem_raw) & 1023)) & 1023;
-  bf16* sA = reinterpret_cast<bf16*>(smem_raw + pad);  // S stages of BM x BK (one SW128 panel)
-  bf16* sB = sA + S * BM * BK;                          // S stages of BN x BK (K-major, one panel) or BK x BN (4 panels)
-  bf16* sC = sB + S * BN * BK;                          // per warpgroup, 2 panels of WM x 64
-  uint64_t* bars = reinterpret_cast<uint64_t*>(sC + BM * OC);
-  TmaPipe<S> ring{{bars, bars + S}};
+  const Smem sm(smem_raw);
+  bf16 *sA = sm.sA, *sB = sm.sB, *sC = sm.sC;
+  TmaPipe<S> ring{{sm.bars, sm.bars + S}};
   // the cluster's tiles are 256 x 256: this block takes rows 128 c.. of each (c its rank)
   const uint32_t c = cluster_rank(), peer = c ^ 1;
   const int tiles_n = (N + BN - 1) / BN, tiles = ((M + 2 * BM - 1) / (2 * BM)) * tiles_n, nk = (K + BK - 1) / BK;
@@ -242,13 +268,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         attn::c_to_a(f, acc[jb], acc[jb + 1]);
         stmatrix_x4(smem_addr(my_c + sw128<WM>(srow, j + (lane >> 4))), f);
       }
-      fence_proxy_async();
-      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
-      if (storer) {
-#pragma unroll
-        for (int p = 0; p < OC / 64; p++) tma_store_panel(my_c + p * WM * 64, &tmO, n0 + round * OC + 64 * p, m0 + wg * WM);
-        store_commit();
-      }
+      store_round(my_c, &tmO, n0 + round * OC, m0 + wg * WM, wg, storer);
     }
   }
   if (storer) store_wait();  // the stores are complete before the block's shared memory goes

@@ -58,17 +58,16 @@ cudaError_t attention_forward(const __nv_bfloat16* q, const __nv_bfloat16* k, co
 
 // Q or K as a per-head RMS norm + rotary embedding of x made it (the model's q and k:
 // norm_rotary_bwd.cuh writes out the math). Given to attention_backward, dq (dk) receives the
-// gradient of x instead of Q's (K's), computed inside the backward where it can be:
+// gradient of x instead of Q's (K's), computed inside the backward where it can be, from Q (K)
+// itself, its rows' rstd and the angles: dx = rstd R^T (dQ - Q (dQ . Q) / D), the gradient
+// written with the norm's output instead of x, so x is never read (nor need it be kept):
 // - q, on the sm90 fused path: in the last pass over dQ, from the fp32 sums before any bf16 dQ
 //   exists (one write of dQ and one read of it fewer than a pass of its own);
-// - k, on the sm90 paths: as each key block stores its dK, from the block's own tile of K (the
-//   normalised, rotated k: dx = rstd R^T (dK - K (dK . K) / D), the same gradient written with
-//   the output instead of x; x is not read);
+// - k, on the sm90 paths: as each key block stores its dK, from the block's own tile of K;
 // - elsewhere in place, after dq or dk is written.
 struct NormRotary {
-  const __nv_bfloat16* x;  // [T, H, D]: q or k before its norm
-  const float* rstd;       // [T H]: 1 / sqrt(mean(x^2) + eps) of each row
-  const float2* table;     // [T][D / 2]: (cos, sin) of the rotary angle t f_j (layers/rotary.cuh)
+  const float* rstd;    // [T H]: 1 / sqrt(mean(x^2) + eps) of each row of the pre-norm x
+  const float2* table;  // [T][D / 2]: (cos, sin) of the rotary angle t f_j (layers/rotary.cuh)
 };
 
 // q_norm, k_norm: null (dq, dk are Q's and K's gradients) or as above (x's).

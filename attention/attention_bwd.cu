@@ -239,8 +239,8 @@ cudaError_t attention_backward_sm80(const bf16* q, const bf16* k, const bf16* v,
   cudaError_t err = cudaErrorInvalidValue;
   if (D == 64) err = launch_bwd<64>(q, k, v, dout, lse, dq, dk, dv, ws, T, H, mask, stream);
   if (D == 128) err = launch_bwd<128>(q, k, v, dout, lse, dq, dk, dv, ws, T, H, mask, stream);
-  if (err == cudaSuccess && q_norm) err = norm_rotary_backward_inplace(dq, *q_norm, T, H, D, stream);
-  if (err == cudaSuccess && k_norm) err = norm_rotary_backward_inplace(dk, *k_norm, T, H, D, stream);
+  if (err == cudaSuccess && q_norm) err = norm_rotary_backward_inplace(dq, q, *q_norm, T, H, D, stream);
+  if (err == cudaSuccess && k_norm) err = norm_rotary_backward_inplace(dk, k, *k_norm, T, H, D, stream);
   return err;
 }
 

@@ -132,9 +132,9 @@ static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
     const int warps = 8;
     const unsigned blocks = (unsigned)(((size_t)T * H + warps - 1) / warps);
     if (q_norm)
-      attention_bwd_dq_convert_kernel<D, true><<<blocks, warps * 32, 0, stream>>>(ws.dq_acc, ws.dq_ranges, dq, T, H, scale, *q_norm);
+      attention_bwd_dq_convert_kernel<D, true><<<blocks, warps * 32, 0, stream>>>(ws.dq_acc, ws.dq_ranges, dq, T, H, scale, q, *q_norm);
     else
-      attention_bwd_dq_convert_kernel<D, false><<<blocks, warps * 32, 0, stream>>>(ws.dq_acc, ws.dq_ranges, dq, T, H, scale, {});
+      attention_bwd_dq_convert_kernel<D, false><<<blocks, warps * 32, 0, stream>>>(ws.dq_acc, ws.dq_ranges, dq, T, H, scale, q, {});
     return cudaGetLastError();
   }
 
@@ -144,7 +144,7 @@ static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
   else
     err = launch_two_kernels<D, kB90Own>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, kn, hf, stream);
   if (err != cudaSuccess || q_norm == nullptr) return err;
-  return norm_rotary_backward_inplace(dq, *q_norm, T, H, D, stream);  // after the join: dq is complete
+  return norm_rotary_backward_inplace(dq, q, *q_norm, T, H, D, stream);  // after the join: dq is complete
 }
 
 cudaError_t attention_backward_sm90(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, bf16* dq, bf16* dk,

@@ -77,8 +77,7 @@ cudaError_t attention_backward(const bf16* q, const bf16* k, const bf16* v, cons
                                cudaStream_t stream, const NormRotary* q_norm, const NormRotary* k_norm) {
   if (T < 1 || H < 1 || mask.window < 0 || !workspace || (D != 64 && D != 128)) return cudaErrorInvalidValue;
   for (const NormRotary* n : {q_norm, k_norm})
-    if (n && (!n->x || !n->rstd || !n->table || (uintptr_t)n->x % 4 != 0 ||
-              (uintptr_t)n->table % 16 != 0))  // its loads: bf16 pairs and two (cos, sin) at once
+    if (n && (!n->rstd || !n->table || (uintptr_t)n->table % 16 != 0))  // its loads: two (cos, sin) at once
       return cudaErrorInvalidValue;
   const Family f = family();
   if (f == Family::kUnsupported) return cudaErrorNotSupported;

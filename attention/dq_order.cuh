@@ -42,12 +42,14 @@ __host__ __device__ __forceinline__ int dq_tile_index(int row, int col) {
 }
 
 // dQ[i, h, :] = bf16(scale * dq_acc row), zeros where no block added (a tile that keeps nothing);
-// with QNORM the gradient of the pre-norm q instead (norm_rotary_bwd.cuh), from the fp32 row.
+// with QNORM the gradient of the pre-norm q instead (norm_rotary_bwd.cuh), from the fp32 row and
+// Q's.
 // dq_acc: [H][tiles of 64 rows][64 x D, dq_tile_index] fp32. One warp a row, lane l holding dims
 // 64 k + 2 l + {0, 1}.
 template <int D, bool QNORM>
 __global__ void attention_bwd_dq_convert_kernel(const float* __restrict__ dq_acc, const int2* __restrict__ ranges,
-                                                bf16* __restrict__ dQ, int T, int H, float scale, NormRotary qn) {
+                                                bf16* __restrict__ dQ, int T, int H, float scale, const bf16* __restrict__ Q,
+                                                NormRotary qn) {
   const int w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (w >= T * H) return;  // uniform in the warp (the norm's shuffles need all of it)
   const int i = w / H, h = w % H, m = i / kB90Walk, n_tiles = (T + kB90Walk - 1) / kB90Walk;
@@ -60,7 +62,7 @@ __global__ void attention_bwd_dq_convert_kernel(const float* __restrict__ dq_acc
                                 : make_float2(0.f, 0.f);
     g[2 * k] = x.x * scale, g[2 * k + 1] = x.y * scale;
   }
-  if constexpr (QNORM) norm_rotary_backward_row<D>(g, qn, i, h, H, lane);
+  if constexpr (QNORM) norm_rotary_backward_row<D>(g, Q, qn, i, h, H, lane);
 #pragma unroll
   for (int k = 0; k < D / 64; k++)
     *reinterpret_cast<__nv_bfloat162*>(dQ + (size_t)w * D + 64 * k + 2 * lane) = __floats2bfloat162_rn(g[2 * k], g[2 * k + 1]);

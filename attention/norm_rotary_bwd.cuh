@@ -6,11 +6,12 @@
 //             angle t f_j from the table [T][D/2] of (cos, sin)); y is the Q or K attention saw
 //   backward: dn1 = dy1 cos - dy2 sin, dn2 = dy1 sin + dy2 cos (the rotation's transpose, R^T),
 //             then dx = rstd dn - rstd^3 x (dn . x) / D
-//   x: bf16 [T, H, D]; rstd: fp32 [T H]; dy (in) fp32 in registers; dx (out) bf16 [T, H, D].
-// Since n = x rstd = R^T y and R is orthogonal (dn . n = dy . y), the same gradient is also
+// Since n = x rstd = R^T y and R is orthogonal (dn . n = dy . y), the same gradient is
 //             dx = rstd R^T (dy - y (dy . y) / D)
-// which needs y instead of x: the key-owning kernels hold their block's tile of K (y) in shared
-// memory, so dK's backward reads neither x nor K from global memory (KeyNormRotary below).
+// which needs y (the Q or K attention was given) instead of x, so x need not be kept at all:
+// the key-owning kernels hold their block's tile of K in shared memory, so dK's backward reads
+// nothing more from global memory (KeyNormRotary below); dQ's reads Q's row.
+//   y: bf16 [T, H, D]; rstd: fp32 [T H]; dy (in) fp32 in registers; dx (out) bf16 [T, H, D].
 // norm_rotary_backward_row: one warp a row (t, h), lane l holding dims 64 k + 2 l + {0, 1},
 // k < D / 64. At D = 128 dims d and d + 64 (a rotation pair) are in one lane; at D = 64 lane
 // l < 16 pairs with lane l + 16. Used by the sm90 fused backward's dQ conversion (dq_order.cuh)
@@ -24,51 +25,52 @@
 namespace attn {
 
 template <int D>
-__device__ __forceinline__ void norm_rotary_backward_row(float (&g)[D / 32], const NormRotary& qn, int t, int h, int H,
-                                                           int lane) {
+__device__ __forceinline__ void norm_rotary_backward_row(float (&g)[D / 32], const __nv_bfloat16* __restrict__ y,
+                                                           const NormRotary& qn, int t, int h, int H, int lane) {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   constexpr int N = D / 32;
-  const __nv_bfloat16* xr = qn.x + ((size_t)t * H + h) * D;
-  float x[N], c[N], s[N], dn[N];
+  const __nv_bfloat16* yr = y + ((size_t)t * H + h) * D;
+  float yv[N], c[N], s[N], a[N];
 #pragma unroll
   for (int k = 0; k < N / 2; k++) {
-    const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(xr + 64 * k + 2 * lane));
-    x[2 * k] = v.x, x[2 * k + 1] = v.y;
+    const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(yr + 64 * k + 2 * lane));
+    yv[2 * k] = v.x, yv[2 * k + 1] = v.y;
   }
   // this lane's angles: j = d mod D/2 for its dims, the same j for both halves at D = 128
   const int j = (2 * lane) % (D / 2);
   const float4 cs = *reinterpret_cast<const float4*>(qn.table + (size_t)t * (D / 2) + j);
 #pragma unroll
   for (int k = 0; k < N; k += 2) c[k] = cs.x, s[k] = cs.y, c[k + 1] = cs.z, s[k + 1] = cs.w;
-  if constexpr (D == 128) {  // g[0..1]: first half at j, j + 1; g[2..3]: second half at the same j
+  float dot = 0.f;
+#pragma unroll
+  for (int k = 0; k < N; k++) dot += g[k] * yv[k];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffff, dot, o);
+  const float r = qn.rstd[(size_t)t * H + h], m = dot / D;
+#pragma unroll
+  for (int k = 0; k < N; k++) a[k] = g[k] - m * yv[k];  // dy - y (dy . y) / D, then R^T and rstd
+  if constexpr (D == 128) {  // a[0..1]: first half at j, j + 1; a[2..3]: second half at the same j
 #pragma unroll
     for (int e = 0; e < 2; e++) {
-      const float a = g[e], b = g[2 + e];
-      dn[e] = a * c[e] - b * s[e];
-      dn[2 + e] = a * s[e] + b * c[e];
+      const float p = a[e], q = a[2 + e];
+      g[e] = r * (p * c[e] - q * s[e]);
+      g[2 + e] = r * (p * s[e] + q * c[e]);
     }
   } else {  // lanes 0-15 hold the first half, 16-31 the second; the partner is 16 lanes away
     const bool first = lane < 16;
 #pragma unroll
     for (int e = 0; e < 2; e++) {
-      const float p = __shfl_xor_sync(0xffffffff, g[e], 16);
-      dn[e] = first ? g[e] * c[e] - p * s[e] : p * s[e] + g[e] * c[e];
+      const float p = __shfl_xor_sync(0xffffffff, a[e], 16);
+      g[e] = r * (first ? a[e] * c[e] - p * s[e] : p * s[e] + a[e] * c[e]);
     }
   }
-  float dot = 0.f;
-#pragma unroll
-  for (int k = 0; k < N; k++) dot += dn[k] * x[k];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffff, dot, o);
-  const float r = qn.rstd[(size_t)t * H + h], cc = r * r * r * dot / D;
-#pragma unroll
-  for (int k = 0; k < N; k++) g[k] = r * dn[k] - cc * x[k];
 }
 
-// The same in place on a bf16 dQ or dK [T, H, D] (dy; the kernels that write them as bf16). One
-// warp a row.
+// The same in place on a bf16 dQ or dK [T, H, D] (dy; the kernels that write them as bf16), y
+// the Q or K they were computed from. One warp a row.
 template <int D>
-__global__ void norm_rotary_backward_inplace_kernel(__nv_bfloat16* __restrict__ dy, NormRotary qn, int T, int H) {
+__global__ void norm_rotary_backward_inplace_kernel(__nv_bfloat16* __restrict__ dy, const __nv_bfloat16* __restrict__ y,
+                                                    NormRotary qn, int T, int H) {
   const int w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (w >= T * H) return;  // uniform in the warp
   __nv_bfloat16* row = dy + (size_t)w * D;
@@ -78,18 +80,18 @@ __global__ void norm_rotary_backward_inplace_kernel(__nv_bfloat16* __restrict__ 
     const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(row + 64 * k + 2 * lane));
     g[2 * k] = v.x, g[2 * k + 1] = v.y;
   }
-  norm_rotary_backward_row<D>(g, qn, w / H, w % H, H, lane);
+  norm_rotary_backward_row<D>(g, y, qn, w / H, w % H, H, lane);
 #pragma unroll
   for (int k = 0; k < D / 64; k++)
     *reinterpret_cast<__nv_bfloat162*>(row + 64 * k + 2 * lane) = __floats2bfloat162_rn(g[2 * k], g[2 * k + 1]);
 }
 
-inline cudaError_t norm_rotary_backward_inplace(__nv_bfloat16* dy, const NormRotary& qn, int T, int H, int D,
-                                                cudaStream_t stream) {
+inline cudaError_t norm_rotary_backward_inplace(__nv_bfloat16* dy, const __nv_bfloat16* y, const NormRotary& qn, int T, int H,
+                                                int D, cudaStream_t stream) {
   const int warps = 8;
   const unsigned blocks = (unsigned)(((size_t)T * H + warps - 1) / warps);
-  if (D == 64) norm_rotary_backward_inplace_kernel<64><<<blocks, warps * 32, 0, stream>>>(dy, qn, T, H);
-  else norm_rotary_backward_inplace_kernel<128><<<blocks, warps * 32, 0, stream>>>(dy, qn, T, H);
+  if (D == 64) norm_rotary_backward_inplace_kernel<64><<<blocks, warps * 32, 0, stream>>>(dy, y, qn, T, H);
+  else norm_rotary_backward_inplace_kernel<128><<<blocks, warps * 32, 0, stream>>>(dy, y, qn, T, H);
   return cudaGetLastError();
 }
 

@@ -387,7 +387,7 @@ class Model {
       // dq_, dk_ are the gradients of q and k before their norm + rotary: attention does that
       // backward as dQ and dK leave it (attention.h NormRotary)
       prof_.mark(Profiler::kAttnBwd);
-      const attn::NormRotary q_norm{a.q, a.rstd_q, rot_}, k_norm{a.k, a.rstd_k, rot_};
+      const attn::NormRotary q_norm{a.rstd_q, rot_}, k_norm{a.rstd_k, rot_};
       ok(attn::attention_backward(a.qn, a.kn, a.v, a.y, dy_, a.lse, dq_, dk_, dv_, ws_, T, H, Dh, mask(), 0, &q_norm, &k_norm));
       // v = a0 v_lin + a1 ve (ve gathered from its table again): d ve = a1 dv goes straight into
       // the table's gradient (summed by token, rounded to bf16 as a tensor of it would be), the

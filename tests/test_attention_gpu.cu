@@ -319,8 +319,8 @@ int main(int argc, char** argv) {
   // the gradients of x, against rotary^T then rmsnorm_bwd in fp64 (model/reference_layers.h,
   // its own angles) applied to the fp64 reference's dQ and dK. Tolerance: twice the error of the
   // same fp64 backward applied to the bf16 reference's, plus 4e-3 for the kernel's one more bf16
-  // rounding (2^-8 / sqrt(3) = 2.3e-3 rms; the sm90 kernels' dK reads the bf16 K where the
-  // reference reads x, 2^-9 relative in a term of the order of 1 / sqrt(D) of dK). dV keeps its
+  // rounding (2^-8 / sqrt(3) = 2.3e-3 rms; the kernels read the bf16 Q and K where the reference
+  // reads x, 2^-9 relative in a term of the order of 1 / sqrt(D) of dQ and dK). dV keeps its
   // bits; with k_norm alone dQ keeps its bits and dK is the same as with both.
   for (Case c : {Case{1000, 2, 128, true, 129, false, false, 2}, Case{1000, 3, 64, true, 0, false, false, 2},
                  Case{4097, 2, 128, true, 1024, false, false, 2}, Case{129, 2, 64, false, 129, true, false, 0},
@@ -331,7 +331,6 @@ int main(int argc, char** argv) {
     struct Normed {
       std::vector<float> x, rstd;
       std::vector<double> xd, rstd_d;
-      bf16* dx;
       float* drstd;
     } nq, nk;
     for (Normed* nr : {&nq, &nk}) {
@@ -351,9 +350,7 @@ int main(int argc, char** argv) {
       model_ref::rotary(n.data(), y.data(), c.T, c.H, c.D, 1.0);
       std::vector<float>& dst = nr == &nq ? b.q : b.k;
       for (size_t i = 0; i < b.n; i++) dst[i] = ref::round_bf16((float)y[i]);
-      CUDA_CHECK(cudaMalloc(&z.dx, b.n * sizeof(bf16)));
       CUDA_CHECK(cudaMalloc(&z.drstd, rows * sizeof(float)));
-      upload(z.dx, z.x);
       CUDA_CHECK(cudaMemcpy(z.drstd, z.rstd.data(), rows * sizeof(float), cudaMemcpyHostToDevice));
     }
     upload(b.dq, b.q);
@@ -364,7 +361,7 @@ int main(int argc, char** argv) {
     float2* dtab;
     CUDA_CHECK(cudaMalloc(&dtab, tab.size() * sizeof(float2)));
     CUDA_CHECK(cudaMemcpy(dtab, tab.data(), tab.size() * sizeof(float2), cudaMemcpyHostToDevice));
-    const attn::NormRotary qn{nq.dx, nq.drstd, dtab}, kn{nk.dx, nk.drstd, dtab};
+    const attn::NormRotary qn{nq.drstd, dtab}, kn{nk.drstd, dtab};
     auto run_normed = [&](const attn::NormRotary* q_norm, std::vector<float>& dq, std::vector<float>& dk, std::vector<float>& dv) {
       for (bf16* p : {b.dgq, b.dgk, b.dgv}) CUDA_CHECK(cudaMemset(p, 0xFF, b.n * sizeof(bf16)));
       CUDA_CHECK(attn::attention_backward(b.dq, b.dk, b.dv, b.o, b.ddo, b.lse, b.dgq, b.dgk, b.dgv, b.ws, b.T, b.H, b.D, m, 0,
@@ -405,14 +402,14 @@ int main(int argc, char** argv) {
     CHECK(std::memcmp(k_only_k.data(), got_k.data(), bytes) == 0, "%s k norm alone: dK differs from q and k normed", n.c_str());
     // a table not 16-byte aligned is refused, not read, for either
     const float2* off = reinterpret_cast<const float2*>(reinterpret_cast<const char*>(dtab) + 8);
-    const attn::NormRotary bad_q{nq.dx, nq.drstd, off}, bad_k{nk.dx, nk.drstd, off};
+    const attn::NormRotary bad_q{nq.drstd, off}, bad_k{nk.drstd, off};
     CHECK(attn::attention_backward(b.dq, b.dk, b.dv, b.o, b.ddo, b.lse, b.dgq, b.dgk, b.dgv, b.ws, b.T, b.H, b.D, m, 0,
                                    &bad_q) == cudaErrorInvalidValue,
           "%s q norm + rotary: a misaligned table accepted", n.c_str());
     CHECK(attn::attention_backward(b.dq, b.dk, b.dv, b.o, b.ddo, b.lse, b.dgq, b.dgk, b.dgv, b.ws, b.T, b.H, b.D, m, 0, &qn,
                                    &bad_k) == cudaErrorInvalidValue,
           "%s k norm + rotary: a misaligned table accepted", n.c_str());
-    for (void* p : {(void*)nq.dx, (void*)nq.drstd, (void*)nk.dx, (void*)nk.drstd, (void*)dtab}) CUDA_CHECK(cudaFree(p));
+    for (void* p : {(void*)nq.drstd, (void*)nk.drstd, (void*)dtab}) CUDA_CHECK(cudaFree(p));
     release(b);
   }
 

@@ -4,7 +4,7 @@
 // first --ranks whatever its bits (what a choice free to change the numbers could gain).
 //
 //   bench_matmul [--T 65536] [--width 768] [--hidden 3072] [--vocab 50304] [--head-chunk 16384]
-//                [--micro-steps 8] [--layers 12] [--ranks 8] [--mlp-only] [--head-only]
+//                [--micro-steps 8] [--layers 12] [--ranks 8] [--mlp-only] [--head-only] [--qkv-only]
 //
 // Each product is the call layers::Matmul makes in model/gpt.cuh (forward y = x W, with the
 // residual add where the model has one; dX = dy W^T; dW += x^T dy in fp32), on fresh random
@@ -19,7 +19,9 @@
 // On Hopper a last table compares the MLP's products with ReLU^2 in their epilogue
 // (layers/mlp_gemm.cuh, what train_gpt runs there) against the tuned product and relu2.cuh's pass,
 // and another the lm head's product with the cross-entropy's first pass in its epilogue
-// (layers/head_ce.cuh) against the tuned product and softcap_ce.cuh.
+// (layers/head_ce.cuh) against the tuned product and softcap_ce.cuh, and another the q, k, v
+// product with q and k's norm + rotary in its epilogue (layers/mlp_gemm.cuh qkv_norm_rotary)
+// against the tuned batched product and qk_norm_rotary.cuh's pass.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -36,6 +38,7 @@
 #include "layers/head_ce.cuh"
 #include "layers/matmul.cuh"
 #include "layers/mlp_gemm.cuh"
+#include "layers/qk_norm_rotary.cuh"
 #include "layers/relu2.cuh"
 #include "layers/softcap_ce.cuh"
 
@@ -178,9 +181,62 @@ static void fused_head(int rows, int C, int V, long long calls, layers::Matmul& 
     CUDA_CHECK(cudaFree(p));
 }
 
+// q, k, v = h [Wq Wk Wv] with q and k's per-head norm + rotary in the product's epilogue
+// (layers/mlp_gemm.cuh qkv_norm_rotary) against the tuned batched product (the model's call)
+// followed by qk_norm_rotary.cuh's pass in place, on the same operands (head dim 128): each
+// side's time a call (median of 10 after 3 warm-ups, alternating) and the relative difference of
+// qn, kn, v and of rstd (the fused side's angles are fp16 pairs: about 1e-3 to 3e-3).
+static void fused_qkv(int T, int C, long long calls, layers::Matmul& mm, bf16* A, bf16* B, cudaEvent_t e0, cudaEvent_t e1) {
+  const int D = 128, H = C / D;
+  const size_t TC = (size_t)T * C, TH = (size_t)T * H;
+  if (!layers::qkv_norm_rotary_shape(C, D)) {
+    std::printf("\nq, k, v with the norm + rotary fused: width %d is not a multiple of 256, skipped\n", C);
+    return;
+  }
+  bf16 *o1, *o2;
+  float *r1, *r2;
+  float2* tab;
+  uint32_t* ang;
+  for (bf16** p : {&o1, &o2}) CUDA_CHECK(cudaMalloc(p, 3 * TC * sizeof(bf16)));
+  for (float** p : {&r1, &r2}) CUDA_CHECK(cudaMalloc(p, 2 * TH * sizeof(float)));
+  const std::vector<float2> t32 = layers::rotary_table(T, D);
+  const std::vector<uint32_t> t16 = layers::rotary_angles_fp16(T, D);
+  CUDA_CHECK(cudaMalloc(&tab, t32.size() * sizeof(float2)));
+  CUDA_CHECK(cudaMalloc(&ang, t16.size() * sizeof(uint32_t)));
+  CUDA_CHECK(cudaMemcpy(tab, t32.data(), t32.size() * sizeof(float2), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(ang, t16.data(), t16.size() * sizeof(uint32_t), cudaMemcpyHostToDevice));
+  const float eps = 1.f / 128;
+  auto apart = [&] {
+    mm.xW_batched(A, B, (long long)C * C, o1, (long long)TC, 3, T, C, C);
+    CUDA_CHECK(layers::qk_norm_rotary_forward({o1, o1 + TC}, {o1, o1 + TC}, {r1, r1 + TH}, tab, T, H, D, eps));
+  };
+  auto fused = [&] { CUDA_CHECK(layers::qkv_norm_rotary(A, B, o2, r2, ang, T, C, D, eps)); };
+  const auto [a, b] = median_pair(apart, fused, e0, e1);
+  std::vector<bf16> h1(3 * TC), h2(3 * TC);
+  std::vector<float> s1(2 * TH), s2(2 * TH);
+  CUDA_CHECK(cudaMemcpy(h1.data(), o1, h1.size() * sizeof(bf16), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(h2.data(), o2, h2.size() * sizeof(bf16), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(s1.data(), r1, s1.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(s2.data(), r2, s2.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  double num = 0, den = 0, rmax = 0;
+  for (size_t i = 0; i < h1.size(); i++) {
+    const double x = __bfloat162float(h2[i]), y = __bfloat162float(h1[i]);
+    num += (x - y) * (x - y), den += y * y;
+  }
+  for (size_t i = 0; i < s1.size(); i++) rmax = std::max(rmax, (double)std::fabs(s2[i] - s1[i]) / s1[i]);
+  const double tf = 2.0 * T * C * 3 * C / 1e9;
+  std::printf("\nq, k, v with q and k's norm + rotary in the product's epilogue (layers/mlp_gemm.cuh) against cuBLASLt (tuned,\n"
+              "batched) + qk_norm_rotary.cuh (head dim %d):\n", D);
+  std::printf("%-34s %9s %9s %9s | %9s %9s %9s | %9s %9s %9s\n", "product", "apart ms", "TFLOP/s", "ms/step", "fused ms", "TFLOP/s",
+              "ms/step", "saved/step", "rel diff", "rstd diff");
+  std::printf("%-34s %9.4f %9.1f %9.2f | %9.4f %9.1f %9.2f | %9.2f %9.1e %9.1e\n", "q, k, v = h W, q, k normed", a, tf / a, a * calls,
+              b, tf / b, b * calls, (a - b) * calls, std::sqrt(num / den), rmax);
+  for (void* p : {(void*)o1, (void*)o2, (void*)r1, (void*)r2, (void*)tab, (void*)ang}) CUDA_CHECK(cudaFree(p));
+}
+
 static int run(int argc, char** argv) {
   int T = 65536, C = 768, F = 3072, V = 50304, chunk = 16384, micro = 8, L = 12, ranks = 8;
-  bool mlp_only = false, head_only = false;
+  bool mlp_only = false, head_only = false, qkv_only = false;
   CLI::App app{"bench_matmul: the model's matrix products through cuBLASLt, and cuBLASLt's other choices for them"};
   cli::integer(app, "--T", T, 8, 1 << 20, "tokens a micro-step")->capture_default_str();
   cli::integer(app, "--width", C, 8, 1 << 14, "model width C")->capture_default_str();
@@ -192,6 +248,7 @@ static int run(int argc, char** argv) {
   cli::integer(app, "--ranks", ranks, 1, 16, "cuBLASLt heuristic choices to try")->capture_default_str();
   app.add_flag("--mlp-only", mlp_only, "only the table of the MLP's products with ReLU^2 fused, against them apart");
   app.add_flag("--head-only", head_only, "only the table of the lm head's product with the cross-entropy fused, against them apart");
+  app.add_flag("--qkv-only", qkv_only, "only the table of the q, k, v product with q and k's norm + rotary fused, against them apart");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -282,14 +339,15 @@ static int run(int argc, char** argv) {
     return ms[ms.size() / 2];
   };
   layers::Matmul first(32u << 20, 0), tuned(32u << 20, layers::Matmul::kTuned);
-  if (mlp_only || head_only) {
+  if (mlp_only || head_only || qkv_only) {
     if (!layers::mlp_gemm_available() || !layers::head_ce_available()) {
-      std::fprintf(stderr, "bench_matmul: --mlp-only and --head-only need an sm90 device (the fused products are Hopper's)\n");
+      std::fprintf(stderr, "bench_matmul: --mlp-only, --head-only and --qkv-only need an sm90 device (the fused products are Hopper's)\n");
       return 1;
     }
     std::printf("device: %s; T=%d C=%d hidden=%d vocab=%d head chunk=%d\n", prop.name, T, C, F, V, chunk);
     if (mlp_only) fused_mlp(T, C, F, blk, tuned, A, B, e0, e1);
     if (head_only) fused_head(chunk, C, V, head, tuned, A, B, e0, e1);
+    if (qkv_only) fused_qkv(T, C, blk, tuned, A, B, e0, e1);
     return 0;
   }
   std::vector<layers::Matmul*> others;
@@ -329,6 +387,7 @@ static int run(int argc, char** argv) {
   for (auto* m : others) delete m;
   if (layers::mlp_gemm_available()) fused_mlp(T, C, F, blk, tuned, A, B, e0, e1);
   if (layers::head_ce_available()) fused_head(chunk, C, V, head, tuned, A, B, e0, e1);
+  if (layers::mlp_gemm_available()) fused_qkv(T, C, blk, tuned, A, B, e0, e1);
   return 0;
 }
 

@@ -49,9 +49,14 @@
 #include "attention/wgmma.cuh"
 #include "common/fast_math.cuh"
 #include "layers/common.cuh"
+#include "layers/qk_norm_rotary.cuh"
 
 namespace layers {
 namespace mlp_sm90 {
+
+// The kernel's three products (its MODE): the MLP's forward and backward above, and q, k, v =
+// h [Wq Wk Wv] with the per-head norm + rotary of q and k in the epilogue (qkv_norm_rotary below).
+constexpr int kForward = 0, kBackward = 1, kQkv = 2;
 
 constexpr int BM = 128, BN = 256, BK = 64, WM = 64, OC = 128;  // WM: a consumer warpgroup's rows; OC: an epilogue round's columns
 constexpr int kConsumerThreads = 256, kThreads = kConsumerThreads + 32;  // two consumer warpgroups and the producer warp
@@ -59,8 +64,9 @@ struct Shape {
   static constexpr int kStages = 4;
   static constexpr size_t kStageBytes = (size_t)(BM + BN) * BK * sizeof(bf16);
   static constexpr size_t kOutBytes = (size_t)BM * OC * sizeof(bf16);  // the forward's: 64 x 128 a warpgroup
-  // the stages, the output buffer, 2 barriers a stage, and room to align the tiles to 1024 bytes
-  static constexpr size_t kSmem = kStages * kStageBytes + kOutBytes + 2 * kStages * sizeof(uint64_t) + 1024;
+  // the stages, the output buffer, 2 barriers a stage and 2 for kQkv's angles, and room to align
+  // the tiles to 1024 bytes
+  static constexpr size_t kSmem = kStages * kStageBytes + kOutBytes + (2 * kStages + 2) * sizeof(uint64_t) + 1024;
 };
 static_assert(Shape::kSmem <= 232448, "more shared memory than a block may have");
 
@@ -70,7 +76,8 @@ __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(_
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // The block's dynamic shared memory (Shape::kSmem), aligned to 1024 bytes: S stages of A (BM x BK,
 // one SW128 panel) and of B (BN x BK: one K-major panel, or BK x BN: 4 MN-major panels), the
-// epilogue buffer (per warpgroup, 2 panels of WM x 64), then 2 barriers a stage.
+// epilogue buffer (per warpgroup, 2 panels of WM x 64), then 2 barriers a stage and kQkv's two
+// (a warpgroup's angles landed in its epilogue buffer).
 struct Smem {
   bf16 *sA, *sB, *sC;
   uint64_t* bars;
@@ -85,10 +92,11 @@ struct Smem {
 
 // The producer's loads of K-slice kb of a forward tile (B = [K][N], MN-major) into ring entry it:
 // this block's 128 rows of A from m0, and its half of B's 256 columns from n0 (two panels of 64),
-// which the TMA writes into both blocks of the cluster (multicast). c: this block's rank.
+// which the TMA writes into both blocks of the cluster (multicast). c: this block's rank; b_row0:
+// the row of B where its K rows start (kQkv's B is Wq, Wk and Wv one below the other).
 __device__ __forceinline__ void load_forward_slice(attn::sm90::TmaPipe<Shape::kStages>& ring, int it, bf16* sA, bf16* sB,
                                                    const CUtensorMap* tmA, const CUtensorMap* tmB, int kb, int m0, int n0,
-                                                   uint32_t c) {
+                                                   uint32_t c, int b_row0 = 0) {
   using namespace attn::sm90;
   const int s = it % Shape::kStages;
   ring.wait_empty(it);  // (released in both blocks: the multicast below writes into both)
@@ -96,48 +104,87 @@ __device__ __forceinline__ void load_forward_slice(attn::sm90::TmaPipe<Shape::kS
   tma_load_panel(sA + s * BM * BK, tmA, ring.full_of(it), kb * BK, m0);
   bf16* b = sB + s * BN * BK;
 #pragma unroll
-  for (int p = 2 * c; p < 2 * c + 2; p++) tma_load_panel_multicast(b + p * BK * 64, tmB, ring.full_of(it), n0 + 64 * p, kb * BK, 0x3);
+  for (int p = 2 * c; p < 2 * c + 2; p++)
+    tma_load_panel_multicast(b + p * BK * 64, tmB, ring.full_of(it), n0 + 64 * p, b_row0 + kb * BK, 0x3);
+}
+
+// The 64-column SW128 panel in smem to rows [row0, row0 + WM) from column col0 of matrix z of a
+// make_batched_map tensor (tma_store_panel's, with a third coordinate).
+__device__ __forceinline__ void tma_store_panel_z(const bf16* smem, const CUtensorMap* map, int col0, int row0, int z) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(col0), "r"(row0), "r"(z), "r"(attn::smem_addr(smem))
+               : "memory");
+}
+// bytes (a multiple of 16) from global src into shared dst (both 16-byte aligned), completing on bar.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   attn::smem_addr(dst)),
+               "l"(src), "r"(bytes), "r"(attn::smem_addr(bar))
+               : "memory");
 }
 
 // After a warpgroup's stmatrix writes of an epilogue round (WM x OC in its buffer buf): the
 // buffer handed to the TMA (the async proxy) and stored by one thread of the warpgroup (storer)
-// at columns col0.., rows row0.. of the output.
-__device__ __forceinline__ void store_round(const bf16* buf, const CUtensorMap* tmO, int col0, int row0, int wg, bool storer) {
+// at columns col0.., rows row0.. of the output (of its matrix z with z >= 0: a batched map).
+__device__ __forceinline__ void store_round(const bf16* buf, const CUtensorMap* tmO, int col0, int row0, int wg, bool storer,
+                                            int z = -1) {
   using namespace attn::sm90;
   fence_proxy_async();
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
   if (storer) {
 #pragma unroll
-    for (int p = 0; p < OC / 64; p++) tma_store_panel(buf + p * WM * 64, tmO, col0 + 64 * p, row0);
+    for (int p = 0; p < OC / 64; p++) {
+      if (z < 0) tma_store_panel(buf + p * WM * 64, tmO, col0 + 64 * p, row0);
+      else tma_store_panel_z(buf + p * WM * 64, tmO, col0 + 64 * p, row0, z);
+    }
     store_commit();
   }
 }
 #endif
 
-// BWD = false: out = r of the forward (B = Wfc, [K][N]: MN-major for wgmma); true: out = du of
-// the backward (B = Wproj, [N][K]: K-major), reading r through tmR; out is written through tmO
-// (tmR, tmO: boxes of a warpgroup's 64 rows).
+// kQkv's epilogue: the angles (rotary_angles_fp16, [M][D/2] words), the rows' rstd ([2][M][H]:
+// q's, then k's), the norm's eps, and the columns of each of q, k and v (nb = H D, a multiple of
+// BN: a tile lies in one of them).
+struct QkvArgs {
+  const uint32_t* angles;
+  float* rstd;
+  float eps;
+  int nb;
+};
+
+// MODE kForward: out = r of the forward (B = Wfc, [K][N]: MN-major for wgmma); kBackward: out =
+// du of the backward (B = Wproj, [N][K]: K-major), reading r through tmR; kQkv: out = [q, k, v]
+// ([3][M][nb], tmO a make_batched_map), B = [Wq; Wk; Wv] ([3 K][nb], MN-major), q and k normed
+// and rotated per head of HD columns (qa). out is written through tmO (tmR, tmO: boxes of a
+// warpgroup's 64 rows).
 // (168 registers at most: the SM allocates a block's registers by whole warpgroups, so 288
 // threads take the room of 384; the accumulators take 128.)
-template <bool BWD>
+template <int MODE, int HD = 0>
 __global__ void __launch_bounds__(kThreads, 1)
     mlp_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                    const __grid_constant__ CUtensorMap tmR, const __grid_constant__ CUtensorMap tmO, int M, int N, int K) {
+                    const __grid_constant__ CUtensorMap tmR, const __grid_constant__ CUtensorMap tmO, int M, int N, int K,
+                    QkvArgs qa) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace attn::sm90;
   using attn::smem_addr;
   constexpr int S = Shape::kStages;
+  constexpr bool BWD = MODE == kBackward, QKV = MODE == kQkv;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const Smem sm(smem_raw);
   bf16 *sA = sm.sA, *sB = sm.sB, *sC = sm.sC;
   TmaPipe<S> ring{{sm.bars, sm.bars + S}};
+  uint64_t* angles_full = sm.bars + 2 * S;  // kQkv: warpgroup wg's angles have landed
   // the cluster's tiles are 256 x 256: this block takes rows 128 c.. of each (c its rank)
   const uint32_t c = cluster_rank(), peer = c ^ 1;
   const int tiles_n = (N + BN - 1) / BN, tiles = ((M + 2 * BM - 1) / (2 * BM)) * tiles_n, nk = (K + BK - 1) / BK;
   const int cluster = blockIdx.x / 2, clusters = gridDim.x / 2;
   const int per_tile = nk + (BWD ? 2 : 0);  // ring entries a tile
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  if (threadIdx.x == kConsumerThreads) ring.init(2 * kConsumerThreads / 32);  // the 8 consumer warps of both blocks
+  if (threadIdx.x == kConsumerThreads) {
+    if (QKV) mbar_init(&angles_full[0], 1), mbar_init(&angles_full[1], 1);
+    ring.init(2 * kConsumerThreads / 32);  // the 8 consumer warps of both blocks
+  }
   cluster_sync();  // both blocks' barriers are set before either signals the other's
 
   if (warp == kConsumerThreads / 32) {  // the producer warp: one thread issues every load
@@ -147,6 +194,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int t = cluster; t < tiles; t += clusters) {
         const int m0 = (t / tiles_n) * 2 * BM + c * BM, n0 = (t % tiles_n) * BN;
         for (int kb = 0; kb < nk; kb++, it++) {
+          if (QKV) {  // the tile's matrix z = n0 / nb of the three: its rows z K.., columns n0 - z nb..
+            const int z = n0 / qa.nb;
+            load_forward_slice(ring, it, sA, sB, &tmA, &tmB, kb, m0, n0 - z * qa.nb, c, z * K);
+            continue;
+          }
           if (!BWD) {  // Wfc rows (k) kb * BK.., columns n0..: four MN-major panels of 64 columns, this block's two
             load_forward_slice(ring, it, sA, sB, &tmA, &tmB, kb, m0, n0, c);
             continue;
@@ -182,6 +234,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int c0 = 2 * (lane & 3);                      // and its columns 8 j + c0, + 1
   const int srow = w * 16 + (lane & 7) + (lane & 8);  // the row whose address this lane gives stmatrix
   const bool storer = threadIdx.x % 128 == 0;         // issues the warpgroup's TMA stores
+  int angle_loads = 0;                                // kQkv: loads of this warpgroup's angles so far
   // a ring entry's release, in this block and in the other, whose producer also writes into it
   auto release = [&](int i) {
     if (lane == 0) {
@@ -193,6 +246,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int m0 = (t / tiles_n) * 2 * BM + c * BM, n0 = (t % tiles_n) * BN;
     float acc[BN / 8][4];
     const int it0 = ti * per_tile;  // this tile's first entry in the ring's order
+    // kQkv: the tile's matrix z (q, k or v); q and k tiles load the warpgroup's rows' angles into
+    // its epilogue buffer once the previous tile's last store has read it (below)
+    auto normed = [&] { return QKV && n0 < 2 * qa.nb && m0 + wg * WM < M; };
+    uint32_t* const my_angles = reinterpret_cast<uint32_t*>(sC + wg * WM * OC);
     for (int kb = 0; kb < nk; kb++) {
       const int it = it0 + kb, s = it % S;
       ring.wait_full(it);
@@ -210,6 +267,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         store_wait_read();
         mbar_arrive_count(&ring.empty[(it0 - per_tile + nk + wg) % S], kConsumerThreads / 32);
         mbar_arrive_remote(&ring.empty[(it0 - per_tile + nk + wg) % S], peer, kConsumerThreads / 32);
+      }
+      if (QKV && kb == 0 && storer && normed()) {  // (the loads complete under the tile's slices)
+        const int rows = M - (m0 + wg * WM) < WM ? M - (m0 + wg * WM) : WM;
+        const uint32_t bytes = (uint32_t)rows * (HD / 2) * sizeof(uint32_t);
+        store_wait_read();
+        mbar_arrive_expect_tx(&angles_full[wg], bytes);
+        bulk_load(my_angles, qa.angles + (size_t)(m0 + wg * WM) * (HD / 2), bytes, &angles_full[wg]);
       }
       wgmma_wait<1>();  // the previous slice's wgmmas are done: its stage is free
       if (kb > 0) release(it - 1);
@@ -248,6 +312,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       continue;
     }
+    if constexpr (QKV) {  // q, k: the norm + rotary in place, reading the angles (the rounds' first barrier
+      if (normed()) {     // orders those reads before the buffer is written)
+        mbar_wait(&angles_full[wg], angle_loads++ & 1);
+        // rstd [2][M][H]: this thread's rows' first entry for the tile's heads (z M + row) H + n0' / HD
+        const int H = qa.nb / HD, row0 = m0 + wg * WM + rr;
+        float* const rstd = qa.rstd + ((size_t)(n0 / qa.nb) * M + row0) * H + (n0 % qa.nb) / HD;
+        norm_rotary_acc<HD>(acc, my_angles, rr, lane & 3, qa.eps, [&](int h, int hh, float v) {
+          if ((lane & 3) == 0 && row0 + 8 * h < M) rstd[(size_t)8 * h * H + hh] = v;
+        });
+      }
+    }
     // the forward: the epilogue in two rounds of 128 columns through the warpgroup's buffer
     bf16* my_c = sC + wg * WM * OC;
 #pragma unroll
@@ -258,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int j = 0; j < OC / 8; j += 2) {  // two n8 blocks, then their stmatrix
         const int jb = round * OC / 8 + j;   // the first's block in the tile
 #pragma unroll
-        for (int jj = jb; jj < jb + 2; jj++)
+        for (int jj = jb; jj < jb + 2 && !QKV; jj++)
 #pragma unroll
           for (int h = 0; h < 2; h++) {
             const float u0 = fmaxf(round_bf16(acc[jj][2 * h]), 0.f), u1 = fmaxf(round_bf16(acc[jj][2 * h + 1]), 0.f);
@@ -268,7 +343,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         attn::c_to_a(f, acc[jb], acc[jb + 1]);
         stmatrix_x4(smem_addr(my_c + sw128<WM>(srow, j + (lane >> 4))), f);
       }
-      store_round(my_c, &tmO, n0 + round * OC, m0 + wg * WM, wg, storer);
+      if (QKV) store_round(my_c, &tmO, n0 % qa.nb + round * OC, m0 + wg * WM, wg, storer, n0 / qa.nb);
+      else store_round(my_c, &tmO, n0 + round * OC, m0 + wg * WM, wg, storer);
     }
   }
   if (storer) store_wait();  // the stores are complete before the block's shared memory goes
@@ -289,13 +365,23 @@ inline cudaLaunchConfig_t pair_config(unsigned clusters, cudaStream_t stream, cu
   return cfg;
 }
 
-template <bool BWD>
-inline cudaError_t launch(const bf16* A, const bf16* B, const bf16* R, bf16* out, int M, int N, int K, cudaStream_t stream) {
+// Host: a tensor map of `count` row-major [rows][cols] bf16 matrices one after another (the
+// batched output of kQkv), boxes of box_rows rows by 64 columns of one matrix.
+inline cudaError_t make_batched_map(CUtensorMap* map, const bf16* base, int count, long long rows, long long cols, int box_rows) {
+  const cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)rows, (cuuint64_t)count};
+  const cuuint64_t strides[2] = {(cuuint64_t)cols * sizeof(bf16), (cuuint64_t)(rows * cols) * sizeof(bf16)};
+  const cuuint32_t box[3] = {64, (cuuint32_t)box_rows, 1};
+  return attn::make_swizzled_map(map, base, 3, dims, strides, box);
+}
+
+template <int MODE, int HD = 0>
+inline cudaError_t launch(const bf16* A, const bf16* B, const bf16* R, bf16* out, int M, int N, int K, cudaStream_t stream,
+                          QkvArgs qa = {}) {
   if (M < 0 || N <= 0 || K <= 0 || N % 8 || K % 8) return cudaErrorInvalidValue;
   for (const void* p : {(const void*)A, (const void*)B, (const void*)R, (const void*)out})
     if (reinterpret_cast<uintptr_t>(p) % 16) return cudaErrorInvalidValue;
   if (M == 0) return cudaSuccess;
-  auto kernel = mlp_gemm_kernel<BWD>;
+  auto kernel = mlp_gemm_kernel<MODE, HD>;
   // the clusters that fit the GPU at once (a GPC's SMs pair up; an odd one is left out): the
   // persistent grid
   static int clusters = 0;
@@ -307,15 +393,17 @@ inline cudaError_t launch(const bf16* A, const bf16* B, const bf16* R, bf16* out
     if (err == cudaSuccess && clusters < 1) err = cudaErrorInvalidConfiguration;
     if (err != cudaSuccess) return clusters = 0, err;
   }
+  constexpr bool BWD = MODE == kBackward;
   CUtensorMap ta, tb, tr, to;
   cudaError_t err = attn::make_matrix_map(&ta, A, M, K, BM);
-  if (err == cudaSuccess) err = BWD ? attn::make_matrix_map(&tb, B, N, K, BN / 2) : attn::make_matrix_map(&tb, B, K, N, BK);
+  if (err == cudaSuccess)
+    err = BWD ? attn::make_matrix_map(&tb, B, N, K, BN / 2) : attn::make_matrix_map(&tb, B, MODE == kQkv ? 3LL * K : K, N / (MODE == kQkv ? 3 : 1), BK);
   if (err == cudaSuccess) err = BWD ? attn::make_matrix_map(&tr, R, M, N, WM) : attn::make_matrix_map(&tr, A, M, K, WM);  // unused
-  if (err == cudaSuccess) err = attn::make_matrix_map(&to, out, M, N, WM);
+  if (err == cudaSuccess) err = MODE == kQkv ? make_batched_map(&to, out, 3, M, N / 3, WM) : attn::make_matrix_map(&to, out, M, N, WM);
   if (err != cudaSuccess) return err;
   const long long tiles = (long long)((M + 2 * BM - 1) / (2 * BM)) * ((N + BN - 1) / BN);  // a cluster's, 256 x 256
   const cudaLaunchConfig_t cfg = pair_config((unsigned)std::min<long long>(tiles, clusters), stream, &pair);
-  err = cudaLaunchKernelEx(&cfg, kernel, ta, tb, tr, to, M, N, K);
+  err = cudaLaunchKernelEx(&cfg, kernel, ta, tb, tr, to, M, N, K, qa);
   return err == cudaSuccess ? cudaGetLastError() : err;
 }
 
@@ -328,7 +416,7 @@ inline bool mlp_gemm_available() {
     int dev = 0, major = 0;
     cudaFuncAttributes attr{};
     known = cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-            major == 9 && cudaFuncGetAttributes(&attr, mlp_sm90::mlp_gemm_kernel<false>) == cudaSuccess && attr.ptxVersion >= 90;
+            major == 9 && cudaFuncGetAttributes(&attr, mlp_sm90::mlp_gemm_kernel<mlp_sm90::kForward>) == cudaSuccess && attr.ptxVersion >= 90;
     cudaGetLastError();  // a failed query leaves no error behind
   }
   return known == 1;
@@ -336,12 +424,29 @@ inline bool mlp_gemm_available() {
 
 // r = max(h Wfc, 0)^2: h [M][K], Wfc [K][N], r [M][N]
 inline cudaError_t mlp_up_relu2(const bf16* h, const bf16* Wfc, bf16* r, int M, int K, int N, cudaStream_t stream = 0) {
-  return mlp_sm90::launch<false>(h, Wfc, h, r, M, N, K, stream);
+  return mlp_sm90::launch<mlp_sm90::kForward>(h, Wfc, h, r, M, N, K, stream);
 }
 // du = 2 sqrt(r) (dx Wproj^T): dx [M][K], Wproj [N][K], r and du [M][N]
 inline cudaError_t mlp_down_dx_relu2(const bf16* dx, const bf16* Wproj, const bf16* r, bf16* du, int M, int K, int N,
                                      cudaStream_t stream = 0) {
-  return mlp_sm90::launch<true>(dx, Wproj, r, du, M, N, K, stream);
+  return mlp_sm90::launch<mlp_sm90::kBackward>(dx, Wproj, r, du, M, N, K, stream);
+}
+
+// Whether qkv_norm_rotary takes this shape: the width a multiple of the tiles' 256 columns (a
+// tile lies in one of q, k, v and holds whole heads) and of the K-slices' 64 rows (a slice lies
+// in one of Wq, Wk, Wv), head dim 64 or 128.
+inline bool qkv_norm_rotary_shape(int C, int D) { return C > 0 && C % mlp_sm90::BN == 0 && C % mlp_sm90::BK == 0 && (D == 64 || D == 128); }
+
+// q, k, v = h Wq, h Wk, h Wv, with q and k then normed per head and rotated as
+// qk_norm_rotary_forward does (the angles as rotary_angles_fp16 lays them out): h [M][C]; W: Wq,
+// Wk, Wv one after another, each [C][C]; out: qn, kn, v one after another, each [M][C]; rstd:
+// q's [M][H], then k's. Hopper (mlp_gemm_available) and qkv_norm_rotary_shape only.
+inline cudaError_t qkv_norm_rotary(const bf16* h, const bf16* W, bf16* out, float* rstd, const uint32_t* angles, int M, int C,
+                                   int D, float eps, cudaStream_t stream = 0) {
+  if (!qkv_norm_rotary_shape(C, D) || !rstd || !angles || !aligned16({angles})) return cudaErrorInvalidValue;
+  const mlp_sm90::QkvArgs qa{angles, rstd, eps, C};
+  if (D == 128) return mlp_sm90::launch<mlp_sm90::kQkv, 128>(h, W, h, out, M, 3 * C, C, stream, qa);
+  return mlp_sm90::launch<mlp_sm90::kQkv, 64>(h, W, h, out, M, 3 * C, C, stream, qa);
 }
 
 }  // namespace layers

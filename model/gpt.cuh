@@ -18,13 +18,16 @@
 // uploads go through pinned buffers and its losses come back into pinned memory, summed when
 // they land (take_losses()), so the host prepares the next sequence while the GPU works and the
 // GPU never sits idle between sequences (forward() is the same with the wait, for tests).
-// Activations kept for the backward: (11 C + 1 hidden) x T bf16 a layer (plus C x T for the
-// layers that take a U-net skip): x_mix, h, q, k, qn, kn, v_lin, v, y, x_attn, h2 and r =
-// relu(u)^2. The MLP's pre-activation u (4 C) is not kept: its backward needs only
-// max(u, 0) = sqrt(r). The value embedding ve is gathered from its table again where needed.
-// On Hopper the MLP's ReLU^2 runs inside the epilogues of the products around it (forward
-// r = relu(h Wfc)^2, backward du = 2 sqrt(r) dx Wproj^T: layers/mlp_gemm.cuh), so neither u nor
-// dr is ever written; elsewhere the products run through cuBLASLt and relu2.cuh apart.
+// Activations kept for the backward: (9 C + 1 hidden) x T bf16 a layer (plus C x T for the
+// layers that take a U-net skip): x_mix, h, qn, kn, v_lin, v, y, x_attn, h2 and r = relu(u)^2.
+// The MLP's pre-activation u (4 C) is not kept: its backward needs only max(u, 0) = sqrt(r).
+// Nor are q and k before their norm: attention's backward takes the norm's backward from qn and
+// kn (attention/attention.h NormRotary). The value embedding ve is gathered from its table again
+// where needed. On Hopper the MLP's ReLU^2 runs inside the epilogues of the products around it
+// (forward r = relu(h Wfc)^2, backward du = 2 sqrt(r) dx Wproj^T), and q and k's norm + rotary
+// inside the epilogue of the product that makes them (layers/mlp_gemm.cuh), so neither u, dr nor
+// q and k before the norm are ever written; elsewhere the products run through cuBLASLt and
+// relu2.cuh and qk_norm_rotary.cuh apart.
 // Element-wise work is fused where a tensor would otherwise make two round trips to memory
 // (q/k norm + rotary, value embedding + mix, U-net skip + lambda mix + norm, the mixes' backwards with their
 // scalar gradients), and residual adds are written by the matmul (D = C + AB) instead of copies.
@@ -85,12 +88,16 @@ class Model {
     for (int i = 0; i < cfg.layers; i++) {
       Acts& a = acts_[i];
       if (i >= cfg.layers / 2) alloc(&a.x_in_own, TC * sizeof(bf16));  // x_prev + s pushed; others alias (forward)
-      for (bf16** p : {&a.x_mix, &a.h, &a.qn, &a.kn, &a.v, &a.y, &a.x_attn, &a.h2}) alloc(p, TC * sizeof(bf16));
-      alloc(&a.q, 3 * TC * sizeof(bf16));  // q, k, v_lin one after another: the batched projection writes them at a stride of T x C
-      a.k = a.q + TC, a.v_lin = a.k + TC;
+      for (bf16** p : {&a.x_mix, &a.h, &a.v, &a.y, &a.x_attn, &a.h2}) alloc(p, TC * sizeof(bf16));
+      // qn, kn, v_lin one after another: the projection writes them at a stride of T x C (q and k
+      // normed and rotated in its epilogue, or by a pass in place after it)
+      alloc(&a.qn, 3 * TC * sizeof(bf16));
+      a.kn = a.qn + TC, a.v_lin = a.kn + TC;
       alloc(&a.r, TF * sizeof(bf16));
       for (float** p : {&a.rstd_h, &a.rstd_h2}) alloc(p, (size_t)T * sizeof(float));
-      for (float** p : {&a.rstd_q, &a.rstd_k, &a.lse}) alloc(p, TH * sizeof(float));
+      alloc(&a.rstd_q, 2 * TH * sizeof(float));  // q's, then k's (as the fused projection writes them)
+      a.rstd_k = a.rstd_q + TH;
+      alloc(&a.lse, TH * sizeof(float));
     }
     pushed_.resize(cfg.layers / 2);
     dpushed_.resize(cfg.layers / 2 - 1);  // the source of skip 0 is x_prev itself: its gradient joins dx_ directly
@@ -113,6 +120,7 @@ class Model {
     auto tab = layers::rotary_table(T, cfg.head_dim());
     alloc(&rot_, tab.size() * sizeof(float2));
     cuda_check(cudaMemcpy(rot_, tab.data(), tab.size() * sizeof(float2), cudaMemcpyHostToDevice), "rotary table");
+    set_fused_qkv(layers::mlp_gemm_available() && layers::qkv_norm_rotary_shape(cfg.width, cfg.head_dim()));
     zero_grad();
   }
   ~Model() {
@@ -166,6 +174,20 @@ class Model {
     if (!on && !dr_) alloc(&dr_, (size_t)T_ * cfg_.hidden * sizeof(bf16));
   }
   bool fused_mlp() const { return fused_mlp_; }
+  // q and k's per-head norm + rotary in the epilogue of the product that makes q, k and v
+  // (layers/mlp_gemm.cuh qkv_norm_rotary, Hopper, widths a multiple of 256; on by default where
+  // it runs), or the product through cuBLASLt and qk_norm_rotary.cuh's pass after it.
+  void set_fused_qkv(bool on) {
+    if (on && !(layers::mlp_gemm_available() && layers::qkv_norm_rotary_shape(cfg_.width, cfg_.head_dim())))
+      throw std::invalid_argument("set_fused_qkv: this device or width cannot run the fused q, k, v product");
+    fused_qkv_ = on;
+    if (on && !rot16_) {
+      const std::vector<uint32_t> ang = layers::rotary_angles_fp16(T_, cfg_.head_dim());
+      alloc(&rot16_, ang.size() * sizeof(uint32_t));
+      cuda_check(cudaMemcpy(rot16_, ang.data(), ang.size() * sizeof(uint32_t), cudaMemcpyHostToDevice), "rotary angles");
+    }
+  }
+  bool fused_qkv() const { return fused_qkv_; }
   // The lm head's product with the cross-entropy's first pass in its epilogue
   // (layers/head_ce.cuh, Hopper; on by default where the device runs it), or the product through
   // cuBLASLt and softcap_ce.cuh apart (tests compare the two; a forward that returns z takes the
@@ -253,12 +275,18 @@ class Model {
       const layers::SkipAdd skip = i >= L / 2 ? layers::SkipAdd{pushed_[L - 1 - i], S(at_.skip), i - L / 2, a.x_in_own} : layers::SkipAdd{};
       prof_.mark(Profiler::kNormMix, i >= L / 2 ? "U-net skip + lambda mix + norm" : "lambda mix + norm");
       ok(layers::mix_rmsnorm_forward(x, x0_, S(lp.lambda), a.x_mix, a.h, a.rstd_h, T, C, eps, skip));
-      prof_.mark(Profiler::kMatmul, "q, k, v = h W (3 x C x C)");
-      mm_.xW_batched(a.h, W(lp.wq), (long long)C * C, a.q, (long long)TC, 3, T, C, C);  // Wq, Wk, Wv: one after another (resolve)
+      // Wq, Wk, Wv: one after another (resolve)
+      if (fused_qkv_) {
+        prof_.mark(Profiler::kMatmul, "q, k, v = h W, q, k normed (fused)");
+        ok(layers::qkv_norm_rotary(a.h, W(lp.wq), a.qn, a.rstd_q, rot16_, T, C, Dh, eps));
+      } else {
+        prof_.mark(Profiler::kMatmul, "q, k, v = h W (3 x C x C)");
+        mm_.xW_batched(a.h, W(lp.wq), (long long)C * C, a.qn, (long long)TC, 3, T, C, C);
+        prof_.mark(Profiler::kNormMix, "q, k norm + rotary");
+        ok(layers::qk_norm_rotary_forward({a.qn, a.kn}, {a.qn, a.kn}, {a.rstd_q, a.rstd_k}, rot_, T, H, Dh, eps));  // in place
+      }
       prof_.mark(Profiler::kNormMix, "value embedding mix");
       ok(layers::value_embed_mix(a.v_lin, W(lp.value_embed), tokens_, a.v, S(lp.attn_lambda), T, C));
-      prof_.mark(Profiler::kNormMix, "q, k norm + rotary");
-      ok(layers::qk_norm_rotary_forward({a.q, a.k}, {a.qn, a.kn}, {a.rstd_q, a.rstd_k}, rot_, T, H, Dh, eps));
       prof_.mark(Profiler::kAttnFwd);
       ok(attn::attention_forward(a.qn, a.kn, a.v, a.y, a.lse, T, H, Dh, mask()));
       prof_.mark(Profiler::kMatmul, "x + y Wo (C x C)");
@@ -440,7 +468,7 @@ class Model {
  private:
   struct Acts {  // what the backward needs of one layer
     const bf16* x_in;  // x0_, pushed_[i - 1] or x_in_own
-    bf16 *x_in_own = nullptr, *x_mix, *h, *q, *k, *qn, *kn, *v_lin, *v, *y, *x_attn, *h2, *r;  // u, ve: not kept
+    bf16 *x_in_own = nullptr, *x_mix, *h, *qn, *kn, *v_lin, *v, *y, *x_attn, *h2, *r;  // q, k (before the norm), u, ve: not kept
     float *rstd_h, *rstd_q, *rstd_k, *rstd_h2, *lse;
   };
   template <typename P>
@@ -548,7 +576,7 @@ class Model {
   std::vector<bf16*> pushed_, dpushed_;
   bf16 *w16_, *emb_, *x0_, *x_, *hf_, *dhf_, *dx_, *dx0_, *dh_, *dy_, *dq_, *dk_, *dv_, *t1_, *du_, *z_;
   bf16* dr_ = nullptr;  // dr (and u in the forward) of the unfused MLP path only
-  bool fused_mlp_ = false;
+  bool fused_mlp_ = false, fused_qkv_ = false;
   bool fused_head_ = false, head_scaled_ = false;  // the last forward's dhf_ rows want row_scale_
   bf16* hs_ = nullptr;                              // diag(c) h of a chunk (fused head only)
   float *row_scale_ = nullptr, *head_scratch_ = nullptr;
@@ -560,6 +588,7 @@ class Model {
   float* vdot_partial_;  // value_embed_backward's per-chunk sums
   layers::TokenIndexView ixv_;  // the last forward's token index
   float2* rot_;
+  uint32_t* rot16_ = nullptr;  // the fused q, k, v product's angles (layers/qk_norm_rotary.cuh rotary_angles_fp16)
 };
 
 }  // namespace gpt

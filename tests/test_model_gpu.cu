@@ -3,7 +3,9 @@
 // from their initial values) and three masks (causal + 2-block window + documents; no causal +
 // a bidirectional token window; prefix-LM of 50 tokens + documents + a bidirectional 1-block
 // window, whose loss drops the predictions inside each prefix); on Hopper both paths (ReLU^2
-// fused into the MLP products and the cross-entropy into the head's, and both apart).
+// fused into the MLP products, the cross-entropy into the head's and q and k's norm + rotary into
+// the q, k, v product's, and all apart). Widths 256 (head dims 128 and 64, which the fused q, k,
+// v product takes) and 128 (which it does not: its pass runs on both paths).
 // Tolerance: the GPU keeps every activation in bf16 (2^-9 relative rounding, a few dozen
 // roundings along any path through 4 layers, about sqrt(30) * 2e-3 = 1e-2): softcapped logits
 // within 3e-2 relative (Frobenius; 7.5e-3 and 4.8e-3 measured on H100), the mean loss within
@@ -31,8 +33,8 @@ int main() {
   for (int variant = 0; variant < 3; variant++) {
     model_ref::Config cfg;
     cfg.vocab = 256;
-    cfg.width = 128;
-    cfg.heads = 2;
+    cfg.width = variant < 2 ? 256 : 128;
+    cfg.heads = variant == 1 ? 4 : 2;
     cfg.layers = 4;
     cfg.hidden = 512;
     const int T = 384, kBos = 0;
@@ -83,6 +85,7 @@ int main() {
       gpt::Model m(cfg, T, /*head_chunk=*/160);  // chunks of 160 rows: 3 chunks, the last partial
       m.set_fused_mlp(fused);
       m.set_fused_head(fused);
+      m.set_fused_qkv(fused && layers::qkv_norm_rotary_shape(cfg.width, cfg.head_dim()));
       m.load(p.data);
       std::vector<float> z;
       const double loss_z = m.forward(batch, gscale, &z);
@@ -101,8 +104,8 @@ int main() {
       const double le = std::sqrt(num / den), lossrel = std::fabs(loss - loss_ref) / loss_ref;
       CHECK(le < 3e-2, "variant %d, fused %d: logits rel err %.2e", variant, fused, le);
       CHECK(lossrel < 1e-3, "variant %d, fused %d: loss %.6f vs reference %.6f", variant, fused, loss, loss_ref);
-      std::printf("model forward, variant %d, fused %d: loss %.6f (reference %.6f, rel %.1e), logits rel err %.2e, logit rms %.2f\n", variant,
-                  fused, loss, loss_ref, lossrel, le, std::sqrt(den / z.size()));
+      std::printf("model forward, variant %d (width %d, head dim %d), fused %d (q, k, v %d): loss %.6f (reference %.6f, rel %.1e), logits rel err %.2e, logit rms %.2f\n", variant,
+                  cfg.width, cfg.head_dim(), fused, (int)m.fused_qkv(), loss, loss_ref, lossrel, le, std::sqrt(den / z.size()));
       // the backward against the reference gradient, tensor by tensor
       m.backward();
       std::vector<float> g = m.gradients();

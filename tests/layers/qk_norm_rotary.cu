@@ -9,7 +9,7 @@
 // rmsnorm then rotary in fp64 (model/reference_layers.h); at the speedrun's length (angles up
 // to 65535 rad), H = 3 so that a token's 2H = 6 rows are not a multiple of the kernel's batch
 // of 4 and rows do not align with warps. q and k hold different values (a swap of the two
-// would show).
+// would show). In place, the same bits.
 // Tolerances: bf16 outputs rounded once from fp32 math, 4e-3 relative (rms); rstd fp32, 1e-5.
 static void test_qk_norm_rotary() {
   for (int D : {128, 64}) {
@@ -47,6 +47,14 @@ static void test_qk_norm_rotary() {
       const double ey = rel_err(from_device(o.dyo, n), o.y);
       CHECK(rerr < 1e-5 && ey < 4e-3, "qk norm+rotary D=%d %s: rstd %.2e y %.2e", D, w ? "k" : "q", rerr, ey);
       std::printf("qk norm+rotary T=%d H=%d D=%d, %s: rstd %.1e, y %.2e\n", T, H, D, w ? "k" : "q", rerr, ey);
+    }
+    // in place (the model's pass over the projection's q and k when the fused product does not
+    // run): the same bits as into other tensors (each element is read before it is written)
+    CUDA_CHECK(layers::qk_norm_rotary_forward({t[0].dx_in, t[1].dx_in}, {t[0].dx_in, t[1].dx_in}, {t[0].drstd, t[1].drstd}, dt, T, H,
+                                              D, (float)eps));
+    for (int w = 0; w < 2; w++) {
+      const std::vector<double> a = from_device(t[w].dx_in, n), b = from_device(t[w].dyo, n);
+      CHECK(a == b, "qk norm+rotary D=%d %s: in place differs from out of place", D, w ? "k" : "q");
     }
     CHECK(layers::qk_norm_rotary_forward({t[0].dx_in, t[1].dx_in}, {t[0].dyo, t[1].dyo}, {t[0].drstd, t[1].drstd}, dt, T, H, 96, 0.f) ==
               cudaErrorInvalidValue,

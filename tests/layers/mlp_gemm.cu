@@ -14,13 +14,18 @@
 
 #include <omp.h>
 
-// The first MN values of out (MN + guard rows' worth, poisoned before the call) against want,
-// and whether the guard rows after them are still poisoned (NaN)
-static double out_err(const bf16* out, const std::vector<double>& want, size_t guard_values, bool* guard_ok) {
-  const std::vector<double> got = from_device(out, want.size() + guard_values);
+// The first n values of out (n + guard values' worth, poisoned before the call), and whether the
+// guard values after them are still poisoned (NaN)
+static std::vector<double> guarded(const bf16* out, size_t n, size_t guard_values, bool* guard_ok) {
+  std::vector<double> got = from_device(out, n + guard_values);
   *guard_ok = true;
-  for (size_t i = want.size(); i < got.size(); i++) *guard_ok &= std::isnan(got[i]);
-  return rel_err(std::vector<double>(got.begin(), got.begin() + want.size()), want);
+  for (size_t i = n; i < got.size(); i++) *guard_ok &= std::isnan(got[i]);
+  got.resize(n);
+  return got;
+}
+// The first MN values of out against want, and whether the guard rows after them are untouched
+static double out_err(const bf16* out, const std::vector<double>& want, size_t guard_values, bool* guard_ok) {
+  return rel_err(guarded(out, want.size(), guard_values, guard_ok), want);
 }
 
 static void test_mlp_gemm() {
@@ -132,9 +137,7 @@ static void test_qkv_norm_rotary() {
     bf16 *dh = to_device(h), *dW = to_device(W), *dout = poisoned(3 * MC + (size_t)guard * C);
     CUDA_CHECK(layers::qkv_norm_rotary(dh, dW, dout, drstd, dang, M, C, D, (float)eps));
     bool guard_ok;
-    const std::vector<double> all = from_device(dout, 3 * MC + (size_t)guard * C);
-    guard_ok = true;
-    for (size_t i = 3 * MC; i < all.size(); i++) guard_ok &= std::isnan(all[i]);
+    const std::vector<double> all = guarded(dout, 3 * MC, (size_t)guard * C, &guard_ok);
     std::vector<float> rg(2 * rows + guard);
     CUDA_CHECK(cudaMemcpy(rg.data(), drstd, rg.size() * sizeof(float), cudaMemcpyDeviceToHost));
     double rerr = 0;

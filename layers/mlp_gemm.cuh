@@ -31,9 +31,13 @@
 // 2.4% (forward) and 0.7% (backward) off the energy of a call there
 // (docs/runs/2026-11-24_mlp_gemm_energy_at_power_cap_h200.txt).
 // Epilogues (the tensor cores wait for them; the producer has the next tile's slices in flight):
-// - forward: each warpgroup writes its 64 x 256 in two rounds of 128 columns through a buffer
-//   of its own (stmatrix, two SW128 panels), from which one of its threads stores the round by
-//   TMA, whole 128-byte lines;
+// - forward: each warpgroup writes its 64 x 256 in two rounds of 128 columns (stmatrix, two
+//   SW128 panels a round), each stored by TMA by one of its threads, whole 128-byte lines: the
+//   first through a buffer of its own, the second through its 16 KB of the tile's last ring
+//   stage (A's part for warpgroup 0, the first half of B's for 1), which the consumers keep
+//   until that store has read it (released after the next tile's first wgmmas are issued), so
+//   the second round does not wait for the first's store. Both warpgroups' wgmmas read that
+//   stage, so a warpgroup writes there once the other's are done (named barriers 3 and 4);
 // - backward: r needs the whole tile at once, which beside 4 stages only the ring has room
 //   for: after a tile's slices the producer loads each warpgroup's 64 rows of r into an entry of
 //   the ring (its B part, a "slot"), the warpgroup writes du over r there and stores it from
@@ -268,11 +272,17 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbar_arrive_count(&ring.empty[(it0 - per_tile + nk + wg) % S], kConsumerThreads / 32);
         mbar_arrive_remote(&ring.empty[(it0 - per_tile + nk + wg) % S], peer, kConsumerThreads / 32);
       }
+      // the forwards: the previous tile's last slice's stage, which held its second epilogue round,
+      // once that round's store has read it (the storer arrives for its warpgroup's 4 warps)
+      if (!BWD && kb == 0 && ti > 0 && storer) {
+        store_wait_read();
+        mbar_arrive_count(&ring.empty[(it0 - 1) % S], kConsumerThreads / 64);
+        mbar_arrive_remote(&ring.empty[(it0 - 1) % S], peer, kConsumerThreads / 64);
+      }
       if (QKV && kb == 0 && storer && normed()) {  // (the loads complete under the tile's slices)
         const int rows = M - (m0 + wg * WM) < WM ? M - (m0 + wg * WM) : WM;
         const uint32_t bytes = (uint32_t)rows * (HD / 2) * sizeof(uint32_t);
-        store_wait_read();
-        mbar_arrive_expect_tx(&angles_full[wg], bytes);
+        mbar_arrive_expect_tx(&angles_full[wg], bytes);  // (the buffer's stores have read it: above)
         bulk_load(my_angles, qa.angles + (size_t)(m0 + wg * WM) * (HD / 2), bytes, &angles_full[wg]);
       }
       wgmma_wait<1>();  // the previous slice's wgmmas are done: its stage is free
@@ -280,9 +290,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     wgmma_wait<0>();
     reg_fence(acc);
-    release(it0 + nk - 1);
+    if (BWD) release(it0 + nk - 1);  // (the forwards keep it for their epilogue's second round)
+    // the forwards' second round writes into a part of that stage the other warpgroup's wgmmas
+    // read: this warpgroup's are done (named barrier 3 + (1 - wg), waited on by the other)
+    if (!BWD) asm volatile("bar.arrive %0, 256;\n" ::"r"(4 - wg) : "memory");
 
-    if (BWD) {  // du = 2 sqrt(r) dr over r in the warpgroup's slot, stored from there
+    if constexpr (BWD) {  // du = 2 sqrt(r) dr over r in the warpgroup's slot, stored from there
       const int os = it0 + nk + wg;
       ring.wait_full(os);
       bf16* o = sB + (os % S) * BN * BK;
@@ -310,41 +323,46 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int p = 0; p < BN / 64; p++) tma_store_panel(o + p * WM * 64, &tmO, n0 + 64 * p, m0 + wg * WM);
         store_commit();
       }
-      continue;
-    }
-    if constexpr (QKV) {  // q, k: the norm + rotary in place, reading the angles (the rounds' first barrier
-      if (normed()) {     // orders those reads before the buffer is written)
-        mbar_wait(&angles_full[wg], angle_loads++ & 1);
-        // rstd [2][M][H]: this thread's rows' first entry for the tile's heads (z M + row) H + n0' / HD
-        const int H = qa.nb / HD, row0 = m0 + wg * WM + rr;
-        float* const rstd = qa.rstd + ((size_t)(n0 / qa.nb) * M + row0) * H + (n0 % qa.nb) / HD;
-        norm_rotary_acc<HD>(acc, my_angles, rr, lane & 3, qa.eps, [&](int h, int hh, float v) {
-          if ((lane & 3) == 0 && row0 + 8 * h < M) rstd[(size_t)8 * h * H + hh] = v;
-        });
+    } else {  // the forwards
+      if constexpr (QKV) {  // q, k: the norm + rotary in place, reading the angles (the rounds' first barrier
+        if (normed()) {     // orders those reads before the buffer is written)
+          mbar_wait(&angles_full[wg], angle_loads++ & 1);
+          // rstd [2][M][H]: this thread's rows' first entry for the tile's heads (z M + row) H + n0' / HD
+          const int H = qa.nb / HD, row0 = m0 + wg * WM + rr;
+          float* const rstd = qa.rstd + ((size_t)(n0 / qa.nb) * M + row0) * H + (n0 % qa.nb) / HD;
+          norm_rotary_acc<HD>(acc, my_angles, rr, lane & 3, qa.eps, [&](int h, int hh, float v) {
+            if ((lane & 3) == 0 && row0 + 8 * h < M) rstd[(size_t)8 * h * H + hh] = v;
+          });
+        }
       }
-    }
-    // the forward: the epilogue in two rounds of 128 columns through the warpgroup's buffer
-    bf16* my_c = sC + wg * WM * OC;
+      // the forward: the epilogue in two rounds of 128 columns, the first through the warpgroup's
+      // buffer, the second through its half of the tile's last stage (A's part for warpgroup 0, the
+      // first half of B's for 1), so that neither waits for the other's store
+      static_assert(BN / OC == 2 && BM * BK >= WM * OC, "two rounds, the second in a stage");
 #pragma unroll
-    for (int round = 0; round < BN / OC; round++) {
-      if (storer) store_wait_read();  // the previous round has left the buffer
-      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+      for (int round = 0; round < BN / OC; round++) {
+        const int last = (it0 + nk - 1) % S;
+        bf16* const my_c = round == 0 ? sC + wg * WM * OC : wg ? sB + last * BN * BK : sA + last * BM * BK;
+        if (storer && round == 0) store_wait_read();  // the previous tile's rounds have left the buffer
+        if (round == 0) asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+        else asm volatile("bar.sync %0, 256;\n" ::"r"(3 + wg) : "memory");  // the other's wgmmas are done
 #pragma unroll
-      for (int j = 0; j < OC / 8; j += 2) {  // two n8 blocks, then their stmatrix
-        const int jb = round * OC / 8 + j;   // the first's block in the tile
+        for (int j = 0; j < OC / 8; j += 2) {  // two n8 blocks, then their stmatrix
+          const int jb = round * OC / 8 + j;   // the first's block in the tile
 #pragma unroll
-        for (int jj = jb; jj < jb + 2 && !QKV; jj++)
+          for (int jj = jb; jj < jb + 2 && !QKV; jj++)
 #pragma unroll
-          for (int h = 0; h < 2; h++) {
-            const float u0 = fmaxf(round_bf16(acc[jj][2 * h]), 0.f), u1 = fmaxf(round_bf16(acc[jj][2 * h + 1]), 0.f);
-            acc[jj][2 * h] = u0 * u0, acc[jj][2 * h + 1] = u1 * u1;
-          }
-        uint32_t f[4];
-        attn::c_to_a(f, acc[jb], acc[jb + 1]);
-        stmatrix_x4(smem_addr(my_c + sw128<WM>(srow, j + (lane >> 4))), f);
+            for (int h = 0; h < 2; h++) {
+              const float u0 = fmaxf(round_bf16(acc[jj][2 * h]), 0.f), u1 = fmaxf(round_bf16(acc[jj][2 * h + 1]), 0.f);
+              acc[jj][2 * h] = u0 * u0, acc[jj][2 * h + 1] = u1 * u1;
+            }
+          uint32_t f[4];
+          attn::c_to_a(f, acc[jb], acc[jb + 1]);
+          stmatrix_x4(smem_addr(my_c + sw128<WM>(srow, j + (lane >> 4))), f);
+        }
+        if (QKV) store_round(my_c, &tmO, n0 % qa.nb + round * OC, m0 + wg * WM, wg, storer, n0 / qa.nb);
+        else store_round(my_c, &tmO, n0 + round * OC, m0 + wg * WM, wg, storer);
       }
-      if (QKV) store_round(my_c, &tmO, n0 % qa.nb + round * OC, m0 + wg * WM, wg, storer, n0 / qa.nb);
-      else store_round(my_c, &tmO, n0 + round * OC, m0 + wg * WM, wg, storer);
     }
   }
   if (storer) store_wait();  // the stores are complete before the block's shared memory goes

@@ -76,6 +76,15 @@ static_assert(Shape::kSmem <= 232448, "more shared memory than a block may have"
 
 // bf16 rounding as the unfused path's bf16 tensors round
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
+// r = max(u, 0)^2 on a pair of bf16 u, in bf16x2 arithmetic: u^2 of a bf16 u is exact in fp32, so
+// the one rounding of the bf16 product gives the bits of bf16(fp32 u^2), three instructions a pair
+// where the fp32 form took nine
+__device__ __forceinline__ uint32_t relu2_bf16x2(uint32_t u) {
+  __nv_bfloat162 x = *reinterpret_cast<__nv_bfloat162*>(&u);
+  x = __hmax2(x, __float2bfloat162_rn(0.f));
+  x = __hmul2(x, x);
+  return *reinterpret_cast<uint32_t*>(&x);
+}
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // The block's dynamic shared memory (Shape::kSmem), aligned to 1024 bytes: S stages of A (BM x BK,
@@ -349,15 +358,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int j = 0; j < OC / 8; j += 2) {  // two n8 blocks, then their stmatrix
           const int jb = round * OC / 8 + j;   // the first's block in the tile
-#pragma unroll
-          for (int jj = jb; jj < jb + 2 && !QKV; jj++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-              const float u0 = fmaxf(round_bf16(acc[jj][2 * h]), 0.f), u1 = fmaxf(round_bf16(acc[jj][2 * h + 1]), 0.f);
-              acc[jj][2 * h] = u0 * u0, acc[jj][2 * h + 1] = u1 * u1;
-            }
           uint32_t f[4];
-          attn::c_to_a(f, acc[jb], acc[jb + 1]);
+          attn::c_to_a(f, acc[jb], acc[jb + 1]);  // u rounded to bf16, in pairs
+#pragma unroll
+          for (int i = 0; i < 4 && !QKV; i++) f[i] = relu2_bf16x2(f[i]);
           stmatrix_x4(smem_addr(my_c + sw128<WM>(srow, j + (lane >> 4))), f);
         }
         if (QKV) store_round(my_c, &tmO, n0 % qa.nb + round * OC, m0 + wg * WM, wg, storer, n0 / qa.nb);

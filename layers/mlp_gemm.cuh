@@ -74,8 +74,13 @@ struct Shape {
 };
 static_assert(Shape::kSmem <= 232448, "more shared memory than a block may have");
 
-// bf16 rounding as the unfused path's bf16 tensors round
-__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
+// The epilogues' arithmetic on bf16 pairs (the accumulators rounded to bf16 as the unfused path's
+// bf16 tensors are, two to a register): 2 x, exact
+__device__ __forceinline__ uint32_t twice_bf16x2(uint32_t u) {
+  __nv_bfloat162 x = *reinterpret_cast<__nv_bfloat162*>(&u);
+  x = __hadd2(x, x);
+  return *reinterpret_cast<uint32_t*>(&x);
+}
 // r = max(u, 0)^2 on a pair of bf16 u, in bf16x2 arithmetic: u^2 of a bf16 u is exact in fp32, so
 // the one rounding of the bf16 product gives the bits of bf16(fp32 u^2), three instructions a pair
 // where the fp32 form took nine
@@ -315,14 +320,18 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int h = 0; h < 2; h++) {
             const float2 rf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(o + sw128<WM>(rr + 8 * h, jj) + c0));
-            // as relu2.cuh
-            acc[jj][2 * h] = 2.f * sqrt_approx(rf.x) * round_bf16(acc[jj][2 * h]);
-            acc[jj][2 * h + 1] = 2.f * sqrt_approx(rf.y) * round_bf16(acc[jj][2 * h + 1]);
+            // as relu2.cuh, bf16(2 sqrt(r) bf16(dr)), as 2 bf16(sqrt(r) bf16(dr)): the 2 scales
+            // exactly, and is applied to the packed pairs below (dr rounded to bf16 as a pair)
+            const float2 dr = __bfloat1622float2(__floats2bfloat162_rn(acc[jj][2 * h], acc[jj][2 * h + 1]));
+            acc[jj][2 * h] = sqrt_approx(rf.x) * dr.x;
+            acc[jj][2 * h + 1] = sqrt_approx(rf.y) * dr.y;
           }
         // The stmatrix writes blocks j, j + 1 of this warp's rows, whose r every lane has read
         // before it (a warp's shared-memory accesses complete in order).
         uint32_t f[4];
         attn::c_to_a(f, acc[j], acc[j + 1]);
+#pragma unroll
+        for (int i = 0; i < 4; i++) f[i] = twice_bf16x2(f[i]);
         stmatrix_x4(smem_addr(o + sw128<WM>(srow, j + (lane >> 4))), f);
       }
       fence_proxy_async();

@@ -159,13 +159,12 @@ __device__ __forceinline__ void norm_rotary_acc(float (&acc)[32][4], const uint3
     for (int hh = 0; hh < HEADS; hh++) {
       float ss = 0.f;
 #pragma unroll
-      for (int j = hh * NB; j < (hh + 1) * NB; j++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          const float x = __bfloat162float(__float2bfloat16(acc[j][2 * r + e]));
-          acc[j][2 * r + e] = x;
-          ss += x * x;
-        }
+      for (int j = hh * NB; j < (hh + 1) * NB; j++) {  // (rounded as a pair: one conversion for two)
+        const float2 x = __bfloat1622float2(__floats2bfloat162_rn(acc[j][2 * r], acc[j][2 * r + 1]));
+        acc[j][2 * r] = x.x, acc[j][2 * r + 1] = x.y;
+        ss += x.x * x.x;
+        ss += x.y * x.y;
+      }
       ss += __shfl_xor_sync(0xffffffff, ss, 1);  // the row's 4 threads
       ss += __shfl_xor_sync(0xffffffff, ss, 2);
       rs[hh] = rsqrtf(ss / D + eps);

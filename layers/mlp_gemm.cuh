@@ -356,7 +356,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // the forward: the epilogue in two rounds of 128 columns, the first through the warpgroup's
       // buffer, the second through its half of the tile's last stage (A's part for warpgroup 0, the
       // first half of B's for 1), so that neither waits for the other's store
-      static_assert(BN / OC == 2 && BM * BK >= WM * OC, "two rounds, the second in a stage");
+      static_assert(BN / OC == 2 && BM * BK >= WM * OC && BN * BK / 2 >= WM * OC, "two rounds, the second in a stage");
 #pragma unroll
       for (int round = 0; round < BN / OC; round++) {
         const int last = (it0 + nk - 1) % S;

@@ -361,7 +361,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int round = 0; round < BN / OC; round++) {
         const int last = (it0 + nk - 1) % S;
         bf16* const my_c = round == 0 ? sC + wg * WM * OC : wg ? sB + last * BN * BK : sA + last * BM * BK;
-        if (storer && round == 0) store_wait_read();  // the previous tile's rounds have left the buffer
+        // round 0: the previous tile's rounds have left the buffer (its storer waited at kb == 0)
         if (round == 0) asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
         else asm volatile("bar.sync %0, 256;\n" ::"r"(3 + wg) : "memory");  // the other's wgmmas are done
 #pragma unroll

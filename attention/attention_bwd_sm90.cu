@@ -13,7 +13,7 @@
 //     dV += P^T dO, dK += dS^T Q           wgmma, left running under the next tile's P^T, dS^T
 //     dQ_share = dS K                      wgmma over the block's 128 keys (half of D each)
 //   and each query tile's dQ shares are added into fp32 sums by the tensor-memory engine in a
-//   fixed order (decreasing key block: dq_order.cuh), then converted to bf16.
+//   fixed order (by key block: dq_order.cuh, tile_scheduler.cuh), then converted to bf16.
 // - two kernels: dK/dV as above without dQ (P^T, dS^T stay in registers as the next wgmma's A),
 //   and dQ from its own kernel, one block per 128 queries walking key tiles of 64 (S = Q K^T,
 //   dP = dO V^T again; dQ += dS K), on a second stream beside dK/dV. At head dim 64 both
@@ -122,12 +122,13 @@ static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
     const dim3 grid((T + kB90Own - 1) / kB90Own * H);  // tile_scheduler.cuh key_block_of
     constexpr size_t smem = fused_sm90_smem<D>();
     static_assert(fused_sm90_smem_used<D>() <= kSmemOptin, "fused backward: shared memory");
-    err = cudaFuncSetAttribute(attention_bwd_fused_sm90_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    auto fused_kernel = hf ? attention_bwd_fused_sm90_kernel<D, true> : attention_bwd_fused_sm90_kernel<D, false>;
+    err = cudaFuncSetAttribute(fused_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err != cudaSuccess) return err;
     BwdMaps m;
     if ((err = bwd_maps<D>(&m, q, k, v, dout, T, H, kB90Walk, kB90Own)) != cudaSuccess) return err;
-    attention_bwd_fused_sm90_kernel<D><<<grid, kB90Threads, smem, stream>>>(
-        m.q, m.k, m.v, m.dout, ws.lse2, ws.drow, ws.dq_ranges, ws.dq_count, ws.dq_acc, dk, dv, T, H, mb, scale_log2, scale, kn, hf);
+    fused_kernel<<<grid, kB90Threads, smem, stream>>>(m.q, m.k, m.v, m.dout, ws.lse2, ws.drow, ws.dq_ranges, ws.dq_count,
+                                                      ws.dq_acc, dk, dv, T, H, mb, scale_log2, scale, kn);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     const int warps = 8;
     const unsigned blocks = (unsigned)(((size_t)T * H + warps - 1) / warps);

@@ -84,14 +84,16 @@ __device__ __forceinline__ void probs_and_dscores_t(float (&s)[NB][4], float (&d
 // queries each of this thread's keys (key0, key0 + 8) is kept by, the block's walk over the
 // query tiles that see its keys, the tile pipe, and the first loads (the first AHEAD query tiles
 // through load_q_side, and K and V by the TMA on kv_bar, which every thread has waited for on
-// return). Returns the walk.
+// return). Returns the walk, which goes down from the last query tile when `down` is set (ahead
+// holds walk positions: walk.tile() gives the query tile).
 template <int D, int BK, int AHEAD, typename Pipe, typename LoadQuerySide>
 __device__ __forceinline__ TileWalk begin_key_block(const MaskBounds& mb, int k0, int key0, int T, int h, int32_t* s_ids,
                                                     int (&q_lo2)[2], int (&q_hi2)[2], Pipe& pipe, uint64_t* kv_bar,
                                                     WalkAhead<AHEAD>& ahead, const CUtensorMap* tmK, const CUtensorMap* tmV,
-                                                    bf16* sK, bf16* sV, LoadQuerySide& load_q_side) {
+                                                    bf16* sK, bf16* sV, LoadQuerySide& load_q_side, bool down) {
   constexpr int BQ = kB90Walk, THREADS = 2 * BK;
-  const TileWalk walk = own_and_walk<BK, BQ>(mb, k0, false, key0, T, s_ids, q_lo2, q_hi2);
+  TileWalk walk = own_and_walk<BK, BQ>(mb, k0, false, key0, T, s_ids, q_lo2, q_hi2);
+  walk.down = down;
   if (threadIdx.x == 0) {
     sm90::mbar_init(kv_bar, 1);
     pipe.init(THREADS);  // fences the barriers' initialization for the TMA
@@ -105,7 +107,7 @@ __device__ __forceinline__ TileWalk begin_key_block(const MaskBounds& mb, int k0
   ahead.start(walk);
 #pragma unroll
   for (int a = 0; a < AHEAD; a++)
-    if (ahead.tile[a] < walk.end) load_q_side(ahead.tile[a], a);
+    if (ahead.tile[a] < walk.end) load_q_side(walk.tile(ahead.tile[a]), a);
   sm90::mbar_wait(kv_bar, 0);  // K, V (also read at the end by dK's norm backward, so waited even for an empty walk)
   return walk;
 }

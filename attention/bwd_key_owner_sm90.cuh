@@ -78,7 +78,7 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
   uint64_t* kv_bar = pipe.empty + S;  // the K and V tiles' arrival
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
   const int n_kb = (T + BK - 1) / BK, n_tiles = (T + BQ - 1) / BQ;
-  const KeyBlock kbh = key_block_of<DQ>(n_kb, H, heads_fastest);  // DQ: the order dq_order.cuh needs
+  const KeyBlock kbh = key_block_of<DQ>(n_kb, H, heads_fastest);  // DQ: the order dq_order.cuh needs (rising: walks down)
   const int kb = kbh.kb, k0 = kb * BK, h = kbh.h;
   const bool leader = threadIdx.x == 0;  // DQ: issues this block's dQ additions
 
@@ -89,7 +89,8 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
   };
   WalkAhead<AHEAD> ahead;  // tile[0] computed now, the others loaded or loading
   const TileWalk walk =
-      begin_key_block<D, BK>(mb, k0, key0, T, h, s_ids, q_lo2, q_hi2, pipe, kv_bar, ahead, tmK, tmV, sK, sV, load_q_side);
+      begin_key_block<D, BK>(mb, k0, key0, T, h, s_ids, q_lo2, q_hi2, pipe, kv_bar, ahead, tmK, tmV, sK, sV, load_q_side,
+                             kbh.rising);
 
   // DQ: each warpgroup's dQ matmul, its half of D's columns over all 128 keys (64 x DQN
   // accumulator). D = 128: the K tile's second 64-column panel; D = 64: 32 columns into the one
@@ -138,7 +139,7 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
   auto add_dq_share = [&](int qt, int2 range, unsigned seen) {  // after the staging is complete
     if (kb < range.x || kb > range.y) return;   // a walked tile with no kept pair: no share
     unsigned* count = dq_count + (size_t)h * n_tiles;
-    const unsigned rank = range.y - kb;
+    const unsigned rank = dq_rank(kb, range.x, range.y, kbh.rising);
     if (seen != rank) wait_count(count + qt, rank);
     count_prev_then_add(count + (pending >= 0 ? pending : qt), pending >= 0,
                         dq_acc + ((size_t)h * n_tiles + qt) * BQ * D, sdQ, BQ * D * (int)sizeof(float), rank > 0,
@@ -152,7 +153,7 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
   // and stage dQ_{j-1}, and the leader adds it to dq_acc.
   int it = 0;
   while (ahead.tile[0] < walk.end) {
-    const int st = it % S, st_prev = (it + S - 1) % S, qt = ahead.tile[0];
+    const int st = it % S, st_prev = (it + S - 1) % S, qt = walk.tile(ahead.tile[0]);
     const int2 range = DQ ? dq_ranges[qt] : int2{1, 0};
     pipe.wait_full(it);
     const bf16* q_tile = sQ + st * BQ * D;
@@ -168,7 +169,7 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
     wgmma_commit();
     if (ahead.tile[AHEAD] < walk.end) {
       pipe.wait_empty(it + AHEAD);
-      load_q_side(ahead.tile[AHEAD], it + AHEAD);
+      load_q_side(walk.tile(ahead.tile[AHEAD]), it + AHEAD);
     }
     TileKind kind_after;
     const int after = walk.next(ahead.tile[AHEAD] + 1, kind_after);
@@ -270,19 +271,21 @@ __global__ void __launch_bounds__(2 * BK, BK == 64 ? 2 : 1)
 #endif
 }
 
-// dK, dV and the block's dQ shares in one pass (the fused backward).
-template <int D>
+// dK, dV and the block's dQ shares in one pass (the fused backward). HEADS_FASTEST: the blocks'
+// order (tile_scheduler.cuh key_block_at), a constant so that the masks that go heads fastest
+// carry no code for the last head's rising order.
+template <int D, bool HEADS_FASTEST>
 __global__ void __launch_bounds__(kB90Threads, 1)
     attention_bwd_fused_sm90_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                                     const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO,
                                     const float* __restrict__ LSE2, const float* __restrict__ drow,
                                     const int2* __restrict__ dq_ranges, unsigned* __restrict__ dq_count,
                                     float* __restrict__ dq_acc, bf16* __restrict__ dK, bf16* __restrict__ dV, int T, int H,
-                                    MaskBounds mb, float scale_log2, float scale, NormRotary kn, bool heads_fastest) {
+                                    MaskBounds mb, float scale_log2, float scale, NormRotary kn) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   key_owner_backward<D, kB90Own, true>(smem_raw, &tmQ, &tmK, &tmV, &tmdO, LSE2, drow, dq_ranges, dq_count, dq_acc, dK, dV, T, H,
-                                       mb, scale_log2, scale, kn, heads_fastest);
+                                       mb, scale_log2, scale, kn, HEADS_FASTEST);
 #else
   __trap();  // built for another architecture: the launcher only picks this kernel on sm90
 #endif

@@ -3,17 +3,17 @@
 //
 // The fused kernel adds each key block's share of a query tile's dQ (fp32) into dq_acc with
 // the tensor-memory engine (a bulk reduce from shared memory). To stay deterministic the shares
-// of one tile are added in a fixed order: by decreasing key block. Which key blocks have a share
+// of one tile are added in a fixed order of key blocks: decreasing, or increasing in the heads
+// where tile_scheduler.cuh's key_block_at sets `rising` (dq_rank). Which key blocks have a share
 // in query tile m is exact and cheap to know: every query keeps an interval of keys that contains
 // itself (mask.h row_keys), so the keys some query of the tile keeps are the interval
 // key_range(tile) and every key block that meets it has kept pairs with the tile (and walks it).
-// dq_ranges[m] = that range of key blocks (empty: first > last); the block n_hi(m) - r is the
-// r-th to add, after dq_count[h][m] reached r (and the first writes instead of adding, so dq_acc
-// needs no clearing). The contract with the tile scheduler (tile_scheduler.cuh,
-// key_block_of<true>): a block only ever waits for the shares of larger key blocks, which
-// are the blocks of smaller index, started before it; the wait traps after 20 s instead of
-// hanging should that ever fail. (tests/test_attention_cpu.cpp
-// checks the claim about key_range on random masks.)
+// dq_ranges[m] = that range of key blocks (empty: first > last); the block of rank r adds after
+// dq_count[h][m] reached r (and the first writes instead of adding, so dq_acc needs no
+// clearing). The contract with the tile scheduler (tile_scheduler.cuh, key_block_at): a block
+// only ever waits for the shares of blocks of smaller index, started before it; the wait traps
+// after 20 s instead of hanging should that ever fail. (tests/test_attention_cpu.cpp checks the
+// claim about key_range and the contract on random masks.)
 #pragma once
 #include <cstdint>
 

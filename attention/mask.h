@@ -239,21 +239,27 @@ ATTN_HD void query_range(const MaskBounds& b, int k0, int k1, int& q_lo, int& q_
 }
 
 // The tiles of the other side, in steps of `step`, that a fixed range with ends e meets: the run
-// [begin, end) of tile indices, each classified by next() with no memory access.
+// [begin, end) of tile indices, each classified by next() with no memory access. A walk goes
+// through the positions begin, begin + 1, .., end - 1: position p is tile p, or with `down` set
+// tile begin + end - 1 - p (the same tiles from the last one down; tile() maps). Only the fused
+// sm90 backward walks down (tile_scheduler.cuh key_block_of).
 struct TileWalk {
   RangeEnds e;
   int step, T, begin, end;
+  bool down = false;
 
   ATTN_HD TileWalk(const RangeEnds& e_, int step_, int T_) : e(e_), step(step_), T(T_) {
     const bool any = e.last_hi >= e.first_lo;
     begin = any ? e.first_lo / step : 0;
     end = any ? e.last_hi / step + 1 : 0;
   }
-  // The first tile index >= i that is not skipped (or end), and its kind.
-  ATTN_HD int next(int i, TileKind& kind) const {
-    for (; i < end; i++) {
+  ATTN_HD int tile(int p) const { return down ? begin + end - 1 - p : p; }
+  // The first position >= p whose tile is not skipped (or end), and that tile's kind.
+  ATTN_HD int next(int p, TileKind& kind) const {
+    for (; p < end; p++) {
+      const int i = tile(p);
       kind = classify_against(e, i * step, i * step + step, T);
-      if (kind != kSkip) return i;
+      if (kind != kSkip) return p;
     }
     kind = kSkip;
     return end;
@@ -262,7 +268,8 @@ struct TileWalk {
 
 // The next AHEAD + 1 tiles of a walk with their kinds: tile[0] is computed now, tile[1..AHEAD]
 // are loaded or loading. A kernel asks for the following tile (next()) while its matmuls run and
-// pushes it at the end of the step.
+// pushes it at the end of the step. These are walk positions (TileWalk::tile() gives the tile
+// index; the same unless the walk goes down).
 template <int AHEAD>
 struct WalkAhead {
   int tile[AHEAD + 1];

@@ -7,16 +7,22 @@
 //   - Query-owning blocks take their tile longest walk first, query_tile_longest_first(): under
 //     the causal mask the last query tiles see the most keys, and starting them first leaves
 //     the short walks to fill the SMs at the end. A scheduling choice for speed only.
-//   - The fused sm90 backward's blocks take their key block in decreasing order of block index
-//     within each head, key_block_of<true>(). This is a correctness contract, not a choice for speed:
-//     dq_order.cuh adds each query tile's dQ shares in decreasing key block order, so a block
-//     waits for the shares of larger key blocks of its head, which belong to blocks of smaller
-//     index. The waits end because the GPU starts the blocks of a grid in increasing index order, so a block only waits for blocks already started and holding an SM. CUDA does not
-//     promise that order in writing; every NVIDIA GPU so far launches that way, the GPU tests
-//     run this kernel on every mask, and should it ever not hold, the wait in dq_order.cuh traps
-//     after 20 s with an error rather than hanging. (A ticket taken from a counter at the start
-//     of each block removes the assumption; measured on H200 it cost up to 7% of the backward on
-//     short walks, one barrier and one atomic round trip a block, so it is not used.)
+//   - The fused sm90 backward's blocks take their key blocks in the order that dq_order.cuh's
+//     dQ additions need (key_block_at()). This is a correctness contract, not a choice for speed:
+//     each query tile's dQ shares are added in a fixed order of key blocks, and a block only
+//     waits for shares that come before its own in that order, which must belong to blocks of
+//     smaller index. In most heads the order is decreasing key block: a head's blocks take its
+//     key blocks from the last one down and walk their query tiles up. In the last head of a
+//     grid whose blocks go head by head it is increasing key block: that head's blocks take its
+//     key blocks from the first one up and walk their query tiles down (dq_rank). The waits end
+//     because the GPU starts the blocks of a grid in increasing index order, so a block only
+//     waits for blocks already started and holding an SM. CUDA does not promise that order in
+//     writing; every NVIDIA GPU so far launches that way, the GPU tests run this kernel on every
+//     mask, and should it ever not hold, the wait in dq_order.cuh traps after 20 s with an error
+//     rather than hanging. (A ticket taken from a counter at the start of each block removes
+//     the assumption; measured on H200 it cost up to 7% of the backward on short walks, one
+//     barrier and one atomic round trip a block, so it is not used.) tests/test_attention_cpu.cpp
+//     checks the contract on random masks.
 #pragma once
 #include "attention/mask.h"
 
@@ -57,12 +63,25 @@ inline FwdShape fwd_shape(int D, const MaskDesc& m) {
 constexpr int kB90Own = 128, kB90Walk = 64, kB90SmallOwn = 64;
 inline bool bwd_small_tiles(int D, const MaskDesc& m) { return fwd_small_tiles(D, m); }
 
+#ifdef __CUDACC__
 __device__ __forceinline__ unsigned query_tile_longest_first(int n_tiles) { return n_tiles - 1 - blockIdx.x; }
+#endif
 
 // The key-owning sm90 kernels' blocks: a grid of n_kb * H blocks in x. Block b owns key block
-// i of head h, where (i, h) = (b / H, b % H) heads fastest, else (b % n_kb, b / n_kb); the key
-// block is n_kb - 1 - i LAST_FIRST (the fused backward: the order dq_order.cuh needs), else i
-// (under the causal mask the first key blocks have the longest walks).
+// i of head h, where (i, h) = (b / H, b % H) heads fastest, else (b % n_kb, b / n_kb): the key
+// block is i for the dK/dV kernel (under the causal mask the first key blocks have the longest
+// walks). For the fused backward (dq_order) it is n_kb - 1 - i, except in the last head when the
+// grid goes head by head (and has more than one head), where it is i and `rising` is set: that
+// head adds its dQ shares by increasing key block and its blocks walk their query tiles down.
+// Why the last head: under the causal mask a head's longest walks come last in the decreasing
+// order, and with every head so the grid's last blocks would be its longest, which leaves SMs
+// idle at the end (dense causal, T = 16384, 16 heads: a model of the grid on 132 SMs, one tile a
+// step, puts the end's idle time at 7.4% of the kernel). The last head's blocks start while the
+// one before runs, spread out as its blocks end one by one, so taken longest first with the
+// increasing order their walks do not wait for each other, and the grid ends on short walks
+// (the same model: 1.2%). Giving more heads that order starts their blocks together on the same
+// tiles, one waiting for the next (the model: 5.5% with the last two; the measured staircase
+// of an earlier try: every head so, 24% slower).
 // Heads fastest, the H blocks of one key block run side by side, so what they read per key
 // rather than per head (the rotary angles of k's norm backward in dK's store) comes from DRAM
 // once and from L2 for the others; that is the order on masks with a window or documents, whose
@@ -72,11 +91,22 @@ __device__ __forceinline__ unsigned query_tile_longest_first(int n_tiles) { retu
 inline bool bwd_heads_fastest(const MaskDesc& m) { return m.window > 0 || m.doc_ids != nullptr; }
 struct KeyBlock {
   int kb, h;
+  bool rising;  // the fused backward: this head's dQ shares go by increasing key block, its walks down
 };
-template <bool LAST_FIRST>
-__device__ __forceinline__ KeyBlock key_block_of(int n_kb, int H, bool heads_fastest) {
-  const int b = blockIdx.x, i = heads_fastest ? b / H : b % n_kb, h = heads_fastest ? b % H : b / n_kb;
-  return {LAST_FIRST ? n_kb - 1 - i : i, h};
+ATTN_HD KeyBlock key_block_at(int b, int n_kb, int H, bool heads_fastest, bool dq_order) {
+  const int i = heads_fastest ? b / H : b % n_kb, h = heads_fastest ? b % H : b / n_kb;
+  if (!dq_order) return {i, h, false};
+  const bool rising = !heads_fastest && H > 1 && h == H - 1;
+  return {rising ? i : n_kb - 1 - i, h, rising};
 }
+// The place of key block kb's share among a query tile's shares, which come from the key blocks
+// lo .. hi (dq_order.cuh dq_range_of).
+ATTN_HD unsigned dq_rank(int kb, int lo, int hi, bool rising) { return rising ? kb - lo : hi - kb; }
+#ifdef __CUDACC__
+template <bool DQ_ORDER>
+__device__ __forceinline__ KeyBlock key_block_of(int n_kb, int H, bool heads_fastest) {
+  return key_block_at(blockIdx.x, n_kb, H, heads_fastest, DQ_ORDER);
+}
+#endif
 
 }  // namespace attn

@@ -7,7 +7,8 @@
 //  - the fp64 reference backward against central finite differences (relative 1e-6: the
 //    reference is fp64, the step 1e-3 on inputs whose loss is smooth);
 //  - the order in which the sm90 fused backward adds dQ shares: the key blocks with kept pairs in
-//    a query tile are exactly those that meet key_range of the tile.
+//    a query tile are exactly those that meet key_range of the tile, and the blocks' order
+//    (tile_scheduler.cuh) keeps the contract that a block only waits for blocks before it.
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -15,6 +16,7 @@
 
 #include "attention/mask.h"
 #include "attention/reference.h"
+#include "attention/tile_scheduler.cuh"
 #include "tests/check.h"
 
 static std::mt19937 rng(7);
@@ -138,6 +140,14 @@ int main() {
           if (k != attn::kSkip) want.push_back({t, k});
         }
         walk_mismatches += visited != want;
+        // walking down visits the same tiles with the same kinds, from the last one
+        attn::TileWalk down = walk;
+        down.down = true;
+        std::vector<std::pair<int, attn::TileKind>> visited_down;
+        for (int p = down.next(down.begin, kind); p < down.end; p = down.next(p + 1, kind))
+          visited_down.push_back({down.tile(p), kind});
+        std::reverse(visited_down.begin(), visited_down.end());
+        walk_mismatches += visited_down != want;
       }
     CHECK(walk_mismatches == 0, "trial %d: %d TileWalk steps differ from classify_tile", trial, walk_mismatches);
     CHECK(bad_skip == 0 && bad_full == 0, "trial %d: %d tiles wrongly skipped or not skipped, %d wrongly full or not full",
@@ -174,6 +184,51 @@ int main() {
     }
     CHECK(order_mismatches == 0, "trial %d: %d key blocks where key_range of a query tile disagrees with its kept pairs",
           trial, order_mismatches);
+    // the fused backward's blocks on a grid of H heads, in both block orders (tile_scheduler.cuh
+    // key_block_at, dq_rank): every (key block, head) is owned once; per head and query tile, the
+    // blocks whose walk meets the tile with a share hold the ranks 0 .. n - 1 once each, n the key
+    // blocks of the tile's dq range; the block of rank r - 1 has a smaller index than the block of
+    // rank r (so a block only waits for blocks started before it); a rising block walks down.
+    int contract_errors = 0;
+    const int n_kb = (T + 127) / 128, n_qt = (T + 63) / 64;
+    for (int H : {1, 2, 3})
+      for (int hf = 0; hf < 2; hf++) {
+        std::vector<int> owner((size_t)H * n_kb, -1), holder((size_t)H * n_qt * n_kb, -1);  // holder[h][qt][rank]: block
+        int rising_blocks = 0;
+        for (int blk = 0; blk < n_kb * H; blk++) {
+          const attn::KeyBlock kbh = attn::key_block_at(blk, n_kb, H, hf, true);
+          contract_errors += owner[(size_t)kbh.h * n_kb + kbh.kb] != -1;
+          owner[(size_t)kbh.h * n_kb + kbh.kb] = blk;
+          rising_blocks += kbh.rising;
+          attn::TileWalk walk(attn::range_ends(b, kbh.kb * 128, kbh.kb * 128 + 128, false), 64, T);
+          walk.down = kbh.rising;
+          attn::TileKind kind;
+          int prev = -1;
+          for (int p = walk.next(walk.begin, kind); p < walk.end; p = walk.next(p + 1, kind)) {
+            const int qt = walk.tile(p);
+            contract_errors += prev >= 0 && (qt > prev) == kbh.rising;
+            prev = qt;
+            int klo, khi;
+            attn::key_range(b, qt * 64, qt * 64 + 64, klo, khi);
+            if (klo > khi || kbh.kb < klo / 128 || kbh.kb > khi / 128) continue;  // no share
+            int& slot = holder[((size_t)kbh.h * n_qt + qt) * n_kb + attn::dq_rank(kbh.kb, klo / 128, khi / 128, kbh.rising)];
+            contract_errors += slot != -1;
+            slot = blk;
+          }
+        }
+        // the rising order is on exactly in the last head of a head-by-head grid of several heads
+        contract_errors += rising_blocks != (!hf && H > 1 ? n_kb : 0);
+        for (int h = 0; h < H; h++)
+          for (int qt = 0; qt < n_qt; qt++) {
+            int klo, khi;
+            attn::key_range(b, qt * 64, qt * 64 + 64, klo, khi);
+            const int n = klo > khi ? 0 : khi / 128 - klo / 128 + 1;
+            const int* ranks = &holder[((size_t)h * n_qt + qt) * n_kb];
+            for (int r = 0; r < n_kb; r++)
+              contract_errors += r < n ? ranks[r] == -1 || (r > 0 && ranks[r - 1] >= ranks[r]) : ranks[r] != -1;
+          }
+      }
+    CHECK(contract_errors == 0, "trial %d: %d breaches of the fused backward's block order contract", trial, contract_errors);
     // with causal on and no prefix, uni and bi normalise to the same bounds
     if (km.causal && km.window && km.prefix == 0) {
       attn::MaskDesc other = km;

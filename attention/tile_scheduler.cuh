@@ -75,13 +75,16 @@ __device__ __forceinline__ unsigned query_tile_longest_first(int n_tiles) { retu
 // head adds its dQ shares by increasing key block and its blocks walk their query tiles down.
 // Why the last head: under the causal mask a head's longest walks come last in the decreasing
 // order, and with every head so the grid's last blocks would be its longest, which leaves SMs
-// idle at the end (dense causal, T = 16384, 16 heads: a model of the grid on 132 SMs, one tile a
-// step, puts the end's idle time at 7.4% of the kernel). The last head's blocks start while the
-// one before runs, spread out as its blocks end one by one, so taken longest first with the
-// increasing order their walks do not wait for each other, and the grid ends on short walks
-// (the same model: 1.2%). Giving more heads that order starts their blocks together on the same
-// tiles, one waiting for the next (the model: 5.5% with the last two; the measured staircase
-// of an earlier try: every head so, 24% slower).
+// idle at the end (dense causal, T = 16384, 16 heads: bench/bwd_schedule_model.py, the grid on
+// 132 SMs at one tile a step, takes 7.4% longer than its work spread evenly). The last head's
+// blocks start while the one before runs, spread out as its blocks end one by one, so taken
+// longest first with the increasing order their walks do not wait for each other, and the grid
+// ends on short walks (the same model: 1.2%). Giving more heads that order starts their blocks
+// together on the same tiles, one waiting for the next (the model: 5.5% with the last two; an
+// earlier try with every head so measured 24% slower). Measured on one H200 against the
+// decreasing order, the backward of dense causal at D = 128: T = 16384 with 16 heads -3.3%, with
+// 6 heads -9%, T = 32768 with 8 heads -1.7%, T = 65536 with 6 heads -1.9% (the model: -5.7,
+// -14, -5.8, -3.9%; it leaves out the clock, which rises as SMs fall idle at the end).
 // Heads fastest, the H blocks of one key block run side by side, so what they read per key
 // rather than per head (the rotary angles of k's norm backward in dK's store) comes from DRAM
 // once and from L2 for the others; that is the order on masks with a window or documents, whose

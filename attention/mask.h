@@ -242,7 +242,7 @@ ATTN_HD void query_range(const MaskBounds& b, int k0, int k1, int& q_lo, int& q_
 // [begin, end) of tile indices, each classified by next() with no memory access. A walk goes
 // through the positions begin, begin + 1, .., end - 1: position p is tile p, or with `down` set
 // tile begin + end - 1 - p (the same tiles from the last one down; tile() maps). Only the fused
-// sm90 backward walks down (tile_scheduler.cuh key_block_of).
+// sm90 backward walks down (tile_scheduler.cuh key_block_at).
 struct TileWalk {
   RangeEnds e;
   int step, T, begin, end;

@@ -16,9 +16,10 @@
 //   fixed order (by key block: dq_order.cuh, tile_scheduler.cuh), then converted to bf16.
 // - two kernels: dK/dV as above without dQ (P^T, dS^T stay in registers as the next wgmma's A),
 //   and dQ from its own kernel, one block per 128 queries walking key tiles of 64 (S = Q K^T,
-//   dP = dO V^T again; dQ += dS K), on a second stream beside dK/dV. At head dim 64 both
-//   kernels' blocks own 64 keys or queries (one warpgroup), two blocks an SM
-//   (tile_scheduler.cuh bwd_small_tiles).
+//   dP = dO V^T again; dQ += dS K), on a second stream beside dK/dV. At head dim 64 with a
+//   window or documents both kernels' blocks own 64 keys or queries (one warpgroup), two blocks
+//   an SM (tile_scheduler.cuh bwd_small_tiles); without, the dQ kernel's blocks own 192 queries
+//   (three warpgroups, kB90WideQueries).
 // With k_norm (attention.h NormRotary) the key-owning kernels store the gradient of the pre-norm
 // k instead of dK, from their K tile (norm_rotary_bwd.cuh KeyNormRotary); with q_norm the fused
 // backward's dQ conversion does the same for q.
@@ -76,14 +77,14 @@ static cudaError_t bwd_maps(BwdMaps* m, const bf16* q, const bf16* k, const bf16
   return cudaSuccess;
 }
 
-// The two-kernel backward, blocks owning OWN keys (dK/dV) or queries (dQ).
-template <int D, int OWN>
+// The two-kernel backward, blocks owning OWN keys (dK/dV) and OWN_Q queries (dQ).
+template <int D, int OWN, int OWN_Q>
 static cudaError_t launch_two_kernels(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, bf16* dq, bf16* dk,
                                       bf16* dv, const BwdWorkspace& ws, int T, int H, const MaskBounds& mb,
                                       float scale_log2, float scale, const NormRotary& kn, bool heads_fastest, cudaStream_t stream) {
-  constexpr size_t smem_dkdv = dkdv_sm90_smem<D, OWN>(), smem_dq = dq_sm90_smem<D, OWN>();
+  constexpr size_t smem_dkdv = dkdv_sm90_smem<D, OWN>(), smem_dq = dq_sm90_smem<D, OWN_Q>();
   auto dkdv_kernel = attention_bwd_dkdv_sm90_kernel<D, OWN>;
-  auto dq_kernel = attention_bwd_dq_sm90_kernel<D, OWN>;
+  auto dq_kernel = attention_bwd_dq_sm90_kernel<D, OWN_Q>;
   cudaError_t err = cudaFuncSetAttribute(dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dkdv);
   if (err != cudaSuccess) return err;
   if ((err = cudaFuncSetAttribute(dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dq)) != cudaSuccess)
@@ -92,15 +93,15 @@ static cudaError_t launch_two_kernels(const bf16* q, const bf16* k, const bf16* 
   if ((err = side_stream(side)) != cudaSuccess) return err;
   BwdMaps key_owner, query_owner;  // dK/dV walks query tiles of kB90Walk, dQ key tiles of kB90Walk
   if ((err = bwd_maps<D>(&key_owner, q, k, v, dout, T, H, kB90Walk, OWN)) != cudaSuccess) return err;
-  if ((err = bwd_maps<D>(&query_owner, q, k, v, dout, T, H, OWN, kB90Walk)) != cudaSuccess) return err;
+  if ((err = bwd_maps<D>(&query_owner, q, k, v, dout, T, H, OWN_Q, kB90Walk)) != cudaSuccess) return err;
 
-  const dim3 grid((T + OWN - 1) / OWN, H), grid_dkdv(grid.x * H);  // dK/dV: tile_scheduler.cuh key_block_of
+  const dim3 grid_dq((T + OWN_Q - 1) / OWN_Q, H), grid_dkdv((T + OWN - 1) / OWN * H);  // dK/dV: tile_scheduler.cuh key_block_of
   if ((err = cudaEventRecord(side->fork, stream)) != cudaSuccess) return err;
   if ((err = cudaStreamWaitEvent(side->stream, side->fork, 0)) != cudaSuccess) return err;
   dkdv_kernel<<<grid_dkdv, 2 * OWN, smem_dkdv, stream>>>(key_owner.q, key_owner.k, key_owner.v, key_owner.dout, ws.lse2,
                                                          ws.drow, dk, dv, T, H, mb, scale_log2, scale, kn, heads_fastest);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
-  dq_kernel<<<grid, 2 * OWN, smem_dq, side->stream>>>(query_owner.q, query_owner.k, query_owner.v, query_owner.dout, ws.lse2,
+  dq_kernel<<<grid_dq, 2 * OWN_Q, smem_dq, side->stream>>>(query_owner.q, query_owner.k, query_owner.v, query_owner.dout, ws.lse2,
                                                       ws.drow, dq, T, H, mb, scale_log2, scale);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
   if ((err = cudaEventRecord(side->join, side->stream)) != cudaSuccess) return err;
@@ -140,10 +141,12 @@ static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
   }
 
   if constexpr (D == 64)
-    err = small ? launch_two_kernels<D, kB90SmallOwn>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, kn, hf, stream)
-                : launch_two_kernels<D, kB90Own>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, kn, hf, stream);
+    err = small ? launch_two_kernels<D, kB90SmallOwn, kB90SmallOwn>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, kn,
+                                                                    hf, stream)
+                : launch_two_kernels<D, kB90Own, kB90WideQueries>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, kn,
+                                                                  hf, stream);
   else
-    err = launch_two_kernels<D, kB90Own>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, kn, hf, stream);
+    err = launch_two_kernels<D, kB90Own, kB90Own>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, kn, hf, stream);
   if (err != cudaSuccess || q_norm == nullptr) return err;
   return norm_rotary_backward_inplace(dq, q, *q_norm, T, H, D, stream);  // after the join: dq is complete
 }

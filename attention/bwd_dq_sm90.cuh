@@ -1,6 +1,6 @@
-// The sm90 backward's query-owner main loop: dQ of a block of BQ queries (128: two warpgroups,
-// one block an SM; 64: one warpgroup, two blocks an SM) over the key tiles of 64 they see, S and
-// dP recomputed (attention_bwd_sm90.cu describes the algorithm).
+// The sm90 backward's query-owner main loop: dQ of a block of BQ queries (128 or 192: two or
+// three warpgroups, one block an SM; 64: one warpgroup, two blocks an SM) over the key tiles of
+// 64 they see, S and dP recomputed (attention_bwd_sm90.cu describes the algorithm).
 #pragma once
 #include "attention/bwd_common_sm90.cuh"
 
@@ -21,7 +21,7 @@ __global__ void __launch_bounds__(2 * BQ, BQ == 64 ? 2 : 1)
                                  bf16* __restrict__ dQ, int T, int H, MaskBounds mb, float scale_log2, float scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace sm90;
-  static_assert(BQ == 64 || BQ == 128, "a block owns one or two warpgroups' queries");
+  static_assert(BQ == 64 || BQ == 128 || BQ == 192, "a block owns one to three warpgroups' queries");
   constexpr int BK = kB90Walk, S = kB90Stages, THREADS = 2 * BQ;
   extern __shared__ unsigned char smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(align1024(smem_raw));

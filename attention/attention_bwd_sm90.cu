@@ -18,8 +18,8 @@
 //   and dQ from its own kernel, one block per 128 queries walking key tiles of 64 (S = Q K^T,
 //   dP = dO V^T again; dQ += dS K), on a second stream beside dK/dV. At head dim 64 with a
 //   window or documents both kernels' blocks own 64 keys or queries (one warpgroup), two blocks
-//   an SM (tile_scheduler.cuh bwd_small_tiles); without, the dQ kernel's blocks own 192 queries
-//   (three warpgroups, kB90WideQueries).
+//   an SM (tile_scheduler.cuh bwd_small_tiles); without, 192 (three warpgroups, kB90WideOwn),
+//   the dK/dV kernel then waiting for each tile's updates in its own step (registers).
 // With k_norm (attention.h NormRotary) the key-owning kernels store the gradient of the pre-norm
 // k instead of dK, from their K tile (norm_rotary_bwd.cuh KeyNormRotary); with q_norm the fused
 // backward's dQ conversion does the same for q.
@@ -143,7 +143,7 @@ static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
   if constexpr (D == 64)
     err = small ? launch_two_kernels<D, kB90SmallOwn, kB90SmallOwn>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, kn,
                                                                     hf, stream)
-                : launch_two_kernels<D, kB90Own, kB90WideQueries>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, kn,
+                : launch_two_kernels<D, kB90WideOwn, kB90WideOwn>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, kn,
                                                                   hf, stream);
   else
     err = launch_two_kernels<D, kB90Own, kB90Own>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, kn, hf, stream);

@@ -1,5 +1,5 @@
 // The sm90 backward's key-owner main loop (attention_bwd_sm90.cu describes the algorithm): one
-// block owns BK keys (BK = 128: two warpgroups; 64: one, dK/dV alone) and walks the query tiles
+// block owns BK keys (BK = 128: two warpgroups; 64: one, and 192: three, dK/dV alone) and walks the query tiles
 // of 64 that see them, computing per tile
 //   S^T = K Q^T, dP^T = V dO^T      [BK keys x 64 queries], wgmma from shared memory
 //   P^T = 2^(scale_log2 S^T - lse2), dS^T = P^T (dP^T - Drow)
@@ -10,7 +10,11 @@
 // 64 query rows, and of BK key rows); lse2, Drow: fp32 [H, T]; dK, dV: bf16 [T, H, D], D in {64, 128}.
 // With kn.rstd set, dK is the gradient of the k that K's norm + rotary was made from, computed
 // from the block's K tile as it is stored (norm_rotary_bwd.cuh KeyNormRotary).
-// Without DQ, P^T and dS^T stay in registers as the next wgmma's A operand. With DQ they go
+// Without DQ, P^T and dS^T stay in registers as the next wgmma's A operand; each tile's dV, dK
+// updates run under the next tile's P^T, dS^T, except with BK = 192 (SERIAL), where the registers
+// (168 a thread at 384 threads) hold only one tile's, so a warpgroup issues and waits for its
+// updates in the tile's own step, and the other two warpgroups' matmuls fill the tensor cores
+// meanwhile. With DQ they go
 // through shared memory (dQ needs both warpgroups' dS^T), so the accumulators at any time are at
 // most S^T, dP^T, dK, dV and one dQ tile; three query-tile buffers (one ahead) make room for the
 // staging of a dQ share.
@@ -54,9 +58,10 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
                                                    bf16* __restrict__ dV, int T, int H, const MaskBounds& mb,
                                                    float scale_log2, float scale, const NormRotary& kn, bool heads_fastest) {
   using namespace sm90;
-  static_assert(BK == 64 || BK == 128, "a block owns one or two warpgroups' keys");
+  static_assert(BK == 64 || BK == 128 || (BK == 192 && !DQ), "a block owns one to three warpgroups' keys");
   static_assert(!DQ || BK == kB90Own, "the dQ shares' order (dq_order.cuh) counts key blocks of kB90Own");
   constexpr int BQ = kB90Walk, S = DQ ? kFStages : kB90Stages, AHEAD = S - 2, THREADS = 2 * BK;
+  constexpr bool SERIAL = BK == 192;  // each tile's updates issued and waited for in its own step (above)
   unsigned char* base = align1024(smem_raw);
   if constexpr (DQ) {
     constexpr size_t kSlack = fused_sm90_smem<D>() - fused_sm90_smem_used<D>();
@@ -162,7 +167,7 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
     gemm_ss<BQ, D / 16, BK>(s, sK, wg * 64, q_tile, false);
     gemm_ss<BQ, D / 16, BK>(dp, sV, wg * 64, do_tile, false);
     wgmma_commit();
-    if (it > 0) {
+    if (!SERIAL && it > 0) {
       if constexpr (DQ) wgmma_fence();  // dq was read by ordinary instructions (the staging)
       issue_updates(st_prev);
     }
@@ -186,7 +191,7 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
     reg_fence(dk);
     reg_fence(dv);
     if constexpr (DQ) reg_fence(dq);
-    if (it > 0) pipe.release(it - 1);
+    if (!SERIAL && it > 0) pipe.release(it - 1);
     if constexpr (DQ) {
       bulk_wait_read(leader);  // the staging buffer is free again (the addition is counted with the next)
       named_barrier_256();     // both warpgroups' matmuls have read P^T, dS^T
@@ -213,11 +218,20 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
         c_to_a(pa[j], s[2 * j], s[2 * j + 1]);
         c_to_a(dsa[j], dp[2 * j], dp[2 * j + 1]);
       }
+      if constexpr (SERIAL) {
+        wgmma_fence();
+        issue_updates(st);
+        wgmma_commit();
+        wgmma_wait<0>();
+        reg_fence(dk);
+        reg_fence(dv);
+        pipe.release(it);
+      }
     }
     ahead.push(after, kind_after);
     it++;
   }
-  if (it > 0) {  // the last tile's updates
+  if (!SERIAL && it > 0) {  // the last tile's updates
     wgmma_fence();
     issue_updates((it - 1) % S);
     wgmma_commit();
@@ -254,7 +268,7 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
 #endif
 
 // dK and dV alone (the two-kernel backward; dQ comes from bwd_dq_sm90.cuh), BK keys a block:
-// 128 (two warpgroups, one block an SM) or 64 (one warpgroup, two blocks an SM).
+// 128 or 192 (two or three warpgroups, one block an SM) or 64 (one warpgroup, two blocks an SM).
 template <int D, int BK>
 __global__ void __launch_bounds__(2 * BK, BK == 64 ? 2 : 1)
     attention_bwd_dkdv_sm90_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,

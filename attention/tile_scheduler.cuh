@@ -59,12 +59,16 @@ inline FwdShape fwd_shape(int D, const MaskDesc& m) {
 // forward's rule): one warpgroup, two blocks an SM (registers allow no more). Measured on one
 // H200 (forward + backward, 64 against 128 in one run): with documents 4.7-5.5% faster (window
 // 1024, 2048, 8 blocks, none), window 512 4%, window 1024 and non-causal bidirectional 512 even,
-// dense causal 6% slower. Without a window or documents the dQ kernel's blocks own
-// kB90WideQueries queries at head dim 64 (three warpgroups, 146 registers a thread fit 384
-// threads, where the dK/dV kernel's 190 do not): on one H200 against 128 queries, the backward
-// of dense causal 2.6% faster (T = 16384, 16 heads; its dQ kernel alone 1.94 -> 1.81 ms) and
-// 4.3% (T = 32768, 8 heads), non-causal 8.3%, causal with a prefix 6%; 16384 x 6 heads even.
-constexpr int kB90Own = 128, kB90Walk = 64, kB90SmallOwn = 64, kB90WideQueries = 192;
+// dense causal 6% slower. Without a window or documents, at head dim 64 both kernels' blocks own
+// kB90WideOwn keys or queries: three warpgroups, 384 threads, so at most 168 registers a thread
+// (the dQ kernel takes 146; the dK/dV kernel fits in 168 by waiting for each tile's dV, dK
+// updates in its own step instead of leaving them running under the next tile's scores,
+// bwd_key_owner_sm90.cuh). Measured on one H200, the backward against blocks of 128, first the
+// dQ kernel alone at 192 (its time 1.94 -> 1.81 ms at T = 16384, 16 heads), then dK/dV too (its
+// time 2.32 -> 2.04 ms): dense causal at T = 16384 x 16 heads -2.6% then -7.8%, 32768 x 8 heads
+// -4.3% then -8.9%, 16384 x 6 heads even then -8.9%, non-causal -8.3% then -5.2%, causal with a
+// prefix -6% then -8.7%.
+constexpr int kB90Own = 128, kB90Walk = 64, kB90SmallOwn = 64, kB90WideOwn = 192;
 inline bool bwd_small_tiles(int D, const MaskDesc& m) { return fwd_small_tiles(D, m); }
 
 #ifdef __CUDACC__

@@ -16,7 +16,7 @@
 // kernels as the model gives them (--no-doc-spans: not, for comparison), just as FlexAttention's
 // block mask is built once outside its timings.
 // ATTN_KERNELS=sm80 runs the sm80 family (to compare the two); ATTN_BWD=fused|two-kernels picks
-// the sm90 backward, ATTN_BWD_OWN=64|128 the two-kernel backward's block size at head dim 64
+// the sm90 backward, ATTN_BWD_OWN=64|192 the two-kernel backward's block size at head dim 64
 // (attention.h KernelChoice); BENCH_ONLY=NAME runs one case of the table (for profiling).
 #include <CLI/CLI.hpp>
 
@@ -201,8 +201,8 @@ static int run(int argc, char** argv) {
     }
     if (const char* k = std::getenv("ATTN_BWD_OWN")) {  // the sm90 two-kernel backward's blocks at head dim 64
       const std::string v(k);
-      if (v != "64" && v != "128") {
-        std::fprintf(stderr, "bench_attention: ATTN_BWD_OWN=%s: 64 or 128\n", k);
+      if (v != "64" && v != "192") {
+        std::fprintf(stderr, "bench_attention: ATTN_BWD_OWN=%s: 64 or 192\n", k);
         return 2;
       }
       c.sm90_two_kernel_own = std::stoi(v);

@@ -17,9 +17,10 @@
 // - two kernels: dK/dV as above without dQ (P^T, dS^T stay in registers as the next wgmma's A),
 //   and dQ from its own kernel, one block per 128 queries walking key tiles of 64 (S = Q K^T,
 //   dP = dO V^T again; dQ += dS K), on a second stream beside dK/dV. At head dim 64 with a
-//   window or documents both kernels' blocks own 64 keys or queries (one warpgroup), two blocks
-//   an SM (tile_scheduler.cuh bwd_small_tiles); without, 192 (three warpgroups, kB90WideOwn),
-//   the dK/dV kernel then waiting for each tile's updates in its own step (registers).
+//   window or documents both kernels' blocks own 64 keys or queries (one warpgroup), three
+//   blocks an SM (tile_scheduler.cuh bwd_small_tiles); without, 192 (three warpgroups,
+//   kB90WideOwn). Either way three warpgroups share an SM, and the dK/dV kernel waits for each
+//   tile's updates in its own step (registers: bwd_key_owner_sm90.cuh).
 // With k_norm (attention.h NormRotary) the key-owning kernels store the gradient of the pre-norm
 // k instead of dK, from their K tile (norm_rotary_bwd.cuh KeyNormRotary); with q_norm the fused
 // backward's dQ conversion does the same for q.

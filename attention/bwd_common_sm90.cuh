@@ -12,7 +12,10 @@
 namespace attn {
 
 constexpr int kB90Threads = 256, kB90Stages = 4;  // kB90Threads: a block owning kB90Own rows (two warpgroups)
-[[maybe_unused]] constexpr int kB90Ahead = kB90Stages - 2;  // tiles loaded ahead of the one computed
+// The two-kernel backward's tile buffers for blocks owning OWN keys or queries: blocks of 64 (one
+// warpgroup) take three, so that three blocks fit an SM's shared memory.
+template <int OWN>
+constexpr int bwd_stages() { return OWN == 64 ? 3 : kB90Stages; }
 
 __device__ __forceinline__ unsigned char* align1024(unsigned char* p) {
   return p + ((1024 - (smem_addr(p) & 1023)) & 1023);

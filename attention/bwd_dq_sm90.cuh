@@ -1,5 +1,5 @@
 // The sm90 backward's query-owner main loop: dQ of a block of BQ queries (128 or 192: two or
-// three warpgroups, one block an SM; 64: one warpgroup, two blocks an SM) over the key tiles of
+// three warpgroups, one block an SM; 64: one warpgroup, three blocks an SM) over the key tiles of
 // 64 they see, S and dP recomputed (attention_bwd_sm90.cu describes the algorithm).
 #pragma once
 #include "attention/bwd_common_sm90.cuh"
@@ -9,12 +9,12 @@ namespace attn {
 // ---------------------------------------------------------------------------------- dQ
 template <int D, int BQ>
 constexpr size_t dq_sm90_smem() {
-  return (size_t)(2 * BQ + 2 * kB90Stages * kB90Walk) * D * sizeof(bf16) + BQ * sizeof(int32_t) +
-         2 * kB90Stages * sizeof(uint64_t) + 1024;
+  return (size_t)(2 * BQ + 2 * bwd_stages<BQ>() * kB90Walk) * D * sizeof(bf16) + BQ * sizeof(int32_t) +
+         2 * bwd_stages<BQ>() * sizeof(uint64_t) + 1024;
 }
 
 template <int D, int BQ>
-__global__ void __launch_bounds__(2 * BQ, BQ == 64 ? 2 : 1)
+__global__ void __launch_bounds__(2 * BQ, BQ == 64 ? 3 : 1)
     attention_bwd_dq_sm90_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                                  const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO,
                                  const float* __restrict__ LSE2, const float* __restrict__ drow,
@@ -22,7 +22,7 @@ __global__ void __launch_bounds__(2 * BQ, BQ == 64 ? 2 : 1)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace sm90;
   static_assert(BQ == 64 || BQ == 128 || BQ == 192, "a block owns one to three warpgroups' queries");
-  constexpr int BK = kB90Walk, S = kB90Stages, THREADS = 2 * BQ;
+  constexpr int BK = kB90Walk, S = bwd_stages<BQ>(), AHEAD = S - 2, THREADS = 2 * BQ;
   extern __shared__ unsigned char smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(align1024(smem_raw));
   bf16* sdO = sQ + BQ * D;
@@ -57,14 +57,14 @@ __global__ void __launch_bounds__(2 * BQ, BQ == 64 ? 2 : 1)
     dr[r] = row < T ? drow[(size_t)h * T + row] : 0.f;
   }
 
-  WalkAhead<kB90Ahead> ahead;  // tile[0] computed now, the others loaded or loading
+  WalkAhead<AHEAD> ahead;  // tile[0] computed now, the others loaded or loading
   ahead.start(walk);
   if (leader && ahead.tile[0] < walk.end) {  // Q and dO ride on the first tile's arrival (read only if it comes)
     mbar_expect_tx(pipe.full_of(0), 2 * BQ * D * (uint32_t)sizeof(bf16));
     tma_load_tile<D, BQ>(sQ, &tmQ, pipe.full_of(0), q0, h);
     tma_load_tile<D, BQ>(sdO, &tmdO, pipe.full_of(0), q0, h);
 #pragma unroll
-    for (int a = 0; a < kB90Ahead; a++)
+    for (int a = 0; a < AHEAD; a++)
       if (ahead.tile[a] < walk.end) load_kv(ahead.tile[a], a);
   }
 
@@ -83,9 +83,9 @@ __global__ void __launch_bounds__(2 * BQ, BQ == 64 ? 2 : 1)
     wgmma_commit();
     if (it > 0) gemm_rs<D, BK / 16, BK>(acc, dsa, sK + st_prev * BK * D);
     wgmma_commit();
-    if (leader && ahead.tile[kB90Ahead] < walk.end) load_kv(ahead.tile[kB90Ahead], it + kB90Ahead);
+    if (leader && ahead.tile[AHEAD] < walk.end) load_kv(ahead.tile[AHEAD], it + AHEAD);
     TileKind kind_after;
-    const int after = walk.next(ahead.tile[kB90Ahead] + 1, kind_after);
+    const int after = walk.next(ahead.tile[AHEAD] + 1, kind_after);
 
     wgmma_wait<1>();  // S_j, dP_j
     reg_fence(s);

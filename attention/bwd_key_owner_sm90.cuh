@@ -11,10 +11,10 @@
 // With kn.rstd set, dK is the gradient of the k that K's norm + rotary was made from, computed
 // from the block's K tile as it is stored (norm_rotary_bwd.cuh KeyNormRotary).
 // Without DQ, P^T and dS^T stay in registers as the next wgmma's A operand; each tile's dV, dK
-// updates run under the next tile's P^T, dS^T, except with BK = 192 (SERIAL), where the registers
-// (168 a thread at 384 threads) hold only one tile's, so a warpgroup issues and waits for its
-// updates in the tile's own step, and the other two warpgroups' matmuls fill the tensor cores
-// meanwhile. With DQ they go
+// updates run under the next tile's P^T, dS^T, except with BK = 64 or 192 (SERIAL: three
+// warpgroups an SM, so at most 168 registers a thread), where the registers hold only one tile's,
+// so a warpgroup issues and waits for its updates in the tile's own step, and the other two
+// warpgroups' matmuls fill the tensor cores meanwhile. With DQ they go
 // through shared memory (dQ needs both warpgroups' dS^T), so the accumulators at any time are at
 // most S^T, dP^T, dK, dV and one dQ tile; three query-tile buffers (one ahead) make room for the
 // staging of a dQ share.
@@ -30,8 +30,8 @@ constexpr size_t kSmemOptin = 232448;  // 227 KB: the most one block may have on
 
 template <int D, int BK>
 constexpr size_t dkdv_sm90_smem() {
-  return (size_t)(2 * BK + 2 * kB90Stages * kB90Walk) * D * sizeof(bf16) + 2 * kB90Stages * kB90Walk * sizeof(float) +
-         BK * sizeof(int32_t) + (2 * kB90Stages + 1) * sizeof(uint64_t) + 1024;
+  return (size_t)(2 * BK + 2 * bwd_stages<BK>() * kB90Walk) * D * sizeof(bf16) + 2 * bwd_stages<BK>() * kB90Walk * sizeof(float) +
+         BK * sizeof(int32_t) + (2 * bwd_stages<BK>() + 1) * sizeof(uint64_t) + 1024;
 }
 
 template <int D>
@@ -60,8 +60,8 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
   using namespace sm90;
   static_assert(BK == 64 || BK == 128 || (BK == 192 && !DQ), "a block owns one to three warpgroups' keys");
   static_assert(!DQ || BK == kB90Own, "the dQ shares' order (dq_order.cuh) counts key blocks of kB90Own");
-  constexpr int BQ = kB90Walk, S = DQ ? kFStages : kB90Stages, AHEAD = S - 2, THREADS = 2 * BK;
-  constexpr bool SERIAL = BK == 192;  // each tile's updates issued and waited for in its own step (above)
+  constexpr int BQ = kB90Walk, S = DQ ? kFStages : bwd_stages<BK>(), AHEAD = S - 2, THREADS = 2 * BK;
+  constexpr bool SERIAL = !DQ && BK != 128;  // each tile's updates issued and waited for in its own step (above)
   unsigned char* base = align1024(smem_raw);
   if constexpr (DQ) {
     constexpr size_t kSlack = fused_sm90_smem<D>() - fused_sm90_smem_used<D>();
@@ -268,9 +268,9 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
 #endif
 
 // dK and dV alone (the two-kernel backward; dQ comes from bwd_dq_sm90.cuh), BK keys a block:
-// 128 or 192 (two or three warpgroups, one block an SM) or 64 (one warpgroup, two blocks an SM).
+// 128 or 192 (two or three warpgroups, one block an SM) or 64 (one warpgroup, three blocks an SM).
 template <int D, int BK>
-__global__ void __launch_bounds__(2 * BK, BK == 64 ? 2 : 1)
+__global__ void __launch_bounds__(2 * BK, BK == 64 ? 3 : 1)
     attention_bwd_dkdv_sm90_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                                    const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO,
                                    const float* __restrict__ LSE2, const float* __restrict__ drow, bf16* __restrict__ dK,

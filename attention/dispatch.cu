@@ -45,7 +45,7 @@ static Family family() {
 static bool sm90_fused(int D) {
   if (g_choice.sm90_backward == KernelChoice::Sm90Backward::kFused) return true;
   if (g_choice.sm90_backward == KernelChoice::Sm90Backward::kTwoKernels) return false;
-  return D == 128;  // D = 64: two kernels, 7-13% faster than the fused one (bench/RESULTS.md)
+  return D == 128;  // D = 64: two kernels, 12-20% faster than the fused one (bench/RESULTS.md)
 }
 
 static bool sm90_small_backward(int D, const MaskDesc& mask) {

@@ -1,6 +1,6 @@
 // The sm90 backward's key-owner main loop (attention_bwd_sm90.cu describes the algorithm): one
-// block owns BK keys (BK = 128: two warpgroups; 64: one, and 192: three, dK/dV alone) and walks the query tiles
-// of 64 that see them, computing per tile
+// block owns BK keys (BK = 128: two warpgroups; 64 and 192, dK/dV alone: one and three) and
+// walks the query tiles of 64 that see them, computing per tile
 //   S^T = K Q^T, dP^T = V dO^T      [BK keys x 64 queries], wgmma from shared memory
 //   P^T = 2^(scale_log2 S^T - lse2), dS^T = P^T (dP^T - Drow)
 //   dV += P^T dO, dK += dS^T Q       [BK keys x D], fp32 accumulators in registers

@@ -71,6 +71,10 @@ inline FwdShape fwd_shape(int D, const MaskDesc& m) {
 // prefix -6% then -8.7%.
 constexpr int kB90Own = 128, kB90Walk = 64, kB90SmallOwn = 64, kB90WideOwn = 192;
 inline bool bwd_small_tiles(int D, const MaskDesc& m) { return fwd_small_tiles(D, m); }
+// The keys a block of the default backward owns (the dK/dV kernel's and the fused kernel's blocks).
+inline int bwd_own(int D, const MaskDesc& m) {
+  return D != 64 ? kB90Own : bwd_small_tiles(D, m) ? kB90SmallOwn : kB90WideOwn;
+}
 
 #ifdef __CUDACC__
 __device__ __forceinline__ unsigned query_tile_longest_first(int n_tiles) { return n_tiles - 1 - blockIdx.x; }

@@ -60,8 +60,9 @@ inline FwdShape fwd_shape(int D, const MaskDesc& m) {
 // one run, two blocks an SM): with documents 4.7-5.5% faster (window 1024, 2048, 8 blocks,
 // none), window 512 4%, window 1024 and non-causal bidirectional 512 even, dense causal 6%
 // slower. Three blocks an SM since (three tile buffers, bwd_common_sm90.cuh bwd_stages; 168
-// registers for dK/dV as below): the backward 12-15% faster on those masks than with two. Without a window or documents, at head dim 64 both kernels' blocks own
-// kB90WideOwn keys or queries: three warpgroups, 384 threads, so at most 168 registers a thread
+// registers for dK/dV as below): the backward 12-15% faster on those masks than with two.
+// Without a window or documents, at head dim 64 both kernels' blocks own kB90WideOwn keys or
+// queries: three warpgroups, 384 threads, so at most 168 registers a thread
 // (the dQ kernel takes 146; the dK/dV kernel fits in 168 by waiting for each tile's dV, dK
 // updates in its own step instead of leaving them running under the next tile's scores,
 // bwd_key_owner_sm90.cuh). Measured on one H200, the backward against blocks of 128, first the

@@ -128,9 +128,12 @@ static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
     err = cudaFuncSetAttribute(fused_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err != cudaSuccess) return err;
     BwdMaps m;
+    CUtensorMap tm_dk, tm_dv;  // the kernel stores dK and dV by the TMA, a key block at a time
     if ((err = bwd_maps<D>(&m, q, k, v, dout, T, H, kB90Walk, kB90Own)) != cudaSuccess) return err;
+    if ((err = make_tile_map(&tm_dk, dk, T, H, D, kB90Own)) != cudaSuccess) return err;
+    if ((err = make_tile_map(&tm_dv, dv, T, H, D, kB90Own)) != cudaSuccess) return err;
     fused_kernel<<<grid, kB90Threads, smem, stream>>>(m.q, m.k, m.v, m.dout, ws.lse2, ws.drow, ws.dq_ranges, ws.dq_count,
-                                                      ws.dq_acc, dk, dv, T, H, mb, scale_log2, scale, kn);
+                                                      ws.dq_acc, tm_dk, tm_dv, T, H, mb, scale_log2, scale, kn);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     const int warps = 8;
     const unsigned blocks = (unsigned)(((size_t)T * H + warps - 1) / warps);

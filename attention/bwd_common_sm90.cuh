@@ -95,18 +95,16 @@ __device__ __forceinline__ TileWalk begin_key_block(const MaskBounds& mb, int k0
                                                     WalkAhead<AHEAD>& ahead, const CUtensorMap* tmK, const CUtensorMap* tmV,
                                                     bf16* sK, bf16* sV, LoadQuerySide& load_q_side, bool down) {
   constexpr int BQ = kB90Walk, THREADS = 2 * BK;
-  TileWalk walk = own_and_walk<BK, BQ>(mb, k0, false, key0, T, s_ids, q_lo2, q_hi2);
-  walk.down = down;
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0) {  // K and V first: they need no walk, and land while it is worked out
     sm90::mbar_init(kv_bar, 1);
     pipe.init(THREADS);  // fences the barriers' initialization for the TMA
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
     sm90::mbar_arrive_expect_tx(kv_bar, 2 * BK * D * (uint32_t)sizeof(bf16));
     sm90::tma_load_tile<D, BK>(sK, tmK, kv_bar, k0, h);
     sm90::tma_load_tile<D, BK>(sV, tmV, kv_bar, k0, h);
   }
+  TileWalk walk = own_and_walk<BK, BQ>(mb, k0, false, key0, T, s_ids, q_lo2, q_hi2);
+  walk.down = down;
+  __syncthreads();  // the barriers' initialization, before any other thread uses them
   ahead.start(walk);
 #pragma unroll
   for (int a = 0; a < AHEAD; a++)

@@ -54,7 +54,8 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
                                                    const CUtensorMap* tmK, const CUtensorMap* tmV,
                                                    const CUtensorMap* tmdO, const float* __restrict__ LSE2,
                                                    const float* __restrict__ drow, const int2* __restrict__ dq_ranges,
-                                                   unsigned* __restrict__ dq_count, float* __restrict__ dq_acc, bf16* __restrict__ dK,
+                                                   unsigned* __restrict__ dq_count, float* __restrict__ dq_acc,
+                                                   const CUtensorMap* tmdK, const CUtensorMap* tmdV, bf16* __restrict__ dK,
                                                    bf16* __restrict__ dV, int T, int H, const MaskBounds& mb,
                                                    float scale_log2, float scale, const NormRotary& kn, bool heads_fastest) {
   using namespace sm90;
@@ -114,7 +115,6 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
   int pending = -1;        // DQ: the tile whose dQ addition the leader issued last, not yet counted
   int2 prev_range{1, 0};   // DQ: the key blocks with a share in prev_tile
   KeyNormRotary<D> knr;    // with kn.rstd: this thread's rstd and angles for dK's store
-  bool knr_loaded = false;
 
   // The updates of the tile in buffer st (issued one tile late, under the next tile's P^T, dS^T).
   auto issue_updates = [&](int st) {
@@ -195,17 +195,8 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
     if constexpr (DQ) {
       bulk_wait_read(leader);  // the staging buffer is free again (the addition is counted with the next)
       named_barrier_256();     // both warpgroups' matmuls have read P^T, dS^T
-      // two n8 blocks a stmatrix: this lane gives the address of row mrow of chunk nb + lane / 16
-      const int mrow = wg * 64 + warp * 16 + (lane & 7) + (lane & 8);
-#pragma unroll
-      for (int nb = 0; nb < BQ / 8; nb += 2) {
-        const int o = sw128<BK>(mrow, nb + (lane >> 4));
-        uint32_t f[4];
-        c_to_a(f, s[nb], s[nb + 1]);
-        stmatrix_x4(smem_addr(sP + o), f);
-        c_to_a(f, dp[nb], dp[nb + 1]);
-        stmatrix_x4(smem_addr(sdS + o), f);
-      }
+      stage_acc_sw128<BK>(sP, s, wg * 64 + warp * 16, lane);
+      stage_acc_sw128<BK>(sdS, dp, wg * 64 + warp * 16, lane);
       if (it > 0) stage_dq();
       fence_proxy_async();
       named_barrier_256();  // tile j's P^T, dS^T and tile j - 1's dQ share written by both warpgroups
@@ -231,38 +222,70 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
     ahead.push(after, kind_after);
     it++;
   }
-  if (!SERIAL && it > 0) {  // the last tile's updates
+  // The end: the last tile's updates, then dV and dK out. With DQ, the last dQ share too, and dV,
+  // dK go out through shared memory (the query-tile buffers, free once the walk is done) by the
+  // TMA, one bulk store a 64-column panel instead of each thread's 4-byte pieces of rows, which
+  // the load/store unit took about 1.7 us a block to issue. k's norm + rotary loads are issued
+  // first, so that their latency hides under the last matmuls.
+  const int krow = key0 - k0;  // this thread's first key within the block's K tile
+  auto k_tile_pair = [&](int r, int nb) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(sK + sw128<BK>(krow + 8 * r, nb) + 2 * (lane & 3)));
+  };
+  unsigned seen = 0;  // DQ: the count of the last tile's shares, read under the matmuls as in the loop
+  if (!SERIAL && it > 0) {
     wgmma_fence();
     issue_updates((it - 1) % S);
     wgmma_commit();
+    if (kn.rstd) knr.load(kn, key0, T, H, h, lane);
+    if constexpr (DQ) seen = ld_relaxed(dq_count + (size_t)h * n_tiles + prev_tile);
     wgmma_wait<0>();
     reg_fence(dk);
     reg_fence(dv);
-    if constexpr (DQ) {
-      reg_fence(dq);
-      bulk_wait_read(leader);
-      named_barrier_256();
-      stage_dq();
-      fence_proxy_async();
-      named_barrier_256();
-      add_dq_share(prev_tile, prev_range, ~0u);
-      if (kn.rstd) {  // issued here so that their latency hides under the last dQ addition's wait
-        knr.load(kn, key0, T, H, h, lane);
-        knr_loaded = true;
-      }
-      if (pending >= 0) bulk_done_signal(dq_count + (size_t)h * n_tiles + pending, leader);  // the last addition has landed
-    }
+    if constexpr (DQ) reg_fence(dq);
+  } else if (kn.rstd) {
+    knr.load(kn, key0, T, H, h, lane);
   }
-  const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.f, 1.f};
-  store_rows<D>(dV, dv, key0, T, H, h, lane, dv_scale);
-  if (kn.rstd) {
-    if (!knr_loaded) knr.load(kn, key0, T, H, h, lane);
-    const int krow = key0 - k0;  // this thread's first key within the block's K tile
-    knr.store(dK, dk, scale, key0, T, H, h, lane, [&](int r, int nb) {
-      return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(sK + sw128<BK>(krow + 8 * r, nb) + 2 * (lane & 3)));
-    });
+  if constexpr (DQ) {
+    bf16* s_dv = sQ;           // BK x D each, SW128 (tma.cuh): the S query and dO buffers
+    bf16* s_dk = sQ + BK * D;  // hold 2 S BQ x D >= 2 BK x D
+    static_assert(2 * S * BQ >= 2 * BK, "dV and dK fit the query-tile buffers");
+    bulk_wait_read(leader);
+    named_barrier_256();  // both warpgroups' last matmuls done: the buffers and the staging are free
+    if (it > 0) stage_dq();
+    if (kn.rstd) {  // dk <- the gradient of the pre-norm k, or scale dK
+      knr.apply(dk, scale, k_tile_pair);
+    } else {
+#pragma unroll
+      for (int nb = 0; nb < D / 8; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[nb][e] *= scale;
+    }
+    stage_acc_sw128<BK>(s_dv, dv, wg * 64 + warp * 16, lane);
+    stage_acc_sw128<BK>(s_dk, dk, wg * 64 + warp * 16, lane);
+    fence_proxy_async();
+    named_barrier_256();
+    if (it > 0) add_dq_share(prev_tile, prev_range, seen);
+    // The last share's count matters only to the blocks that come after it on its tile: none
+    // when it is the tile's last (under a window, the top tile of the walk), and then this
+    // block's end does not wait for the addition to land.
+    const bool followed = pending != prev_tile || dq_rank(kb, prev_range.x, prev_range.y, kbh.rising) !=
+                                                      (unsigned)(prev_range.y - prev_range.x);
+    if (pending >= 0 && followed) bulk_done_signal(dq_count + (size_t)h * n_tiles + pending, leader);
+    if (leader) {
+      tma_store_tile<D, BK>(s_dv, tmdV, k0, h);
+      tma_store_tile<D, BK>(s_dk, tmdK, k0, h);
+      store_commit();
+    }
+    bulk_wait_read(leader);  // before the block's shared memory goes
   } else {
-    store_rows<D>(dK, dk, key0, T, H, h, lane, dk_scale);
+    const float one[2] = {1.f, 1.f}, dk_scale[2] = {scale, scale};
+    store_rows<D>(dV, dv, key0, T, H, h, lane, one);
+    if (kn.rstd) {
+      knr.apply(dk, scale, k_tile_pair);
+      store_rows<D>(dK, dk, key0, T, H, h, lane, one);
+    } else {
+      store_rows<D>(dK, dk, key0, T, H, h, lane, dk_scale);
+    }
   }
 }
 #endif
@@ -278,14 +301,15 @@ __global__ void __launch_bounds__(2 * BK, BK == 64 ? 3 : 1)
                                    NormRotary kn, bool heads_fastest) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
-  key_owner_backward<D, BK, false>(smem_raw, &tmQ, &tmK, &tmV, &tmdO, LSE2, drow, nullptr, nullptr, nullptr, dK, dV, T, H, mb,
-                                   scale_log2, scale, kn, heads_fastest);
+  key_owner_backward<D, BK, false>(smem_raw, &tmQ, &tmK, &tmV, &tmdO, LSE2, drow, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                   dK, dV, T, H, mb, scale_log2, scale, kn, heads_fastest);
 #else
   __trap();  // built for another architecture: the launcher only picks this kernel on sm90
 #endif
 }
 
-// dK, dV and the block's dQ shares in one pass (the fused backward). HEADS_FASTEST: the blocks'
+// dK, dV and the block's dQ shares in one pass (the fused backward); dK and dV are written
+// through tensor maps with boxes of kB90Own rows (tma.cuh make_tile_map). HEADS_FASTEST: the blocks'
 // order (tile_scheduler.cuh key_block_at), a constant so that the masks that go heads fastest
 // carry no code for the last head's rising order.
 template <int D, bool HEADS_FASTEST>
@@ -294,12 +318,13 @@ __global__ void __launch_bounds__(kB90Threads, 1)
                                     const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO,
                                     const float* __restrict__ LSE2, const float* __restrict__ drow,
                                     const int2* __restrict__ dq_ranges, unsigned* __restrict__ dq_count,
-                                    float* __restrict__ dq_acc, bf16* __restrict__ dK, bf16* __restrict__ dV, int T, int H,
-                                    MaskBounds mb, float scale_log2, float scale, NormRotary kn) {
+                                    float* __restrict__ dq_acc, const __grid_constant__ CUtensorMap tmdK,
+                                    const __grid_constant__ CUtensorMap tmdV, int T, int H, MaskBounds mb, float scale_log2,
+                                    float scale, NormRotary kn) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  key_owner_backward<D, kB90Own, true>(smem_raw, &tmQ, &tmK, &tmV, &tmdO, LSE2, drow, dq_ranges, dq_count, dq_acc, dK, dV, T, H,
-                                       mb, scale_log2, scale, kn, HEADS_FASTEST);
+  key_owner_backward<D, kB90Own, true>(smem_raw, &tmQ, &tmK, &tmV, &tmdO, LSE2, drow, dq_ranges, dq_count, dq_acc, &tmdK, &tmdV,
+                                       nullptr, nullptr, T, H, mb, scale_log2, scale, kn, HEADS_FASTEST);
 #else
   __trap();  // built for another architecture: the launcher only picks this kernel on sm90
 #endif

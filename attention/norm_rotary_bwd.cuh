@@ -101,7 +101,7 @@ inline cudaError_t norm_rotary_backward_inplace(__nv_bfloat16* dy, const __nv_bf
 // the rotation pair of column c < D/2 (c + D/2) is block nb + D/16 of the same thread.
 //   dx = rstd R^T (g - y (g . y) / D),  g = scale dK (fp32), y = the block's K tile (bf16)
 // load() reads this thread's rstd and angles (issued early, so their latency hides under the
-// block's last waits); store() computes and writes dx.
+// block's last matmuls); apply() turns the accumulator into dx, which the caller stores.
 template <int D>
 struct KeyNormRotary {
   static constexpr int NB = D / 8, HALF = D / 16;  // n8 blocks of a row; the second half starts at HALF
@@ -118,10 +118,10 @@ struct KeyNormRotary {
       for (int nb = 0; nb < HALF; nb++) cs[r][nb] = p[4 * nb];  // a float4 is 2 angles: 8 angles a block
     }
   }
-  // y_pair(r, nb): the K tile's (row0 + 8 r, 8 nb + 2 (lane % 4) + {0, 1}) as floats
+  // acc (scale dK) becomes dx, in place; y_pair(r, nb): the K tile's (row0 + 8 r, 8 nb + 2 (lane %
+  // 4) + {0, 1}) as floats. Rows past T come out as numbers that are not stored.
   template <typename YPair>
-  __device__ __forceinline__ void store(__nv_bfloat16* dK, const float (&acc)[NB][4], float scale, int row0, int T, int H,
-                                        int h, int lane, YPair&& y_pair) const {
+  __device__ __forceinline__ void apply(float (&acc)[NB][4], float scale, YPair&& y_pair) const {
 #pragma unroll
     for (int r = 0; r < 2; r++) {
       float g[NB][2], y[NB][2], dot = 0.f;
@@ -135,22 +135,16 @@ struct KeyNormRotary {
       dot += __shfl_xor_sync(0xffffffff, dot, 1);  // the row's 4 lanes (every lane runs this)
       dot += __shfl_xor_sync(0xffffffff, dot, 2);
       const float m = dot / D;
-      const int row = row0 + 8 * r;
-      if (row >= T) continue;
-      __nv_bfloat16* out = dK + ((size_t)row * H + h) * D + 2 * (lane & 3);
 #pragma unroll
       for (int nb = 0; nb < HALF; nb++) {
         const float4 t = cs[r][nb];
-        float o1[2], o2[2];
 #pragma unroll
         for (int e = 0; e < 2; e++) {
           const float c = e ? t.z : t.x, s = e ? t.w : t.y;
           const float a = g[nb][e] - m * y[nb][e], b = g[nb + HALF][e] - m * y[nb + HALF][e];
-          o1[e] = rstd[r] * (a * c - b * s);
-          o2[e] = rstd[r] * (a * s + b * c);
+          acc[nb][2 * r + e] = rstd[r] * (a * c - b * s);
+          acc[nb + HALF][2 * r + e] = rstd[r] * (a * s + b * c);
         }
-        *reinterpret_cast<__nv_bfloat162*>(out + 8 * nb) = __floats2bfloat162_rn(o1[0], o1[1]);
-        *reinterpret_cast<__nv_bfloat162*>(out + 8 * (nb + HALF)) = __floats2bfloat162_rn(o2[0], o2[1]);
       }
     }
   }

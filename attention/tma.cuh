@@ -10,7 +10,7 @@
 //   tma_load_tile<D, ROWS>: the D / 64 panels of rows [row0, row0 + ROWS) of head h into an SW128
 //     tile (1024-byte aligned); their bytes (the whole box, rows past T included) complete on an
 //     mbarrier whose transaction count the issuing thread raised first (mbar_expect_tx or
-//     mbar_arrive_expect_tx).
+//     mbar_arrive_expect_tx); tma_store_tile writes such a tile back.
 //   make_matrix_map / tma_load_panel: the same for a row-major [rows][cols] matrix (the MLP's
 //     products, layers/mlp_gemm.cuh): a box of 64 columns x box_rows rows, one SW128 panel;
 //     tma_store_panel writes such a panel back.
@@ -98,6 +98,22 @@ __device__ __forceinline__ void tma_load_tile(bf16* tile, const CUtensorMap* map
             smem_addr(tile + p * ROWS * 64)),
         "l"(reinterpret_cast<uint64_t>(map)), "r"(p * 64), "r"(h), "r"(row0), "r"(smem_addr(bar))
         : "memory");
+}
+
+// The other way: the D / 64 panels of ROWS rows (PANEL_ROWS x 64 apart: ROWS of a taller tile
+// from a row that is a multiple of 8) of an SW128 tile, written by ordinary stores, each writer's
+// fenced with fence_proxy_async before a barrier, to rows [row0, row0 + ROWS) of head h through a
+// make_tile_map map of ROWS rows; rows past T are not written. Joins the issuing thread's bulk
+// group (store_commit below), whose reads of shared memory must be waited for before the block
+// exits (store_wait_read).
+template <int D, int ROWS, int PANEL_ROWS = ROWS>
+__device__ __forceinline__ void tma_store_tile(const bf16* tile, const CUtensorMap* map, int row0, int h) {
+#pragma unroll
+  for (int p = 0; p < D / 64; p++)
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(p * 64), "r"(h), "r"(row0), "r"(smem_addr(tile + p * PANEL_ROWS * 64))
+                 : "memory");
 }
 
 // The 64-column panel of rows [row0, row0 + box_rows) starting at column col0 of a

@@ -67,6 +67,18 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4
                "r"(r[2]), "r"(r[3])
                : "memory");
 }
+// A warp's 16 rows of a C-layout accumulator with NB n8 blocks (its rows row16.. of the tile,
+// lane / 4 and + 8 this thread's) as bf16 into an SW128 tile of ROWS rows, two blocks a stmatrix.
+template <int ROWS, int NB>
+__device__ __forceinline__ void stage_acc_sw128(bf16* tile, const float (&acc)[NB][4], int row16, int lane) {
+  const int mrow = row16 + (lane & 7) + (lane & 8);  // lanes 8m..8m+7 address matrix m's rows
+#pragma unroll
+  for (int nb = 0; nb < NB; nb += 2) {
+    uint32_t f[4];
+    c_to_a(f, acc[nb], acc[nb + 1]);
+    stmatrix_x4(smem_addr(tile + sw128<ROWS>(mrow, nb + (lane >> 4))), f);
+  }
+}
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }

@@ -86,7 +86,12 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
   const int n_kb = (T + BK - 1) / BK, n_tiles = (T + BQ - 1) / BQ;
   const KeyBlock kbh = key_block_of<DQ>(n_kb, H, heads_fastest);  // DQ: the order dq_order.cuh needs (rising: walks down)
   const int kb = kbh.kb, k0 = kb * BK, h = kbh.h;
-  const bool leader = threadIdx.x == 0;  // DQ: issues this block's dQ additions
+  // DQ: the thread that issues this block's dQ additions, dK and dV's stores and the counts. Not
+  // thread 0 nor any thread that copies lse2, Drow (the first 2 BQ): its fence before each
+  // addition then does not wait behind loads of its own (one H200, backward: dense causal 2.3%
+  // and 5.1% faster at 16 and 6 heads, window 1024 1.6%, non-causal bi 512 2%).
+  const bool leader = threadIdx.x == 2 * BQ;
+  static_assert(!DQ || THREADS > 2 * BQ, "the leader is a thread that loads nothing");
 
   const int key0 = k0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's keys: key0, key0 + 8
   int q_lo2[2], q_hi2[2];                                     // the queries each of them is kept by

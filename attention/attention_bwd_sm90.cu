@@ -26,7 +26,8 @@
 // backward's dQ conversion does the same for q.
 // Tiles stream through shared buffers, loaded by the TMA (tma.cuh: one thread issues a tile; the
 // fp32 lse2 and Drow rows by cp.async) and signalled by mbarriers (a buffer is rewritten once every
-// warp has released it).
+// warp has released it). The fused kernel's dK and dV leave the same way: staged in shared memory,
+// stored by the TMA.
 // The main loops: bwd_key_owner_sm90.cuh (dK, dV, and with dq_order.cuh the fused dQ shares) and
 // bwd_dq_sm90.cuh (the dQ kernel), on bwd_common_sm90.cuh; this file launches them.
 #include <cmath>

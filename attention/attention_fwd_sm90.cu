@@ -232,7 +232,7 @@ static cudaError_t launch_fwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (err != cudaSuccess) return err;
   CUtensorMap tq, tk, tv, to;  // boxes of Q's BM rows, of a key tile's BN, and of a warpgroup's 64 rows of O
-  for (auto [map, x, rows] : {std::tuple{&tq, (const bf16*)q, Tl::BM}, std::tuple{&tk, k, Tl::BN}, std::tuple{&tv, v, Tl::BN},
+  for (auto [map, x, rows] : {std::tuple{&tq, q, Tl::BM}, std::tuple{&tk, k, Tl::BN}, std::tuple{&tv, v, Tl::BN},
                               std::tuple{&to, (const bf16*)o, 64}})
     if ((err = make_tile_map(map, x, T, H, D, rows)) != cudaSuccess) return err;
   dim3 grid((T + Tl::BM - 1) / Tl::BM, H);

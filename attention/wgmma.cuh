@@ -47,15 +47,29 @@ __device__ __forceinline__ uint64_t desc(const bf16* p, uint32_t lbo_bytes, uint
   return (uint64_t)((smem_addr(p) & 0x3FFFF) >> 4) | ((uint64_t)(lbo_bytes >> 4) << 16) |
          ((uint64_t)(sbo_bytes >> 4) << 32) | (1ull << 62);
 }
+// A descriptor moved on by a byte offset: the start address (bits 0-13, 16-byte units) of a
+// shared address, which is below 2^18, so the sum stays inside its field and only the low word
+// changes. The gemm loops below make each operand's descriptor once and step it this way: one
+// add a wgmma, where building each from its pointer took about ten instructions (measured on
+// one H200: forwards 4-7% faster, the head-dim-64 backward 2.5-5.5%).
+__device__ __forceinline__ uint64_t desc_plus(uint64_t d, uint32_t bytes) {
+  return (d & 0xFFFFFFFF00000000ull) | (uint32_t)((uint32_t)d + (bytes >> 4));
+}
+// The byte offset of k16 step kk in a K-major SW128 tile of ROWS rows, and in an MN-major one.
+template <int ROWS>
+__host__ __device__ constexpr uint32_t k_step_bytes(int kk) {
+  return (uint32_t)(((kk >> 2) * ROWS * 64 + (kk & 3) * 16) * 2);
+}
+__host__ __device__ constexpr uint32_t mn_step_bytes(int kk) { return (uint32_t)(kk * 16 * 64 * 2); }
 // K-major operand: rows r0.. (a multiple of 8) of an SW128 tile of ROWS rows, k16 step kk.
 template <int ROWS>
 __device__ __forceinline__ uint64_t desc_k(const bf16* tile, int r0, int kk) {
-  return desc(tile + (kk >> 2) * ROWS * 64 + r0 * 64 + (kk & 3) * 16, 16, 1024);
+  return desc_plus(desc(tile + r0 * 64, 16, 1024), k_step_bytes<ROWS>(kk));
 }
 // MN-major operand: k rows 16 kk..16 kk+15 of an SW128 tile of ROWS rows, all of its columns.
 template <int ROWS>
 __device__ __forceinline__ uint64_t desc_mn(const bf16* tile, int kk) {
-  return desc(tile + kk * 16 * 64, ROWS * 128, 1024);
+  return desc_plus(desc(tile, ROWS * 128, 1024), mn_step_bytes(kk));
 }
 
 // Four 8 x 8 bf16 matrices from registers into shared memory (stmatrix): lanes 8m..8m+7 give the
@@ -231,8 +245,10 @@ __device__ __forceinline__ void wgmma_rs<128>(float (&d)[16][4], const uint32_t 
 // SW128 tile of N rows (both K-major). Issues the wgmmas; the caller commits and waits.
 template <int N, int KSTEPS, int AROWS>
 __device__ __forceinline__ void gemm_ss(float (&acc)[N / 8][4], const bf16* a, int r0, const bf16* b, bool accumulate) {
+  const uint64_t da = desc_k<AROWS>(a, r0, 0), db = desc_k<N>(b, 0, 0);
 #pragma unroll
-  for (int kk = 0; kk < KSTEPS; kk++) wgmma_ss<N>(acc, desc_k<AROWS>(a, r0, kk), desc_k<N>(b, 0, kk), accumulate || kk > 0);
+  for (int kk = 0; kk < KSTEPS; kk++)
+    wgmma_ss<N>(acc, desc_plus(da, k_step_bytes<AROWS>(kk)), desc_plus(db, k_step_bytes<N>(kk)), accumulate || kk > 0);
 }
 
 // Acc[64 x N] (+)= A B over K = KSTEPS * 16 with A rows r0.. of an SW128 tile of AROWS rows
@@ -240,9 +256,10 @@ __device__ __forceinline__ void gemm_ss(float (&acc)[N / 8][4], const bf16* a, i
 // with P^T in shared memory.
 template <int N, int KSTEPS, int AROWS, int BROWS>
 __device__ __forceinline__ void gemm_ss_kmn(float (&acc)[N / 8][4], const bf16* a, int r0, const bf16* b, bool accumulate) {
+  const uint64_t da = desc_k<AROWS>(a, r0, 0), db = desc_mn<BROWS>(b, 0);
 #pragma unroll
   for (int kk = 0; kk < KSTEPS; kk++)
-    wgmma_ss<N, 0, 1>(acc, desc_k<AROWS>(a, r0, kk), desc_mn<BROWS>(b, kk), accumulate || kk > 0);
+    wgmma_ss<N, 0, 1>(acc, desc_plus(da, k_step_bytes<AROWS>(kk)), desc_plus(db, mn_step_bytes(kk)), accumulate || kk > 0);
 }
 
 // Acc[64 x N] = A B over K = KSTEPS * 16 with A and B both MN-major SW128 tiles: A's 64 columns
@@ -250,16 +267,19 @@ __device__ __forceinline__ void gemm_ss_kmn(float (&acc)[N / 8][4], const bf16* 
 // and K as stored (keys as rows).
 template <int N, int KSTEPS, int AROWS, int BROWS>
 __device__ __forceinline__ void gemm_ss_mnmn(float (&acc)[N / 8][4], const bf16* a, const bf16* b) {
+  const uint64_t da = desc_mn<AROWS>(a, 0), db = desc_mn<BROWS>(b, 0);
 #pragma unroll
-  for (int kk = 0; kk < KSTEPS; kk++) wgmma_ss<N, 1, 1>(acc, desc_mn<AROWS>(a, kk), desc_mn<BROWS>(b, kk), kk > 0);
+  for (int kk = 0; kk < KSTEPS; kk++)
+    wgmma_ss<N, 1, 1>(acc, desc_plus(da, mn_step_bytes(kk)), desc_plus(db, mn_step_bytes(kk)), kk > 0);
 }
 
 // Acc[64 x N] += P[64 x 16 KB] B, P as accumulator-layout scores in registers (converted to bf16
 // A fragments), B an SW128 tile of BROWS >= 16 KB rows and N columns (MN-major).
 template <int N, int KB, int BROWS>
 __device__ __forceinline__ void gemm_rs(float (&acc)[N / 8][4], const uint32_t (&pa)[KB][4], const bf16* b) {
+  const uint64_t db = desc_mn<BROWS>(b, 0);
 #pragma unroll
-  for (int j = 0; j < KB; j++) wgmma_rs<N>(acc, pa[j], desc_mn<BROWS>(b, j), 1);
+  for (int j = 0; j < KB; j++) wgmma_rs<N>(acc, pa[j], desc_plus(db, mn_step_bytes(j)), 1);
 }
 
 }  // namespace sm90

@@ -31,7 +31,8 @@ struct KernelChoice {
   Sm90Backward sm90_backward = Sm90Backward::kAuto;  // kAuto: fused for D = 128, two kernels for D = 64
   int sm80_forward_block_n = 64;                   // the sm80 forward's key tile: 64 or 32
   // The sm90 two-kernel backward's blocks at head dim 64: 0 picks (tile_scheduler.cuh
-  // bwd_small_tiles), 64 or 192 keys (dK/dV) or queries (dQ) a block. Head dim 128 takes 128.
+  // bwd_small_tiles), 64 (one warpgroup, tiles of 64) or 128 (two warpgroups, tiles of 128) keys
+  // (dK/dV) or queries (dQ) a block. Head dim 128 takes 128 over tiles of 64.
   int sm90_two_kernel_own = 0;
 };
 // For every call that follows (process-wide). kSm90 on a device that cannot run it makes the

@@ -18,9 +18,9 @@
 //   and dQ from its own kernel, one block per 128 queries walking key tiles of 64 (S = Q K^T,
 //   dP = dO V^T again; dQ += dS K), on a second stream beside dK/dV. At head dim 64 with a
 //   window or documents both kernels' blocks own 64 keys or queries (one warpgroup), three
-//   blocks an SM (tile_scheduler.cuh bwd_small_tiles); without, 192 (three warpgroups,
-//   kB90WideOwn). Either way three warpgroups share an SM, and the dK/dV kernel waits for each
-//   tile's updates in its own step (registers: bwd_key_owner_sm90.cuh).
+//   blocks an SM (tile_scheduler.cuh bwd_small_tiles); without, 128 (two warpgroups) walking
+//   tiles of 128 (kB90WideWalk). At head dim 64 the dK/dV kernel waits for each tile's updates
+//   in its own step (registers: bwd_key_owner_sm90.cuh).
 // With k_norm (attention.h NormRotary) the key-owning kernels store the gradient of the pre-norm
 // k instead of dK, from their K tile (norm_rotary_bwd.cuh KeyNormRotary); with q_norm the fused
 // backward's dQ conversion does the same for q.
@@ -80,13 +80,14 @@ static cudaError_t bwd_maps(BwdMaps* m, const bf16* q, const bf16* k, const bf16
 }
 
 // The two-kernel backward, blocks owning OWN keys (dK/dV) and OWN_Q queries (dQ).
-template <int D, int OWN, int OWN_Q>
+// KT: the dQ kernel's key tiles; QT: the dK/dV kernel's query tiles.
+template <int D, int OWN, int OWN_Q, int KT = kB90Walk, int QT = kB90Walk>
 static cudaError_t launch_two_kernels(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, bf16* dq, bf16* dk,
                                       bf16* dv, const BwdWorkspace& ws, int T, int H, const MaskBounds& mb,
                                       float scale_log2, float scale, const NormRotary& kn, bool heads_fastest, cudaStream_t stream) {
-  constexpr size_t smem_dkdv = dkdv_sm90_smem<D, OWN>(), smem_dq = dq_sm90_smem<D, OWN_Q>();
-  auto dkdv_kernel = attention_bwd_dkdv_sm90_kernel<D, OWN>;
-  auto dq_kernel = attention_bwd_dq_sm90_kernel<D, OWN_Q>;
+  constexpr size_t smem_dkdv = dkdv_sm90_smem<D, OWN, QT>(), smem_dq = dq_sm90_smem<D, OWN_Q, KT>();
+  auto dkdv_kernel = attention_bwd_dkdv_sm90_kernel<D, OWN, QT>;
+  auto dq_kernel = attention_bwd_dq_sm90_kernel<D, OWN_Q, KT>;
   cudaError_t err = cudaFuncSetAttribute(dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dkdv);
   if (err != cudaSuccess) return err;
   if ((err = cudaFuncSetAttribute(dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dq)) != cudaSuccess)
@@ -94,8 +95,8 @@ static cudaError_t launch_two_kernels(const bf16* q, const bf16* k, const bf16* 
   SideStream* side = nullptr;
   if ((err = side_stream(side)) != cudaSuccess) return err;
   BwdMaps key_owner, query_owner;  // dK/dV walks query tiles of kB90Walk, dQ key tiles of kB90Walk
-  if ((err = bwd_maps<D>(&key_owner, q, k, v, dout, T, H, kB90Walk, OWN)) != cudaSuccess) return err;
-  if ((err = bwd_maps<D>(&query_owner, q, k, v, dout, T, H, OWN_Q, kB90Walk)) != cudaSuccess) return err;
+  if ((err = bwd_maps<D>(&key_owner, q, k, v, dout, T, H, QT, OWN)) != cudaSuccess) return err;
+  if ((err = bwd_maps<D>(&query_owner, q, k, v, dout, T, H, OWN_Q, KT)) != cudaSuccess) return err;
 
   const dim3 grid_dq((T + OWN_Q - 1) / OWN_Q, H), grid_dkdv((T + OWN - 1) / OWN * H);  // dK/dV: tile_scheduler.cuh key_block_of
   if ((err = cudaEventRecord(side->fork, stream)) != cudaSuccess) return err;
@@ -148,7 +149,8 @@ static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
   if constexpr (D == 64)
     err = small ? launch_two_kernels<D, kB90SmallOwn, kB90SmallOwn>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, kn,
                                                                     hf, stream)
-                : launch_two_kernels<D, kB90WideOwn, kB90WideOwn>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, kn,
+                : launch_two_kernels<D, kB90Own, kB90Own, kB90WideWalk, kB90WideWalk>(q, k, v, dout, dq, dk, dv, ws, T, H, mb,
+                                                                                   scale_log2, scale, kn,
                                                                   hf, stream);
   else
     err = launch_two_kernels<D, kB90Own, kB90Own>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, kn, hf, stream);

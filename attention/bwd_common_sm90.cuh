@@ -24,7 +24,7 @@ __device__ __forceinline__ unsigned char* align1024(unsigned char* p) {
 // The key-owning kernels' query-tile pipe (wgmma.cuh's TilePipe for wait_empty, wait_full and
 // release): a tile's Q and dO come by the TMA, issued by one thread with their byte count; its
 // lse2 and Drow (fp32 rows of [H, T], which need not be 16-byte aligned) by cp.async from the
-// first 2 kB90Walk threads. full[b] takes every thread's cp.async arrival and the issuing
+// first 2 BQ threads (BQ: the tile's rows). full[b] takes every thread's cp.async arrival and the issuing
 // thread's, so it completes once all of them have landed. The Q, dO bytes are written by the
 // async proxy that wgmma reads by, and lse2, Drow are read by ordinary loads, so waiting for
 // full[b] needs no proxy fence.
@@ -41,14 +41,13 @@ struct QueryTilePipe : sm90::TilePipe<STAGES> {
     sm90::fence_mbarrier_init();
   }
 
-  // Query tile qt into buffer st of sQ / sdO (SW128 tiles of kB90Walk rows; rows past T read as
+  // Query tile qt into buffer st of sQ / sdO (SW128 tiles of BQ rows; rows past T read as
   // zeros) and its lse2 and Drow into sLse / sDr, as the i-th tile of the walk; every thread calls
   // it, once tile i - STAGES is released (wait_empty).
-  template <int D, int THREADS>
+  template <int D, int THREADS, int BQ = kB90Walk>
   __device__ __forceinline__ void load(bf16* sQ, bf16* sdO, float* sLse, float* sDr, const CUtensorMap* tmQ,
                                        const CUtensorMap* tmdO, const float* LSE2, const float* drow, int qt, int i, int T,
                                        int h) {
-    constexpr int BQ = kB90Walk;
     const int qs = qt * BQ, st = i % STAGES;
     if (threadIdx.x == 0) {
       sm90::mbar_arrive_expect_tx(&full[st], 2 * BQ * D * (uint32_t)sizeof(bf16));
@@ -89,12 +88,12 @@ __device__ __forceinline__ void probs_and_dscores_t(float (&s)[NB][4], float (&d
 // through load_q_side, and K and V by the TMA on kv_bar, which every thread has waited for on
 // return). Returns the walk, which goes down from the last query tile when `down` is set (ahead
 // holds walk positions: walk.tile() gives the query tile).
-template <int D, int BK, int AHEAD, typename Pipe, typename LoadQuerySide>
+template <int D, int BK, int BQ, int AHEAD, typename Pipe, typename LoadQuerySide>
 __device__ __forceinline__ TileWalk begin_key_block(const MaskBounds& mb, int k0, int key0, int T, int h, int32_t* s_ids,
                                                     int (&q_lo2)[2], int (&q_hi2)[2], Pipe& pipe, uint64_t* kv_bar,
                                                     WalkAhead<AHEAD>& ahead, const CUtensorMap* tmK, const CUtensorMap* tmV,
                                                     bf16* sK, bf16* sV, LoadQuerySide& load_q_side, bool down) {
-  constexpr int BQ = kB90Walk, THREADS = 2 * BK;
+  constexpr int THREADS = 2 * BK;
   if (threadIdx.x == 0) {  // K and V first: they need no walk, and land while it is worked out
     sm90::mbar_init(kv_bar, 1);
     pipe.init(THREADS);  // fences the barriers' initialization for the TMA

@@ -1,19 +1,20 @@
-// The sm90 backward's query-owner main loop: dQ of a block of BQ queries (128 or 192: two or
-// three warpgroups, one block an SM; 64: one warpgroup, three blocks an SM) over the key tiles of
-// 64 they see, S and dP recomputed (attention_bwd_sm90.cu describes the algorithm).
+// The sm90 backward's query-owner main loop: dQ of a block of BQ queries (128: two warpgroups,
+// one block an SM; 64: one warpgroup, three blocks an SM) over the key tiles of BK (64, or 128
+// with BQ = 128: S and dP then 64 registers each) they see, S and dP recomputed
+// (attention_bwd_sm90.cu describes the algorithm).
 #pragma once
 #include "attention/bwd_common_sm90.cuh"
 
 namespace attn {
 
 // ---------------------------------------------------------------------------------- dQ
-template <int D, int BQ>
+template <int D, int BQ, int BK>
 constexpr size_t dq_sm90_smem() {
-  return (size_t)(2 * BQ + 2 * bwd_stages<BQ>() * kB90Walk) * D * sizeof(bf16) + BQ * sizeof(int32_t) +
+  return (size_t)(2 * BQ + 2 * bwd_stages<BQ>() * BK) * D * sizeof(bf16) + BQ * sizeof(int32_t) +
          2 * bwd_stages<BQ>() * sizeof(uint64_t) + 1024;
 }
 
-template <int D, int BQ>
+template <int D, int BQ, int BK>
 __global__ void __launch_bounds__(2 * BQ, BQ == 64 ? 3 : 1)
     attention_bwd_dq_sm90_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                                  const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO,
@@ -21,8 +22,9 @@ __global__ void __launch_bounds__(2 * BQ, BQ == 64 ? 3 : 1)
                                  bf16* __restrict__ dQ, int T, int H, MaskBounds mb, float scale_log2, float scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace sm90;
-  static_assert(BQ == 64 || BQ == 128 || BQ == 192, "a block owns one to three warpgroups' queries");
-  constexpr int BK = kB90Walk, S = bwd_stages<BQ>(), AHEAD = S - 2, THREADS = 2 * BQ;
+  static_assert(BQ == 64 || BQ == 128, "a block owns one or two warpgroups' queries");
+  static_assert(BK == 64 || (BK == 128 && BQ == 128), "key tiles of 128 need a block's 255 registers a thread");
+  constexpr int S = bwd_stages<BQ>(), AHEAD = S - 2, THREADS = 2 * BQ;
   extern __shared__ unsigned char smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(align1024(smem_raw));
   bf16* sdO = sQ + BQ * D;

@@ -1,20 +1,20 @@
 // The sm90 backward's key-owner main loop (attention_bwd_sm90.cu describes the algorithm): one
-// block owns BK keys (BK = 128: two warpgroups; 64 and 192, dK/dV alone: one and three) and
-// walks the query tiles of 64 that see them, computing per tile
-//   S^T = K Q^T, dP^T = V dO^T      [BK keys x 64 queries], wgmma from shared memory
+// block owns BK keys (BK = 128: two warpgroups; 64, dK/dV alone: one) and walks the query tiles
+// of BQ (64; 128 for dK/dV alone with BK = 128) that see them, computing per tile
+//   S^T = K Q^T, dP^T = V dO^T      [BK keys x BQ queries], wgmma from shared memory
 //   P^T = 2^(scale_log2 S^T - lse2), dS^T = P^T (dP^T - Drow)
 //   dV += P^T dO, dK += dS^T Q       [BK keys x D], fp32 accumulators in registers
 // and, with DQ (the fused backward), the block's share of dQ = dS K for each tile ([64 x D] over
 // its 128 keys), added into fp32 sums in the fixed order of dq_order.cuh.
 // Q, K, V, dO: bf16 [T, H, D], read by the TMA through tensor maps (tma.cuh make_tile_map: boxes of
-// 64 query rows, and of BK key rows); lse2, Drow: fp32 [H, T]; dK, dV: bf16 [T, H, D], D in {64, 128}.
+// BQ query rows, and of BK key rows); lse2, Drow: fp32 [H, T]; dK, dV: bf16 [T, H, D], D in {64, 128}.
 // With kn.rstd set, dK is the gradient of the k that K's norm + rotary was made from, computed
 // from the block's K tile as it is stored (norm_rotary_bwd.cuh KeyNormRotary).
 // Without DQ, P^T and dS^T stay in registers as the next wgmma's A operand; each tile's dV, dK
-// updates run under the next tile's P^T, dS^T, except with BK = 64 or 192 (SERIAL: three
-// warpgroups an SM, so at most 168 registers a thread), where the registers hold only one tile's,
-// so a warpgroup issues and waits for its updates in the tile's own step, and the other two
-// warpgroups' matmuls fill the tensor cores meanwhile. With DQ they go
+// updates run under the next tile's P^T, dS^T, except (SERIAL) with BK = 64 (three blocks an SM,
+// so at most 168 registers a thread) or BQ = 128 (S^T, dP^T 64 registers each beside dK, dV),
+// where the registers hold only one tile's: a warpgroup issues and waits for its updates in the
+// tile's own step, and the other warpgroups' matmuls fill the tensor cores meanwhile. With DQ they go
 // through shared memory (dQ needs both warpgroups' dS^T), so the accumulators at any time are at
 // most S^T, dP^T, dK, dV and one dQ tile; three query-tile buffers (one ahead) make room for the
 // staging of a dQ share.
@@ -28,9 +28,9 @@ namespace attn {
 constexpr int kFStages = 3;            // query-tile buffers of the fused (DQ) loop
 constexpr size_t kSmemOptin = 232448;  // 227 KB: the most one block may have on sm90
 
-template <int D, int BK>
+template <int D, int BK, int BQ>
 constexpr size_t dkdv_sm90_smem() {
-  return (size_t)(2 * BK + 2 * bwd_stages<BK>() * kB90Walk) * D * sizeof(bf16) + 2 * bwd_stages<BK>() * kB90Walk * sizeof(float) +
+  return (size_t)(2 * BK + 2 * bwd_stages<BK>() * BQ) * D * sizeof(bf16) + 2 * bwd_stages<BK>() * BQ * sizeof(float) +
          BK * sizeof(int32_t) + (2 * bwd_stages<BK>() + 1) * sizeof(uint64_t) + 1024;
 }
 
@@ -49,7 +49,7 @@ __host__ __device__ constexpr size_t fused_sm90_smem() {  // asked at launch: ro
 // The loop of one key block; smem_raw: the block's dynamic shared memory. DQ only: per query
 // tile, the key blocks with a dQ share (dq_ranges), the count of shares added (dq_count) and the
 // fp32 sums (dq_acc), as dq_order.cuh describes.
-template <int D, int BK, bool DQ>
+template <int D, int BK, int BQ, bool DQ>
 __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, const CUtensorMap* tmQ,
                                                    const CUtensorMap* tmK, const CUtensorMap* tmV,
                                                    const CUtensorMap* tmdO, const float* __restrict__ LSE2,
@@ -59,10 +59,11 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
                                                    bf16* __restrict__ dV, int T, int H, const MaskBounds& mb,
                                                    float scale_log2, float scale, const NormRotary& kn, bool heads_fastest) {
   using namespace sm90;
-  static_assert(BK == 64 || BK == 128 || (BK == 192 && !DQ), "a block owns one to three warpgroups' keys");
+  static_assert(BK == 64 || BK == 128, "a block owns one or two warpgroups' keys");
   static_assert(!DQ || BK == kB90Own, "the dQ shares' order (dq_order.cuh) counts key blocks of kB90Own");
-  constexpr int BQ = kB90Walk, S = DQ ? kFStages : bwd_stages<BK>(), AHEAD = S - 2, THREADS = 2 * BK;
-  constexpr bool SERIAL = !DQ && BK != 128;  // each tile's updates issued and waited for in its own step (above)
+  static_assert(BQ == kB90Walk || (!DQ && BK == 128 && BQ == 128), "query tiles of 128: dK/dV alone, two warpgroups");
+  constexpr int S = DQ ? kFStages : bwd_stages<BK>(), AHEAD = S - 2, THREADS = 2 * BK;
+  constexpr bool SERIAL = !DQ && (BK != 128 || BQ != kB90Walk);  // each tile's updates issued and waited for in its own step (above)
   unsigned char* base = align1024(smem_raw);
   if constexpr (DQ) {
     constexpr size_t kSlack = fused_sm90_smem<D>() - fused_sm90_smem_used<D>();
@@ -96,11 +97,11 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
   const int key0 = k0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's keys: key0, key0 + 8
   int q_lo2[2], q_hi2[2];                                     // the queries each of them is kept by
   auto load_q_side = [&](int qt, int i) {  // query tile qt, the i-th of the walk
-    pipe.template load<D, THREADS>(sQ, sdO, sLse, sDr, tmQ, tmdO, LSE2, drow, qt, i, T, h);
+    pipe.template load<D, THREADS, BQ>(sQ, sdO, sLse, sDr, tmQ, tmdO, LSE2, drow, qt, i, T, h);
   };
   WalkAhead<AHEAD> ahead;  // tile[0] computed now, the others loaded or loading
   const TileWalk walk =
-      begin_key_block<D, BK>(mb, k0, key0, T, h, s_ids, q_lo2, q_hi2, pipe, kv_bar, ahead, tmK, tmV, sK, sV, load_q_side,
+      begin_key_block<D, BK, BQ>(mb, k0, key0, T, h, s_ids, q_lo2, q_hi2, pipe, kv_bar, ahead, tmK, tmV, sK, sV, load_q_side,
                              kbh.rising);
 
   // DQ: each warpgroup's dQ matmul, its half of D's columns over all 128 keys (64 x DQN
@@ -295,9 +296,10 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
 }
 #endif
 
-// dK and dV alone (the two-kernel backward; dQ comes from bwd_dq_sm90.cuh), BK keys a block:
-// 128 or 192 (two or three warpgroups, one block an SM) or 64 (one warpgroup, three blocks an SM).
-template <int D, int BK>
+// dK and dV alone (the two-kernel backward; dQ comes from bwd_dq_sm90.cuh), BK keys a block over
+// query tiles of BQ: 128 (two warpgroups, one block an SM) over 64 or 128, or 64 (one warpgroup,
+// three blocks an SM) over 64.
+template <int D, int BK, int BQ>
 __global__ void __launch_bounds__(2 * BK, BK == 64 ? 3 : 1)
     attention_bwd_dkdv_sm90_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                                    const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO,
@@ -306,7 +308,7 @@ __global__ void __launch_bounds__(2 * BK, BK == 64 ? 3 : 1)
                                    NormRotary kn, bool heads_fastest) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
-  key_owner_backward<D, BK, false>(smem_raw, &tmQ, &tmK, &tmV, &tmdO, LSE2, drow, nullptr, nullptr, nullptr, nullptr, nullptr,
+  key_owner_backward<D, BK, BQ, false>(smem_raw, &tmQ, &tmK, &tmV, &tmdO, LSE2, drow, nullptr, nullptr, nullptr, nullptr, nullptr,
                                    dK, dV, T, H, mb, scale_log2, scale, kn, heads_fastest);
 #else
   __trap();  // built for another architecture: the launcher only picks this kernel on sm90
@@ -328,7 +330,7 @@ __global__ void __launch_bounds__(kB90Threads, 1)
                                     float scale, NormRotary kn) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  key_owner_backward<D, kB90Own, true>(smem_raw, &tmQ, &tmK, &tmV, &tmdO, LSE2, drow, dq_ranges, dq_count, dq_acc, &tmdK, &tmdV,
+  key_owner_backward<D, kB90Own, kB90Walk, true>(smem_raw, &tmQ, &tmK, &tmV, &tmdO, LSE2, drow, dq_ranges, dq_count, dq_acc, &tmdK, &tmdV,
                                        nullptr, nullptr, T, H, mb, scale_log2, scale, kn, HEADS_FASTEST);
 #else
   __trap();  // built for another architecture: the launcher only picks this kernel on sm90

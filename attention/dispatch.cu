@@ -50,7 +50,7 @@ static bool sm90_fused(int D) {
 
 static bool sm90_small_backward(int D, const MaskDesc& mask) {
   if (g_choice.sm90_two_kernel_own == 64) return D == 64;
-  if (g_choice.sm90_two_kernel_own == 192) return false;
+  if (g_choice.sm90_two_kernel_own == 128) return false;
   return bwd_small_tiles(D, mask);
 }
 

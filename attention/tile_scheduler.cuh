@@ -61,21 +61,20 @@ inline FwdShape fwd_shape(int D, const MaskDesc& m) {
 // none), window 512 4%, window 1024 and non-causal bidirectional 512 even, dense causal 6%
 // slower. Three blocks an SM since (three tile buffers, bwd_common_sm90.cuh bwd_stages; 168
 // registers for dK/dV as below): the backward 12-15% faster on those masks than with two.
-// Without a window or documents, at head dim 64 both kernels' blocks own kB90WideOwn keys or
-// queries: three warpgroups, 384 threads, so at most 168 registers a thread
-// (the dQ kernel takes 146; the dK/dV kernel fits in 168 by waiting for each tile's dV, dK
-// updates in its own step instead of leaving them running under the next tile's scores,
-// bwd_key_owner_sm90.cuh). Measured on one H200, the backward against blocks of 128, first the
-// dQ kernel alone at 192 (its time 1.94 -> 1.81 ms at T = 16384, 16 heads), then dK/dV too (its
-// time 2.32 -> 2.04 ms): dense causal at T = 16384 x 16 heads -2.6% then -7.8%, 32768 x 8 heads
-// -4.3% then -8.9%, 16384 x 6 heads even then -8.9%, non-causal -8.3% then -5.2%, causal with a
-// prefix -6% then -8.7%.
-constexpr int kB90Own = 128, kB90Walk = 64, kB90SmallOwn = 64, kB90WideOwn = 192;
+// Without a window or documents, at head dim 64 both kernels' blocks own kB90Own keys or queries
+// (two warpgroups, up to 255 registers a thread) and walk tiles of kB90WideWalk: the dQ kernel
+// key tiles of 128 (S, dP 64 registers each), the dK/dV kernel query tiles of 128, waiting for
+// each tile's dV, dK updates in its own step (bwd_key_owner_sm90.cuh SERIAL). Measured on one
+// H200 against the blocks before (three warpgroups owning 192 and walking tiles of 64, 168
+// registers), the backward (docs/runs/2026-11-25_attention_bwd_d64_tiles128_h200.txt): the dQ
+// kernel alone -2 to -5%, then both: dense causal at T = 16384 x 16 heads -6%, x 6 heads -11%,
+// 32768 x 8 heads -2%, non-causal 8192 x 16 -5%.
+constexpr int kB90Own = 128, kB90Walk = 64, kB90SmallOwn = 64, kB90WideWalk = 128;
 inline bool bwd_small_tiles(int D, const MaskDesc& m) { return fwd_small_tiles(D, m); }
 // The keys a block of the default backward owns (the dK/dV kernel's and the fused kernel's blocks).
-inline int bwd_own(int D, const MaskDesc& m) {
-  return D != 64 ? kB90Own : bwd_small_tiles(D, m) ? kB90SmallOwn : kB90WideOwn;
-}
+inline int bwd_own(int D, const MaskDesc& m) { return D == 64 && bwd_small_tiles(D, m) ? kB90SmallOwn : kB90Own; }
+// The query tiles those blocks walk.
+inline int bwd_walk(int D, const MaskDesc& m) { return D == 64 && !bwd_small_tiles(D, m) ? kB90WideWalk : kB90Walk; }
 
 #ifdef __CUDACC__
 __device__ __forceinline__ unsigned query_tile_longest_first(int n_tiles) { return n_tiles - 1 - blockIdx.x; }

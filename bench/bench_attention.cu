@@ -16,7 +16,7 @@
 // kernels as the model gives them (--no-doc-spans: not, for comparison), just as FlexAttention's
 // block mask is built once outside its timings.
 // ATTN_KERNELS=sm80 runs the sm80 family (to compare the two); ATTN_BWD=fused|two-kernels picks
-// the sm90 backward, ATTN_BWD_OWN=64|192 the two-kernel backward's block size at head dim 64
+// the sm90 backward, ATTN_BWD_OWN=64|128 the two-kernel backward's block size at head dim 64
 // (attention.h KernelChoice); BENCH_ONLY=NAME runs one case of the table (for profiling).
 #include <CLI/CLI.hpp>
 
@@ -90,14 +90,14 @@ static std::vector<BenchCase> table() {
 // The work a mask gives the sm90 kernels, from the tile walk alone (attention/mask.h TileWalk;
 // no GPU): tiles visited (full and partial) by the forward (a block owns and walks as
 // tile_scheduler.cuh fwd_shape says) and the backward (owns the keys tile_scheduler.cuh bwd_own
-// says, and walks query tiles of kB90Walk), and the kept pairs as a share of
+// says, and walks the query tiles bwd_walk says), and the kept pairs as a share of
 // the pairs those tiles compute. Two masks with the same share and the same kernel speed per
 // computed pair run at the same useful TFLOP/s.
 struct Geometry {
   long long fwd_full = 0, fwd_partial = 0, bwd_full = 0, bwd_partial = 0;
   double fwd_useful = 0, bwd_useful = 0;
 };
-static Geometry geometry(const attn::MaskBounds& b, long long pairs, attn::FwdShape fwd, int bwd_own) {
+static Geometry geometry(const attn::MaskBounds& b, long long pairs, attn::FwdShape fwd, int bwd_own, int bwd_walk) {
   Geometry g;
   auto walk = [&](int own, int step, bool queries, long long& full, long long& partial) {
     for (int f0 = 0; f0 < b.T; f0 += own) {
@@ -108,9 +108,9 @@ static Geometry geometry(const attn::MaskBounds& b, long long pairs, attn::FwdSh
   };
   const int fwd_own = fwd.own, fwd_step = fwd.walk;
   walk(fwd_own, fwd_step, true, g.fwd_full, g.fwd_partial);
-  walk(bwd_own, attn::kB90Walk, false, g.bwd_full, g.bwd_partial);
+  walk(bwd_own, bwd_walk, false, g.bwd_full, g.bwd_partial);
   const double fwd_area = (double)(g.fwd_full + g.fwd_partial) * fwd_own * fwd_step;
-  const double bwd_area = (double)(g.bwd_full + g.bwd_partial) * bwd_own * attn::kB90Walk;
+  const double bwd_area = (double)(g.bwd_full + g.bwd_partial) * bwd_own * bwd_walk;
   g.fwd_useful = fwd_area > 0 ? pairs / fwd_area : 0;
   g.bwd_useful = bwd_area > 0 ? pairs / bwd_area : 0;
   return g;
@@ -173,14 +173,14 @@ static int run(int argc, char** argv) {
     std::printf("T=%d, D=%d; tiles of the sm90 kernels: forward %dx%d (at D=64: %dx%d, %dx%d with a window or documents), "
                 "backward %dx%d (at D=64: %dx%d, %dx%d with a window or documents); useful = kept pairs / pairs in visited tiles\n",
                 T, D, attn::kF90Own, attn::kF90Walk, attn::kF90WideOwn, attn::kF90Walk, attn::kF90SmallOwn, attn::kF90SmallWalk,
-                attn::kB90Own, attn::kB90Walk, attn::kB90WideOwn, attn::kB90Walk, attn::kB90SmallOwn, attn::kB90Walk);
+                attn::kB90Own, attn::kB90Walk, attn::kB90Own, attn::kB90WideWalk, attn::kB90SmallOwn, attn::kB90Walk);
     std::printf("%-44s %12s %8s %9s %8s %7s %9s %8s %7s\n", "mask", "kept pairs", "density", "fwd tiles", "partial", "useful",
                 "bwd tiles", "partial", "useful");
     for (const auto& c : cases) {
       const attn::MaskDesc m = mask_of(c, doc.data());
       const attn::MaskBounds b = attn::make_bounds(m, T);
       const long long pairs = attn::kept_pairs(b);
-      const Geometry g = geometry(b, pairs, attn::fwd_shape(D, m), attn::bwd_own(D, m));
+      const Geometry g = geometry(b, pairs, attn::fwd_shape(D, m), attn::bwd_own(D, m), attn::bwd_walk(D, m));
       std::printf("%-44s %12lld %8.5f %9lld %8lld %7.4f %9lld %8lld %7.4f\n", c.name.c_str(), pairs, (double)pairs / ((double)T * T),
                   g.fwd_full + g.fwd_partial, g.fwd_partial, g.fwd_useful, g.bwd_full + g.bwd_partial, g.bwd_partial, g.bwd_useful);
     }
@@ -200,8 +200,8 @@ static int run(int argc, char** argv) {
     }
     if (const char* k = std::getenv("ATTN_BWD_OWN")) {  // the sm90 two-kernel backward's blocks at head dim 64
       const std::string v(k);
-      if (v != "64" && v != "192") {
-        std::fprintf(stderr, "bench_attention: ATTN_BWD_OWN=%s: 64 or 192\n", k);
+      if (v != "64" && v != "128") {
+        std::fprintf(stderr, "bench_attention: ATTN_BWD_OWN=%s: 64 or 128\n", k);
         return 2;
       }
       c.sm90_two_kernel_own = std::stoi(v);

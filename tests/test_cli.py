@@ -217,14 +217,14 @@ check("bench_attention --geometry: head dim 128 keeps 128 x 128 forward tiles (1
 # (192i + 191) / 128, the last two partial: 2, 3, 5, 6, 8 tiles for i = 0..4, and tile 5 (rows
 # 960..1151, past T) walks 8, all of them partial as a block running past T takes them: 32
 # tiles, 18 partial; 524800 kept pairs of 32 * 192 * 128 computed: 0.6673.
-# The backward's blocks own 192 keys there: key block b (keys 192b..192b+191) walks query tiles of
-# 64 from 3b to 15, the first three partial (a query of tile 3b + 3 or later follows every key of
-# the block): 16, 13, 10, 7, 4 tiles for b = 0..4, and block 5 (keys 960..1151) tile 15 alone,
-# partial: 51 tiles, 16 partial; 524800 of 51 * 192 * 64 computed: 0.8374.
+# The backward's blocks own 128 keys there and walk query tiles of 128: key block b (keys
+# 128b..128b+127) walks tiles b to 7, the first partial (a query of tile b + 1 or later follows
+# every key of the block): 8, 7, ..., 1 tiles for b = 0..7: 36 tiles, 8 partial; 524800 of
+# 36 * 128 * 128 computed: 0.8898.
 rc, out, err = run(os.path.join(build, "bench", "bench_attention"), "--geometry", "--T", "1024", "--causal", "1", "--head-dim", "64")
 row = next((l.split() for l in out.splitlines() if l.startswith("causal ")), [])
-check("bench_attention --geometry: head dim 64 dense causal walks 192 x 128 forward tiles and 192-key backward blocks, as worked by hand",
-      rc == 0 and row[1:9] == ["524800", "0.50049", "32", "18", "0.6673", "51", "16", "0.8374"], out + err)
+check("bench_attention --geometry: head dim 64 dense causal walks 192 x 128 forward tiles and 128 x 128 backward tiles, as worked by hand",
+      rc == 0 and row[1:9] == ["524800", "0.50049", "32", "18", "0.6673", "36", "8", "0.8898"], out + err)
 rc, out, err = run(os.path.join(build, "bench", "bench_attention"), "--geometry", "--T", "4096", "--window", "8",
                    "--window-granularity", "block", "--window-mask", "bi", "--docs", "1")
 rc2, out2, _ = run(os.path.join(build, "bench", "bench_attention"), "--geometry", "--T", "4096", "--window", "8",

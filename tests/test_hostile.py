@@ -506,7 +506,7 @@ if shutil.which("nvidia-smi") is None:
     case("bench_attention without a GPU: a message, not a crash", [os.path.join(BUILD, "bench", "bench_attention"), path("b.json")], 1,
          ["bench_attention: error"])
 BA = os.path.join(BUILD, "bench", "bench_attention")
-case("bench_attention: ATTN_BWD_OWN=32 (the blocks are 64 or 192)", [BA, path("b.json")], 2, ["ATTN_BWD_OWN=32", "64 or 192"],
+case("bench_attention: ATTN_BWD_OWN=32 (the blocks are 64 or 128)", [BA, path("b.json")], 2, ["ATTN_BWD_OWN=32", "64 or 128"],
      env=dict(os.environ, ATTN_BWD_OWN="32"))
 case("bench_attention: ATTN_BWD=split (fused or two-kernels)", [BA, path("b.json")], 2, ["ATTN_BWD=split", "fused or two-kernels"],
      env=dict(os.environ, ATTN_BWD="split"))

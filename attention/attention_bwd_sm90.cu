@@ -94,7 +94,7 @@ static cudaError_t launch_two_kernels(const bf16* q, const bf16* k, const bf16* 
     return err;
   SideStream* side = nullptr;
   if ((err = side_stream(side)) != cudaSuccess) return err;
-  BwdMaps key_owner, query_owner;  // dK/dV walks query tiles of kB90Walk, dQ key tiles of kB90Walk
+  BwdMaps key_owner, query_owner;  // dK/dV walks query tiles of QT, dQ key tiles of KT
   if ((err = bwd_maps<D>(&key_owner, q, k, v, dout, T, H, QT, OWN)) != cudaSuccess) return err;
   if ((err = bwd_maps<D>(&query_owner, q, k, v, dout, T, H, OWN_Q, KT)) != cudaSuccess) return err;
 
@@ -150,8 +150,7 @@ static cudaError_t launch_bwd_sm90(const bf16* q, const bf16* k, const bf16* v, 
     err = small ? launch_two_kernels<D, kB90SmallOwn, kB90SmallOwn>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, kn,
                                                                     hf, stream)
                 : launch_two_kernels<D, kB90Own, kB90Own, kB90WideWalk, kB90WideWalk>(q, k, v, dout, dq, dk, dv, ws, T, H, mb,
-                                                                                   scale_log2, scale, kn,
-                                                                  hf, stream);
+                                                                                   scale_log2, scale, kn, hf, stream);
   else
     err = launch_two_kernels<D, kB90Own, kB90Own>(q, k, v, dout, dq, dk, dv, ws, T, H, mb, scale_log2, scale, kn, hf, stream);
   if (err != cudaSuccess || q_norm == nullptr) return err;

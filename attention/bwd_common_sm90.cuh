@@ -24,8 +24,8 @@ __device__ __forceinline__ unsigned char* align1024(unsigned char* p) {
 // The key-owning kernels' query-tile pipe (wgmma.cuh's TilePipe for wait_empty, wait_full and
 // release): a tile's Q and dO come by the TMA, issued by one thread with their byte count; its
 // lse2 and Drow (fp32 rows of [H, T], which need not be 16-byte aligned) by cp.async from the
-// first 2 BQ threads (BQ: the tile's rows). full[b] takes every thread's cp.async arrival and the issuing
-// thread's, so it completes once all of them have landed. The Q, dO bytes are written by the
+// first 2 BQ threads (BQ: the tile's rows). full[b] takes every thread's cp.async arrival and the
+// issuing thread's, so it completes once all of them have landed. The Q, dO bytes are written by the
 // async proxy that wgmma reads by, and lse2, Drow are read by ordinary loads, so waiting for
 // full[b] needs no proxy fence.
 template <int STAGES>
@@ -44,7 +44,7 @@ struct QueryTilePipe : sm90::TilePipe<STAGES> {
   // Query tile qt into buffer st of sQ / sdO (SW128 tiles of BQ rows; rows past T read as
   // zeros) and its lse2 and Drow into sLse / sDr, as the i-th tile of the walk; every thread calls
   // it, once tile i - STAGES is released (wait_empty).
-  template <int D, int THREADS, int BQ = kB90Walk>
+  template <int D, int THREADS, int BQ>
   __device__ __forceinline__ void load(bf16* sQ, bf16* sdO, float* sLse, float* sDr, const CUtensorMap* tmQ,
                                        const CUtensorMap* tmdO, const float* LSE2, const float* drow, int qt, int i, int T,
                                        int h) {

@@ -63,7 +63,8 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
   static_assert(!DQ || BK == kB90Own, "the dQ shares' order (dq_order.cuh) counts key blocks of kB90Own");
   static_assert(BQ == kB90Walk || (!DQ && BK == 128 && BQ == 128), "query tiles of 128: dK/dV alone, two warpgroups");
   constexpr int S = DQ ? kFStages : bwd_stages<BK>(), AHEAD = S - 2, THREADS = 2 * BK;
-  constexpr bool SERIAL = !DQ && (BK != 128 || BQ != kB90Walk);  // each tile's updates issued and waited for in its own step (above)
+  // each tile's updates issued and waited for in its own step (above)
+  constexpr bool SERIAL = !DQ && (BK != 128 || BQ != kB90Walk);
   unsigned char* base = align1024(smem_raw);
   if constexpr (DQ) {
     constexpr size_t kSlack = fused_sm90_smem<D>() - fused_sm90_smem_used<D>();
@@ -330,8 +331,8 @@ __global__ void __launch_bounds__(kB90Threads, 1)
                                     float scale, NormRotary kn) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  key_owner_backward<D, kB90Own, kB90Walk, true>(smem_raw, &tmQ, &tmK, &tmV, &tmdO, LSE2, drow, dq_ranges, dq_count, dq_acc, &tmdK, &tmdV,
-                                       nullptr, nullptr, T, H, mb, scale_log2, scale, kn, HEADS_FASTEST);
+  key_owner_backward<D, kB90Own, kB90Walk, true>(smem_raw, &tmQ, &tmK, &tmV, &tmdO, LSE2, drow, dq_ranges, dq_count, dq_acc,
+                                                 &tmdK, &tmdV, nullptr, nullptr, T, H, mb, scale_log2, scale, kn, HEADS_FASTEST);
 #else
   __trap();  // built for another architecture: the launcher only picks this kernel on sm90
 #endif

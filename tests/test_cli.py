@@ -223,7 +223,7 @@ check("bench_attention --geometry: head dim 128 keeps 128 x 128 forward tiles (1
 # 36 * 128 * 128 computed: 0.8898.
 rc, out, err = run(os.path.join(build, "bench", "bench_attention"), "--geometry", "--T", "1024", "--causal", "1", "--head-dim", "64")
 row = next((l.split() for l in out.splitlines() if l.startswith("causal ")), [])
-check("bench_attention --geometry: head dim 64 dense causal walks 192 x 128 forward tiles and 128 x 128 backward tiles, as worked by hand",
+check("bench_attention --geometry: head dim 64 dense causal walks 192 x 128 forward and 128 x 128 backward tiles, as worked by hand",
       rc == 0 and row[1:9] == ["524800", "0.50049", "32", "18", "0.6673", "36", "8", "0.8898"], out + err)
 rc, out, err = run(os.path.join(build, "bench", "bench_attention"), "--geometry", "--T", "4096", "--window", "8",
                    "--window-granularity", "block", "--window-mask", "bi", "--docs", "1")

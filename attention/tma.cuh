@@ -100,20 +100,24 @@ __device__ __forceinline__ void tma_load_tile(bf16* tile, const CUtensorMap* map
         : "memory");
 }
 
-// The other way: the D / 64 panels of ROWS rows (PANEL_ROWS x 64 apart: ROWS of a taller tile
-// from a row that is a multiple of 8) of an SW128 tile, written by ordinary stores, each writer's
-// fenced with fence_proxy_async before a barrier, to rows [row0, row0 + ROWS) of head h through a
-// make_tile_map map of ROWS rows; rows past T are not written. Joins the issuing thread's bulk
-// group (store_commit below), whose reads of shared memory must be waited for before the block
-// exits (store_wait_read).
+// One SW128 panel of shared memory (written by ordinary stores, each writer's fenced with
+// fence_proxy_async before a barrier) to the box of a 3-d map at coordinates {c0, c1, c2}
+// (innermost first); the parts past the tensor's edges are not written. Joins the issuing
+// thread's bulk group (store_commit below), whose reads of shared memory must be waited for
+// before the block exits (store_wait_read).
+__device__ __forceinline__ void tma_store_box_3d(const bf16* smem, const CUtensorMap* map, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(smem))
+               : "memory");
+}
+// The other way from tma_load_tile: the D / 64 panels of ROWS rows (PANEL_ROWS x 64 apart: ROWS
+// of a taller tile from a row that is a multiple of 8) of an SW128 tile to rows [row0, row0 +
+// ROWS) of head h through a make_tile_map map of ROWS rows; rows past T are not written.
 template <int D, int ROWS, int PANEL_ROWS = ROWS>
 __device__ __forceinline__ void tma_store_tile(const bf16* tile, const CUtensorMap* map, int row0, int h) {
 #pragma unroll
-  for (int p = 0; p < D / 64; p++)
-    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
-                     reinterpret_cast<uint64_t>(map)),
-                 "r"(p * 64), "r"(h), "r"(row0), "r"(smem_addr(tile + p * PANEL_ROWS * 64))
-                 : "memory");
+  for (int p = 0; p < D / 64; p++) tma_store_box_3d(tile + p * PANEL_ROWS * 64, map, p * 64, h, row0);
 }
 
 // The 64-column panel of rows [row0, row0 + box_rows) starting at column col0 of a

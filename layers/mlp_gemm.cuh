@@ -126,14 +126,6 @@ __device__ __forceinline__ void load_forward_slice(attn::sm90::TmaPipe<Shape::kS
     tma_load_panel_multicast(b + p * BK * 64, tmB, ring.full_of(it), n0 + 64 * p, b_row0 + kb * BK, 0x3);
 }
 
-// The 64-column SW128 panel in smem to rows [row0, row0 + WM) from column col0 of matrix z of a
-// make_batched_map tensor (tma_store_panel's, with a third coordinate).
-__device__ __forceinline__ void tma_store_panel_z(const bf16* smem, const CUtensorMap* map, int col0, int row0, int z) {
-  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(col0), "r"(row0), "r"(z), "r"(attn::smem_addr(smem))
-               : "memory");
-}
 // bytes (a multiple of 16) from global src into shared dst (both 16-byte aligned), completing on bar.
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
@@ -154,7 +146,7 @@ __device__ __forceinline__ void store_round(const bf16* buf, const CUtensorMap* 
 #pragma unroll
     for (int p = 0; p < OC / 64; p++) {
       if (z < 0) tma_store_panel(buf + p * WM * 64, tmO, col0 + 64 * p, row0);
-      else tma_store_panel_z(buf + p * WM * 64, tmO, col0 + 64 * p, row0, z);
+      else tma_store_box_3d(buf + p * WM * 64, tmO, col0 + 64 * p, row0, z);  // matrix z of a make_batched_map tensor
     }
     store_commit();
   }

@@ -1,6 +1,6 @@
 # train_gpt: build, tests and benchmarks. `make help` lists the targets.
 #
-#   make                 ./train_gpt and the tools (build/prepare, build/tokenize, attention/attn_run)
+#   make                 ./train_gpt and the tools (build/prepare, build/tokenize, build/attn_run, build/model_dump)
 #   make test            every test that needs no GPU (what CI runs)
 #   make test-gpu        kernel tests and whole training runs on a GPU (two GPUs: data-parallel tests too)
 #   make bench           benchmarks on a GPU
@@ -47,7 +47,7 @@ LAYER_TESTS := $(patsubst tests/layers/%.cu,$(BUILD)/tests/layers/%,$(wildcard t
 GPU_TESTS := $(BUILD)/tests/test_attention_gpu $(LAYER_TESTS) $(BUILD)/tests/test_model_gpu
 
 .PHONY: all test test-gpu test-torch bench data setup clean help
-all: train_gpt $(TOOLS) attention/attn_run
+all: train_gpt $(TOOLS) $(BUILD)/attn_run $(BUILD)/model_dump
 
 help:
 	@sed -n '1,12p' Makefile
@@ -91,7 +91,7 @@ $(BUILD)/prepare: $(BUILD)/data/prepare.o $(BUILD)/data/tokenizer.o
 $(BUILD)/tokenize: $(BUILD)/data/tokenize_main.o $(BUILD)/data/tokenizer.o
 	$(CXX) -fopenmp $^ -o $@
 
-attention/attn_run: $(BUILD)/attention/attn_run.o $(ATTN_OBJS)
+$(BUILD)/attn_run: $(BUILD)/attention/attn_run.o $(ATTN_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@
 
 # ---------------------------------------------------------------------------- tests
@@ -144,10 +144,10 @@ $(BUILD)/tests/test_attention_gpu.o: tests/test_attention_gpu.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -Xcompiler -fopenmp -c $< -o $@
 
-test: train_gpt $(TOOLS) $(CPU_TESTS) attention/attn_run $(BUILD)/model_dump $(BUILD)/bench/bench_attention $(BUILD)/bench/bench_matmul
+test: train_gpt $(TOOLS) $(CPU_TESTS) $(BUILD)/attn_run $(BUILD)/model_dump $(BUILD)/bench/bench_attention $(BUILD)/bench/bench_matmul
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) VOCAB_DIR=$(VOCAB_DIR) GCIDE_DIR=$(GCIDE_DIR) bash tests/run_cpu_tests.sh
 
-test-gpu: $(GPU_TESTS) attention/attn_run $(BUILD)/model_dump train_gpt
+test-gpu: $(GPU_TESTS) $(BUILD)/attn_run $(BUILD)/model_dump train_gpt
 	@nvidia-smi -L >/dev/null 2>&1 || { echo "test-gpu: no GPU on this machine (nvidia-smi finds none)"; exit 1; }
 	$(BUILD)/tests/test_attention_gpu                   # the kernels this GPU runs by default
 	$(BUILD)/tests/test_attention_gpu --kernels sm80    # the mma.sync kernels too (on Hopper the first run took wgmma's)
@@ -156,7 +156,7 @@ test-gpu: $(GPU_TESTS) attention/attn_run $(BUILD)/model_dump train_gpt
 	  echo "$(BUILD)/tests/test_attention_gpu --kernels sm90 --sm90-backward two-kernels"; $(BUILD)/tests/test_attention_gpu --kernels sm90 --sm90-backward two-kernels; fi
 	@for t in $(LAYER_TESTS); do echo $$t; $$t || exit 1; done
 	$(BUILD)/tests/test_model_gpu
-	$(PYTHON) tests/test_attn_run.py attention/attn_run
+	$(PYTHON) tests/test_attn_run.py $(BUILD)/attn_run
 	$(PYTHON_TORCH) tests/torch_model_check.py $(BUILD)
 	$(PYTHON_TORCH) tests/test_torch_peer_gpu.py '$(TEST_TRAIN_DATA)' '$(TEST_VAL_DATA)' ./train_gpt
 	$(PYTHON) tests/test_training_gpu.py '$(TEST_TRAIN_DATA)' '$(TEST_VAL_DATA)' ./train_gpt
@@ -178,6 +178,6 @@ data/gcide/manifest.tsv: $(BUILD)/prepare
 	$(BUILD)/prepare --gcide-dir $(GCIDE_DIR) --vocab-dir $(VOCAB_DIR) --out-dir data/gcide
 
 clean:
-	rm -rf $(BUILD) train_gpt attention/attn_run
+	rm -rf $(BUILD) train_gpt
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

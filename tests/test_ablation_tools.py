@@ -276,7 +276,7 @@ with tempfile.TemporaryDirectory() as d:
           r.returncode == 0 and "left out of the statistics" in rep and "bi_g1_r0.txt" in rep and "bi_g1_r0.txt" in r.stderr and
           "| bi | 1 | 3 (2) |" in rep, rep + r.stderr)
 
-# ------------------------------------------------------------------ bench/mask_pairs.py
+# ------------------------------------------------------------------ ablations/mask_pairs.py
 with tempfile.TemporaryDirectory() as d:
     def case(name, prefix, window, docs, tf, tfb, D=128):
         return json.dumps({"case": name, "T": 65536, "H": 6, "D": D, "causal": 1, "window": window, "blocks": 0, "bidir": 0,
@@ -290,7 +290,7 @@ with tempfile.TemporaryDirectory() as d:
             f.write(case("causal + prefix 256 + 1024 uni + docs", 256, 1024, 1, 1.0, 1.0, D=64))  # no partner at D 64
             f.write(case("causal + 128 uni", 0, 128, 0, 100.0, 90.0))
         rounds.append(path)
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "mask_pairs.py")] + rounds, capture_output=True, text=True)
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "ablations", "mask_pairs.py")] + rounds, capture_output=True, text=True)
     rows = [l for l in r.stdout.splitlines() if l.startswith("| 65536")]
     from scipy import stats as sps
     p_fwd = sps.ttest_ind([220, 222, 224], [221, 223, 225], equal_var=False).pvalue
@@ -299,10 +299,10 @@ with tempfile.TemporaryDirectory() as d:
           f"{222 / 223:.4f}" in rows[0] and f"{p_fwd:.3f}" in rows[0] and "| 1.0000 | 1.000 |" in rows[1], r.stdout + r.stderr)
     bad = os.path.join(d, "bad.json")
     open(bad, "w").write("{not json\n")
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "mask_pairs.py"), bad], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "ablations", "mask_pairs.py"), bad], capture_output=True, text=True)
     check("mask_pairs: a file that is not the benchmark's is refused naming it", r.returncode == 1 and "bad.json:1" in r.stderr and
           "Traceback" not in r.stderr, r.stderr)
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "mask_pairs.py"), rounds[0], "--out", rounds[1]],
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "ablations", "mask_pairs.py"), rounds[0], "--out", rounds[1]],
                        capture_output=True, text=True)
     check("mask_pairs: --out onto an existing file is refused", r.returncode == 1 and "Traceback" not in r.stderr, r.stderr)
 

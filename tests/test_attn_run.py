@@ -1,7 +1,7 @@
-"""attention/attn_run on .npy files against a numpy fp64 reference written here from docs/masks.md
+"""build/attn_run on .npy files against a numpy fp64 reference written here from docs/masks.md
 (GPU machine; numpy only). Tolerance: relative Frobenius error 2e-2 (bf16 inputs and outputs).
 
-    python3 tests/test_attn_run.py attention/attn_run
+    python3 tests/test_attn_run.py build/attn_run
 """
 import os
 import subprocess

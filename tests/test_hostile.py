@@ -28,7 +28,7 @@ BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT,
 TRAIN = os.path.join(ROOT, "train_gpt")
 PREPARE = os.path.join(BUILD, "prepare")
 TOKENIZE = os.path.join(BUILD, "tokenize")
-ATTN_RUN = os.path.join(ROOT, "attention", "attn_run")
+ATTN_RUN = os.path.join(BUILD, "attn_run")
 PY = sys.executable
 S = os.path.join(ROOT, "scripts")
 T = tempfile.mkdtemp(prefix="hostile_")
@@ -526,18 +526,18 @@ CT = ["bash", os.path.join(ROOT, "bench", "compare_trees.sh")]
 case("compare_trees.sh without a tree", CT, (1, 2), ["OTHER_TREE"])
 case("compare_trees.sh on a folder that is not a checkout", CT + [T], 2, ["not a checkout"])
 case("compare_trees.sh ROUNDS=x", CT + [ROOT], 2, ["ROUNDS"], env=dict(os.environ, ROUNDS="x"))
-case("mask_ablation.sh GPUS=x", ["bash", os.path.join(ROOT, "bench", "mask_ablation.sh")], 2, ["--gpus"],
+case("mask_ablation.sh GPUS=x", ["bash", os.path.join(ROOT, "ablations", "mask_ablation.sh")], 2, ["--gpus"],
      env=dict(os.environ, GPUS="x", CAMPAIGN=path("camp_bad")))
 check("mask_ablation.sh GPUS=x: nothing written", not os.path.exists(path("camp_bad")))
-case("prefix_ablation.sh PREFIX=x", ["bash", os.path.join(ROOT, "bench", "prefix_ablation.sh")], 2, ["PREFIX"],
+case("prefix_ablation.sh PREFIX=x", ["bash", os.path.join(ROOT, "ablations", "prefix_ablation.sh")], 2, ["PREFIX"],
      env=dict(os.environ, PREFIX="x", CAMPAIGN=path("camp_bad2")))
 check("prefix_ablation.sh PREFIX=x: nothing written", not os.path.exists(path("camp_bad2")))
-PC = ["bash", os.path.join(ROOT, "bench", "peer_compare.sh")]
+PC = ["bash", os.path.join(ROOT, "peer", "peer_compare.sh")]
 case("peer_compare.sh STEPS=abc", PC, 2, ["STEPS"], env=dict(os.environ, STEPS="abc"))
 case("peer_compare.sh STEPS=5 (nothing timed)", PC, 2, ["STEPS"], env=dict(os.environ, STEPS="5"))
 case("peer_compare.sh DATA=bogus", PC, 2, ["DATA", "bogus"], env=dict(os.environ, DATA="bogus"))
 case("peer_compare.sh into a LOG_DIR that exists", PC, 2, ["LOG_DIR"], env=dict(os.environ, LOG_DIR=T, DATA="gcide"), keep=[A_FILE])
-LC = ["bash", os.path.join(ROOT, "bench", "learning_compare.sh")]
+LC = ["bash", os.path.join(ROOT, "ablations", "learning_compare.sh")]
 write_shard(os.path.join(T, "sh_train_000001.bin"), [1, 2, 3])
 case("learning_compare.sh without LOG_DIR", LC, (1, 2), ["LOG_DIR"], env={k: v for k, v in os.environ.items() if k != "LOG_DIR"})
 case("learning_compare.sh RUNS=x", LC, 2, ["RUNS"], env=dict(os.environ, LOG_DIR=path("lc"), RUNS="x"))
@@ -547,10 +547,10 @@ case("learning_compare.sh DATA without shards", LC, 2, ["DATA"], env=dict(os.env
 case("learning_compare.sh JOBS=peer:x", LC, 2, ["peer:x"], env=dict(os.environ, LOG_DIR=path("lc"), JOBS="peer:x",
                                                                    DATA=os.path.join(T, "sh")))
 check("learning_compare.sh refusals: nothing written", not os.path.exists(path("lc")))
-case("prefix_parity.sh ROUNDS=0", ["bash", os.path.join(ROOT, "bench", "prefix_parity.sh")], 2, ["ROUNDS"], env=dict(os.environ, ROUNDS="0"))
-case("prefix_parity.sh into a LOG_DIR that exists", ["bash", os.path.join(ROOT, "bench", "prefix_parity.sh")], 2, ["LOG_DIR"],
+case("prefix_parity.sh ROUNDS=0", ["bash", os.path.join(ROOT, "ablations", "prefix_parity.sh")], 2, ["ROUNDS"], env=dict(os.environ, ROUNDS="0"))
+case("prefix_parity.sh into a LOG_DIR that exists", ["bash", os.path.join(ROOT, "ablations", "prefix_parity.sh")], 2, ["LOG_DIR"],
      env=dict(os.environ, LOG_DIR=T), keep=[A_FILE])
-case("flex_uni_bi.py --window-blocks 0", [sys.executable, os.path.join(ROOT, "bench", "flex_uni_bi.py"), "--window-blocks", "0"], 2,
+case("flex_uni_bi.py --window-blocks 0", [sys.executable, os.path.join(ROOT, "ablations", "flex_uni_bi.py"), "--window-blocks", "0"], 2,
      ["--window-blocks"])
 
 print("\nWhat was tried and how it ended:")

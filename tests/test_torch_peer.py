@@ -1,5 +1,5 @@
-"""The parts of the PyTorch peer (bench/torch_peer.py) that need no GPU, and the synthetic shards
-of bench/synthetic_shards.py:
+"""The parts of the PyTorch peer (peer/torch_peer.py) that need no GPU, and the synthetic shards
+of scripts/synthetic_shards.py:
   - the block classification its FlexAttention mask is built from, against the dense mask of
     docs/masks.md on random documents (exact: both are boolean);
   - the data order (data/dataloader.h's rule) and its schedules (train_gpt's, hand-computed);
@@ -19,13 +19,14 @@ import numpy as np
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
 sys.path.insert(0, here)
-sys.path.insert(0, os.path.join(root, "bench"))
+sys.path.insert(0, os.path.join(root, "peer"))
+sys.path.insert(0, os.path.join(root, "scripts"))
 from harness import check, finish  # noqa: E402
 import torch_peer as peer  # noqa: E402
 
 train_gpt = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "train_gpt")
-PEER = [sys.executable, os.path.join(root, "bench", "torch_peer.py")]
-SYNTH = [sys.executable, os.path.join(root, "bench", "synthetic_shards.py")]
+PEER = [sys.executable, os.path.join(root, "peer", "torch_peer.py")]
+SYNTH = [sys.executable, os.path.join(root, "scripts", "synthetic_shards.py")]
 
 
 def dense_keep(docs, window, bi):

@@ -1,4 +1,4 @@
-"""The PyTorch peer (bench/torch_peer.py) on a GPU:
+"""The PyTorch peer (peer/torch_peer.py) on a GPU:
   - FlexAttention under the peer's block mask against a dense fp64 softmax under the mask of
     docs/masks.md, on random documents and windows (bf16 inputs: relative error below 2e-2 of
     the largest output, the bf16 bound the attention tests use);
@@ -23,7 +23,8 @@ from torch.nn.attention.flex_attention import flex_attention
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
 sys.path.insert(0, here)
-sys.path.insert(0, os.path.join(root, "bench"))
+sys.path.insert(0, os.path.join(root, "peer"))
+sys.path.insert(0, os.path.join(root, "scripts"))
 from harness import check, finish  # noqa: E402
 import torch_peer as peer  # noqa: E402
 
@@ -67,7 +68,7 @@ with tempfile.TemporaryDirectory() as tmp:
     tg0, tg = final_val(os.path.join(tmp, "tg.jsonl")) if r.returncode == 0 else (math.nan, math.nan)
     for numerics in ("record", "fp32"):
         log = os.path.join(tmp, f"peer_{numerics}.txt")
-        r = subprocess.run([sys.executable, os.path.join(root, "bench", "torch_peer.py"), "--numerics", numerics, "--log-file", log] + tiny,
+        r = subprocess.run([sys.executable, os.path.join(root, "peer", "torch_peer.py"), "--numerics", numerics, "--log-file", log] + tiny,
                            capture_output=True, text=True, timeout=600)
         ok = check(f"peer tiny runs ({numerics})", r.returncode == 0, r.stderr[-800:])
         if not ok:

@@ -18,7 +18,7 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import check, finish  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "peer"))
 import torch_peer  # noqa: E402
 
 build = sys.argv[1]
@@ -107,7 +107,7 @@ for t in m["tensors"]:
     check(f"grad {t['name']} ({err:.1e})", err < 1e-9 and np.abs(r).max() > 0)
 
 # three optimiser steps from docs/model.md, optimisation: torch.optim.Adam for the embeddings, head and scalars;
-# Muon: the iteration is bench/torch_peer.py's (so the peer's is checked here too), the update written here
+# Muon: the iteration is peer/torch_peer.py's (so the peer's is checked here too), the update written here
 sch = m["schedule"]
 
 

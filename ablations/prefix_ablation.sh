@@ -7,7 +7,7 @@
 # Shortened schedule on the offline corpus: the default preset for STEPS steps (default 200),
 # validation every 50 steps on 65536 GCIDE tokens.
 #   TRAIN=... VAL=... (shard patterns)  PREFIX=32  RUNS=5  STEPS=200  CAMPAIGN=logs/prefix
-#   bash bench/prefix_ablation.sh && python3 scripts/ab_report.py --logs-dir logs/prefix --out docs/prefix_ablation
+#   bash ablations/prefix_ablation.sh && python3 scripts/ab_report.py --logs-dir logs/prefix --out docs/prefix_ablation
 set -eu -o pipefail
 set -f  # the patterns go to train_gpt as they are
 TRAIN=${TRAIN:-data/gcide/gcide_train_*.bin}

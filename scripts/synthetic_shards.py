@@ -5,7 +5,7 @@ starting with token 50256, the rest uniform in the GPT-2 range. The text is nois
 them measures speed only (its loss stays near ln(50257)); the document lengths are what matter,
 because they decide how many attention tiles the document mask cuts and skips.
 
-    python3 bench/synthetic_shards.py OUT_DIR [--train-tokens N] [--val-tokens N] [--mean-doc L] [--seed S]
+    python3 scripts/synthetic_shards.py OUT_DIR [--train-tokens N] [--val-tokens N] [--mean-doc L] [--seed S]
 
 The format and the manifest are `build/prepare`'s (docs/formats.md): synth_val_000000.bin, then
 synth_train_000001.bin ... of at most --shard-tokens tokens, and manifest.tsv. OUT_DIR must be new
@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tool_errors import ToolError, run  # noqa: E402
 
 MAGIC, VERSION, BOS, VOCAB = 20240520, 1, 50256, 50257

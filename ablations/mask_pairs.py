@@ -3,7 +3,7 @@
 over several rounds of bench/bench_attention (one JSON file a round; the table mode runs both
 masks of a pair back to back, so a round compares them under the same conditions):
 
-    python3 bench/mask_pairs.py ROUND1.json ROUND2.json ... [--out pairs.md]
+    python3 ablations/mask_pairs.py ROUND1.json ROUND2.json ... [--out pairs.md]
 
 For every case with a prefix, its partner is the case of the same shape (T, heads, head dim) and
 the same causal, window and document terms with no prefix. Per pair and per direction (forward,

@@ -4,9 +4,9 @@
 # back to back and in the opposite order every other round, so that neither member always runs
 # first, or right after an expensive mask (a hot GPU clocks lower: in the table mode the same mask
 # has read 11% slower right after dense causal). Head dims 128 (6 heads) and 64 (12 heads).
-# Then bench/mask_pairs.py's table (mean, spread, ratio and Welch's p per pair) and each mask's
+# Then ablations/mask_pairs.py's table (mean, spread, ratio and Welch's p per pair) and each mask's
 # tile geometry (bench_attention --geometry), which says how much of a gap the tiles explain.
-#   bash bench/prefix_parity.sh
+#   bash ablations/prefix_parity.sh
 # Variables: ROUNDS (6), LOG_DIR (new; default logs/prefix-parity-DATE-TIME).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -44,4 +44,4 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 rm -f "$LOG_DIR/case.json"
 build/bench/bench_attention --geometry > "$LOG_DIR/geometry.txt"
-python3 bench/mask_pairs.py "$LOG_DIR"/r*_d*.json --out "$LOG_DIR/pairs.md" && cat "$LOG_DIR/geometry.txt"
+python3 ablations/mask_pairs.py "$LOG_DIR"/r*_d*.json --out "$LOG_DIR/pairs.md" && cat "$LOG_DIR/geometry.txt"

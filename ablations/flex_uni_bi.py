@@ -6,7 +6,7 @@ Under causal both keep exactly the same pairs, so any difference is the trainer'
 model's:
 
   1. building the block mask: create_block_mask (compiled) with each mask_mod, the way a trainer
-     that rebuilds its mask every step pays for it; and the exact builder of bench/torch_peer.py,
+     that rebuilds its mask every step pays for it; and the exact builder of peer/torch_peer.py,
      which classifies blocks from document ids and gives uni and bi the same blocks;
   2. the kernel on identical blocks: FlexAttention forward and forward + backward with the uni
      and the bi block mask (their block lists are checked equal), and whether the outputs and
@@ -15,7 +15,7 @@ model's:
 Each measurement alternates uni and bi for ROUNDS rounds (CUDA events, median of 20 calls a round
 after 3 warm-ups); the table gives the median over rounds and the min-max across them.
 
-    python3 bench/flex_uni_bi.py [--window-blocks 8] [--rounds 5] [--json out.json]
+    python3 ablations/flex_uni_bi.py [--window-blocks 8] [--rounds 5] [--json out.json]
 """
 import argparse
 import json
@@ -26,7 +26,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "peer"))
 import torch_peer as peer  # noqa: E402
 
 p = argparse.ArgumentParser(prog="flex_uni_bi", description=__doc__.split("\n\n")[0])
@@ -52,7 +52,7 @@ dev = torch.device("cuda")
 T, H, D, N = a.seq_len, a.heads, a.head_dim, a.window_blocks
 torch.manual_seed(0)
 rng = np.random.default_rng(0)
-# FineWeb-like documents: exponential lengths of mean 1000 (bench/synthetic_shards.py's)
+# FineWeb-like documents: exponential lengths of mean 1000 (scripts/synthetic_shards.py's)
 tokens = rng.integers(0, peer.BOS, T)
 pos = 0
 while pos < T:

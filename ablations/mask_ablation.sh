@@ -6,11 +6,11 @@
 # 128, 8 sequences of 8192 tokens a step, the record's window schedule in blocks of 128, documents
 # on) for STEPS steps (default 200), validation every 50 steps on 65536 GCIDE tokens.
 #   TRAIN=... VAL=... (shard patterns)  GPUS=1,2  RUNS=5  STEPS=200  CAMPAIGN=logs/mask
-#   bash bench/mask_ablation.sh && python3 scripts/ab_report.py --logs-dir logs/mask/causal ...
+#   bash ablations/mask_ablation.sh && python3 scripts/ab_report.py --logs-dir logs/mask/causal ...
 # At the speedrun's size (docs/mask_ablation/speedrun/): PRESET=speedrun, with VAL_EVERY and
 # VAL_TOKENS given, and NONCAUSAL=0 to skip the causal-off pair:
 #   PRESET=speedrun STEPS=20 VAL_EVERY=10 VAL_TOKENS=655360 GPUS=1 NONCAUSAL=0 CAMPAIGN=logs/mask_speedrun \
-#     bash bench/mask_ablation.sh
+#     bash ablations/mask_ablation.sh
 set -eu -o pipefail
 set -f  # the patterns go to train_gpt as they are
 TRAIN=${TRAIN:-data/gcide/gcide_train_*.bin}

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Learning of train_gpt against its PyTorch peer (bench/torch_peer.py) at the speedrun preset:
+# Learning of train_gpt against its PyTorch peer (peer/torch_peer.py) at the speedrun preset:
 # RUNS seeds of each, the same data, schedules and validation, logs named VARIANT_g1_rI.txt
 # (run I uses seed SEED0 + I in every variant) for scripts/ab_report.py:
-#   LOG_DIR=logs/learn bash bench/learning_compare.sh
+#   LOG_DIR=logs/learn bash ablations/learning_compare.sh
 #   python3 scripts/ab_report.py --logs-dir logs/learn --out docs/learning_gap/repeating
 # Runs share the GPU, PARALLEL at a time (an H200 holds three of them): this measures learning
 # only, never step times. A run whose log reaches its final validation is kept, so the same
@@ -39,8 +39,8 @@ one() {  # VARIANT I
   local cmd
   case $v in
     train_gpt) cmd=(./train_gpt --preset speedrun);;
-    peer) cmd=("$PYTHON_TORCH" bench/torch_peer.py --numerics record);;
-    peer_fp32) cmd=("$PYTHON_TORCH" bench/torch_peer.py --numerics fp32);;
+    peer) cmd=("$PYTHON_TORCH" peer/torch_peer.py --numerics record);;
+    peer_fp32) cmd=("$PYTHON_TORCH" peer/torch_peer.py --numerics fp32);;
   esac
   echo "start: $v run $i, seed $((SEED0 + i)) ($(date +%T))"
   "${cmd[@]}" "${common[@]}" --seed $((SEED0 + i)) --log-file "$log" > "$LOG_DIR/${v}_g1_r${i}.out" 2>&1

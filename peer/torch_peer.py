@@ -6,7 +6,7 @@ the 2024-12-10 speedrun record does. It reads the same shards and writes the sam
 record's step lines, and JSON lines beside them), so scripts/speedrun_logs.py and the ablation
 tools read its runs like train_gpt's.
 
-    python3 bench/torch_peer.py --train-data 'data/gcide/gcide_train_*.bin' --steps 30 --window-blocks 8
+    python3 peer/torch_peer.py --train-data 'data/gcide/gcide_train_*.bin' --steps 30 --window-blocks 8
 
 Numerics (--numerics):
   record  the record's: the model is cast to bf16 and only its linear layers (the block matrices

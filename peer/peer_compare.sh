@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The speedrun step of train_gpt against its PyTorch peer (bench/torch_peer.py: torch.compile,
+# The speedrun step of train_gpt against its PyTorch peer (peer/torch_peer.py: torch.compile,
 # FlexAttention, the record's numerics) on the same GPU in one run: train_gpt, the peer, then
 # train_gpt again, so that a drift of the machine shows. Each runs the speedrun preset with the
 # window fixed at 8 blocks for STEPS steps; the figure is the median of the timed steps (11 on,
 # validation excluded, from the JSON logs' full-precision times).
-#   bash bench/peer_compare.sh
-# Variables: STEPS (30), DATA (synthetic: FineWeb-like shards of bench/synthetic_shards.py, made
+#   bash peer/peer_compare.sh
+# Variables: STEPS (30), DATA (synthetic: FineWeb-like shards of scripts/synthetic_shards.py, made
 # in data/synthetic on first use; or gcide: the shards of `make data`), LOG_DIR (new; default
 # logs/peer-DATE-TIME), PYTHON_TORCH (a python3 with PyTorch; default python3), RECORD_MS (1102:
 # the 2024-12-10 record trainer's step on one H200 on the synthetic shards, for the peer's ratio).
@@ -21,7 +21,7 @@ case "$DATA" in
   *) echo "peer_compare: DATA must be synthetic or gcide, got '$DATA'" >&2; exit 2;;
 esac
 [ -e "$LOG_DIR" ] && { echo "peer_compare: $LOG_DIR exists: name a new LOG_DIR" >&2; exit 2; }
-if [ "$DATA" = synthetic ] && [ ! -d data/synthetic ]; then python3 bench/synthetic_shards.py data/synthetic || exit 1; fi
+if [ "$DATA" = synthetic ] && [ ! -d data/synthetic ]; then python3 scripts/synthetic_shards.py data/synthetic || exit 1; fi
 mkdir -p "$LOG_DIR"
 echo "== build ($(date +%T))"
 make -j"$(nproc)" ${GIT_COMMIT:+GIT_COMMIT=$GIT_COMMIT} train_gpt > "$LOG_DIR/build.log" 2>&1 || { tail -20 "$LOG_DIR/build.log"; exit 1; }
@@ -32,7 +32,7 @@ run() {
   "$@" "${common[@]}" --log-file "$LOG_DIR/$name.txt" > "$LOG_DIR/$name.out" 2>&1 || { tail -20 "$LOG_DIR/$name.out"; exit 1; }
 }
 run train_gpt_1 ./train_gpt --preset speedrun
-run peer "$PYTHON_TORCH" bench/torch_peer.py --numerics record
+run peer "$PYTHON_TORCH" peer/torch_peer.py --numerics record
 run train_gpt_2 ./train_gpt --preset speedrun
 python3 - "$LOG_DIR" "$RECORD_MS" <<'EOF' | tee "$LOG_DIR/summary.txt"
 import json, statistics, sys

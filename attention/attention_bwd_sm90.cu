@@ -24,7 +24,7 @@
 // With k_norm (attention.h NormRotary) the key-owning kernels store the gradient of the pre-norm
 // k instead of dK, from their K tile (norm_rotary_bwd.cuh KeyNormRotary); with q_norm the fused
 // backward's dQ conversion does the same for q.
-// Tiles stream through shared buffers, loaded by the TMA (tma.cuh: one thread issues a tile; the
+// Tiles stream through shared buffers, loaded by the TMA (tma_tiles.cuh: one thread issues a tile; the
 // fp32 lse2 and Drow rows by cp.async) and signalled by mbarriers (a buffer is rewritten once every
 // warp has released it). The fused kernel's dK and dV leave the same way: staged in shared memory,
 // stored by the TMA.
@@ -37,7 +37,7 @@
 #include "attention/bwd_key_owner_sm90.cuh"
 #include "attention/kernels.h"
 #include "attention/norm_rotary_bwd.cuh"
-#include "attention/tma.cuh"
+#include "attention/tma_tiles.cuh"
 
 namespace attn {
 

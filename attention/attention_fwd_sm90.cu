@@ -15,7 +15,7 @@
 //   O[64 x D] += P V             wgmma, P from registers, V from shared memory; left running
 //                                 while the next tile's S is issued and waited
 // K and V tiles stream through 3 shared buffers (one-warpgroup blocks: K and V each through 2
-// of their own, so that three blocks fit an SM), one tile ahead, loaded by the TMA (tma.cuh:
+// of their own, so that three blocks fit an SM), one tile ahead, loaded by the TMA (tma_tiles.cuh:
 // one thread issues a tile) and signalled by mbarriers (TmaPipe), so that the two warpgroups
 // drift apart instead of meeting at a block barrier every tile (measured: 10% faster); at head
 // dim 128 they take turns issuing their matmuls (turn_wait, below). Q is issued first, before
@@ -29,8 +29,7 @@
 #include "attention/tile_scheduler.cuh"
 #include "attention/own_intervals.cuh"
 #include "attention/softmax.cuh"
-#include "attention/tma.cuh"
-#include "attention/wgmma.cuh"
+#include "attention/tma_tiles.cuh"
 
 namespace attn {
 

@@ -6,8 +6,7 @@
 #include "attention/own_intervals.cuh"
 #include "attention/softmax.cuh"
 #include "attention/tile_scheduler.cuh"
-#include "attention/tma.cuh"
-#include "attention/wgmma.cuh"
+#include "attention/tma_tiles.cuh"
 
 namespace attn {
 
@@ -21,7 +20,7 @@ __device__ __forceinline__ unsigned char* align1024(unsigned char* p) {
   return p + ((1024 - (smem_addr(p) & 1023)) & 1023);
 }
 
-// The key-owning kernels' query-tile pipe (wgmma.cuh's TilePipe for wait_empty, wait_full and
+// The key-owning kernels' query-tile pipe (hopper/barrier.cuh's TilePipe for wait_empty, wait_full and
 // release): a tile's Q and dO come by the TMA, issued by one thread with their byte count; its
 // lse2 and Drow (fp32 rows of [H, T], which need not be 16-byte aligned) by cp.async from the
 // first 2 BQ threads (BQ: the tile's rows). full[b] takes every thread's cp.async arrival and the

@@ -6,7 +6,7 @@
 //   dV += P^T dO, dK += dS^T Q       [BK keys x D], fp32 accumulators in registers
 // and, with DQ (the fused backward), the block's share of dQ = dS K for each tile ([64 x D] over
 // its 128 keys), added into fp32 sums in the fixed order of dq_order.cuh.
-// Q, K, V, dO: bf16 [T, H, D], read by the TMA through tensor maps (tma.cuh make_tile_map: boxes of
+// Q, K, V, dO: bf16 [T, H, D], read by the TMA through tensor maps (tma_tiles.cuh make_tile_map: boxes of
 // BQ query rows, and of BK key rows); lse2, Drow: fp32 [H, T]; dK, dV: bf16 [T, H, D], D in {64, 128}.
 // With kn.rstd set, dK is the gradient of the k that K's norm + rotary was made from, computed
 // from the block's K tile as it is stored (norm_rotary_bwd.cuh KeyNormRotary).
@@ -253,7 +253,7 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
     knr.load(kn, key0, T, H, h, lane);
   }
   if constexpr (DQ) {
-    bf16* s_dv = sQ;           // BK x D each, SW128 (tma.cuh): the S query and dO buffers
+    bf16* s_dv = sQ;           // BK x D each, SW128 (hopper/wgmma.cuh): the S query and dO buffers
     bf16* s_dk = sQ + BK * D;  // hold 2 S BQ x D >= 2 BK x D
     static_assert(2 * S * BQ >= 2 * BK, "dV and dK fit the query-tile buffers");
     bulk_wait_read(leader);
@@ -317,7 +317,7 @@ __global__ void __launch_bounds__(2 * BK, BK == 64 ? 3 : 1)
 }
 
 // dK, dV and the block's dQ shares in one pass (the fused backward); dK and dV are written
-// through tensor maps with boxes of kB90Own rows (tma.cuh make_tile_map). HEADS_FASTEST: the blocks'
+// through tensor maps with boxes of kB90Own rows (tma_tiles.cuh make_tile_map). HEADS_FASTEST: the blocks'
 // order (tile_scheduler.cuh key_block_at), a constant so that the masks that go heads fastest
 // carry no code for the last head's rising order.
 template <int D, bool HEADS_FASTEST>

@@ -1,6 +1,6 @@
 // sm80 building blocks for the attention tile loops: tile loads into XOR-swizzled shared memory,
 // ldmatrix fragment loads, and the m16n8k16 bf16 tensor-core MMA (the primitives shared with the
-// sm90 kernels are in primitives.cuh).
+// sm90 kernels are in common/tensor_core.cuh).
 //
 // Fragment layouts of mma.m16n8k16 (g = lane / 4, t = lane % 4):
 //   A 16x16: a0 (row g, cols 2t..2t+1), a1 (row g+8, same), a2 (row g, cols 2t+8..), a3 (row g+8, ..)

@@ -17,10 +17,10 @@
 // totals, each the other way, for comparison. A call's time includes its launch, so short
 // calls read slower here than in the step. Each choice's algorithm is listed after the table.
 // On Hopper a last table compares the MLP's products with ReLU^2 in their epilogue
-// (layers/mlp_gemm.cuh, what train_gpt runs there) against the tuned product and relu2.cuh's pass,
+// (gemm/epilogue_relu2.cuh, what train_gpt runs there) against the tuned product and relu2.cuh's pass,
 // and another the lm head's product with the cross-entropy's first pass in its epilogue
-// (layers/head_ce.cuh) against the tuned product and softcap_ce.cuh, and another the q, k, v
-// product with q and k's norm + rotary in its epilogue (layers/mlp_gemm.cuh qkv_norm_rotary)
+// (gemm/epilogue_softcap_ce.cuh) against the tuned product and softcap_ce.cuh, and another the q, k, v
+// product with q and k's norm + rotary in its epilogue (gemm/epilogue_qk_norm_rotary.cuh)
 // against the tuned batched product and qk_norm_rotary.cuh's pass.
 #include <CLI/CLI.hpp>
 
@@ -37,7 +37,7 @@
 #include "bench/fill.cuh"
 #include "layers/head_ce.cuh"
 #include "layers/matmul.cuh"
-#include "layers/mlp_gemm.cuh"
+#include "gemm/gemm.cuh"
 #include "layers/qk_norm_rotary.cuh"
 #include "layers/relu2.cuh"
 #include "layers/softcap_ce.cuh"
@@ -76,7 +76,7 @@ static std::pair<double, double> median_pair(const std::function<void()>& f, con
   return {ta[ta.size() / 2], tb[tb.size() / 2]};
 }
 
-// The MLP's activation fused into its products (layers/mlp_gemm.cuh) against the products
+// The MLP's activation fused into its products (gemm/epilogue_relu2.cuh) against the products
 // through cuBLASLt (tuned) followed by relu2.cuh's pass, on the same operands: each side's time
 // a call (the median of 10 after 3 warm-ups, alternating the two sides) and the relative
 // difference of their outputs (the order of the fp32 sums differs; each is one bf16 rounding
@@ -90,12 +90,12 @@ static void fused_mlp(int T, int C, int F, long long calls, layers::Matmul& mm, 
     mm.xW(A, B, u, T, C, F);
     CUDA_CHECK(layers::relu2_forward(u, r1, TF));
   };
-  auto fused_fwd = [&] { CUDA_CHECK(layers::mlp_up_relu2(A, B, r2, T, C, F)); };
+  auto fused_fwd = [&] { CUDA_CHECK(gemm::mlp_up_relu2(A, B, r2, T, C, F)); };
   auto unfused_bwd = [&] {
     mm.dX(A, B, u, T, F, C);
     CUDA_CHECK(layers::relu2_backward_from_r(r1, u, du1, TF));
   };
-  auto fused_bwd = [&] { CUDA_CHECK(layers::mlp_down_dx_relu2(A, B, r1, du2, T, C, F)); };
+  auto fused_bwd = [&] { CUDA_CHECK(gemm::mlp_down_dx_relu2(A, B, r1, du2, T, C, F)); };
   auto rel_diff = [&](const bf16* x, const bf16* y) {
     std::vector<bf16> hx(TF), hy(TF);
     CUDA_CHECK(cudaMemcpy(hx.data(), x, TF * sizeof(bf16), cudaMemcpyDeviceToHost));
@@ -108,7 +108,7 @@ static void fused_mlp(int T, int C, int F, long long calls, layers::Matmul& mm, 
     return std::sqrt(num / den);
   };
   const double tf = 2.0 * T * C * F / 1e9;
-  std::printf("\nthe MLP's activation inside its products (layers/mlp_gemm.cuh) against cuBLASLt (tuned) + relu2.cuh:\n");
+  std::printf("\nthe MLP's activation inside its products (gemm/epilogue_relu2.cuh) against cuBLASLt (tuned) + relu2.cuh:\n");
   std::printf("%-34s %9s %9s %9s | %9s %9s %9s | %9s %9s\n", "product", "apart ms", "TFLOP/s", "ms/step", "fused ms", "TFLOP/s",
               "ms/step", "saved/step", "rel diff");
   const char* names[2] = {"r = relu(h Wfc)^2", "du = 2 sqrt(r) (dx Wproj^T)"};
@@ -124,7 +124,7 @@ static void fused_mlp(int T, int C, int F, long long calls, layers::Matmul& mm, 
 }
 
 // The lm head's product with the cross-entropy's first pass in its epilogue and its finalize
-// (layers/head_ce.cuh, with the backward's outputs: g, the row scales and diag(c) h) against the
+// (gemm/epilogue_softcap_ce.cuh and layers/head_ce.cuh, with the backward's outputs: g, the row scales and diag(c) h) against the
 // tuned product z = h Whead followed by softcap_ce.cuh (dz over z), on one chunk of rows with
 // random targets: each side's time a call (median of 10 after 3 warm-ups, alternating), the
 // largest relative difference of the rows' losses, and the relative difference of dz (the
@@ -137,7 +137,7 @@ static void fused_head(int rows, int C, int V, long long calls, layers::Matmul& 
   CUDA_CHECK(cudaMalloc(&z, RV * sizeof(bf16)));
   CUDA_CHECK(cudaMalloc(&g, RV * sizeof(bf16)));
   CUDA_CHECK(cudaMalloc(&hs, (size_t)rows * C * sizeof(bf16)));
-  CUDA_CHECK(cudaMalloc(&scratch, layers::head_ce_scratch_floats(rows, V) * sizeof(float)));
+  CUDA_CHECK(cudaMalloc(&scratch, gemm::head_ce_scratch_floats(rows, V) * sizeof(float)));
   for (float** p : {&c, &loss1, &loss2}) CUDA_CHECK(cudaMalloc(p, rows * sizeof(float)));
   CUDA_CHECK(cudaMalloc(&tg, rows * sizeof(int)));
   CUDA_CHECK(cudaMalloc(&bad, sizeof(int)));
@@ -151,7 +151,7 @@ static void fused_head(int rows, int C, int V, long long calls, layers::Matmul& 
     CUDA_CHECK(layers::softcap_ce(z, tg, z, loss1, rows, V, gs, bad));
   };
   auto fused = [&] {
-    CUDA_CHECK(layers::head_ce_forward(A, B, tg, g, scratch, rows, C, V));
+    CUDA_CHECK(gemm::head_ce_forward(A, B, tg, g, scratch, rows, C, V));
     CUDA_CHECK(layers::head_ce_finalize(scratch, tg, A, g, hs, c, loss2, rows, C, V, gs, bad));
   };
   const auto [a, b] = median_pair(apart, fused, e0, e1);
@@ -171,7 +171,7 @@ static void fused_head(int rows, int C, int V, long long calls, layers::Matmul& 
     num += (x - y) * (x - y), den += x * x;
   }
   const double tf = 2.0 * rows * C * V / 1e9;
-  std::printf("\nthe lm head's cross-entropy inside its product (layers/head_ce.cuh) against cuBLASLt (tuned) + softcap_ce.cuh,\n"
+  std::printf("\nthe lm head's cross-entropy inside its product (gemm/epilogue_softcap_ce.cuh) against cuBLASLt (tuned) + softcap_ce.cuh,\n"
               "%d rows, %lld calls a step:\n", rows, calls);
   std::printf("%-34s %9s %9s %9s | %9s %9s %9s | %9s %9s %9s\n", "product + cross-entropy", "apart ms", "TFLOP/s", "ms/step", "fused ms",
               "TFLOP/s", "ms/step", "saved/step", "loss diff", "dz diff");
@@ -182,14 +182,14 @@ static void fused_head(int rows, int C, int V, long long calls, layers::Matmul& 
 }
 
 // q, k, v = h [Wq Wk Wv] with q and k's per-head norm + rotary in the product's epilogue
-// (layers/mlp_gemm.cuh qkv_norm_rotary) against the tuned batched product (the model's call)
+// (gemm/epilogue_qk_norm_rotary.cuh) against the tuned batched product (the model's call)
 // followed by qk_norm_rotary.cuh's pass in place, on the same operands (head dim 128): each
 // side's time a call (median of 10 after 3 warm-ups, alternating) and the relative difference of
 // qn, kn, v and of rstd (the fused side's angles are fp16 pairs: about 1e-3 to 3e-3).
 static void fused_qkv(int T, int C, long long calls, layers::Matmul& mm, bf16* A, bf16* B, cudaEvent_t e0, cudaEvent_t e1) {
   const int D = 128, H = C / D;
   const size_t TC = (size_t)T * C, TH = (size_t)T * H;
-  if (!layers::qkv_norm_rotary_shape(C, D)) {
+  if (!gemm::qkv_norm_rotary_shape(C, D)) {
     std::printf("\nq, k, v with the norm + rotary fused: width %d is not a multiple of 256, skipped\n", C);
     return;
   }
@@ -200,7 +200,7 @@ static void fused_qkv(int T, int C, long long calls, layers::Matmul& mm, bf16* A
   for (bf16** p : {&o1, &o2}) CUDA_CHECK(cudaMalloc(p, 3 * TC * sizeof(bf16)));
   for (float** p : {&r1, &r2}) CUDA_CHECK(cudaMalloc(p, 2 * TH * sizeof(float)));
   const std::vector<float2> t32 = layers::rotary_table(T, D);
-  const std::vector<uint32_t> t16 = layers::rotary_angles_fp16(T, D);
+  const std::vector<uint32_t> t16 = gemm::rotary_angles_fp16(T, D);
   CUDA_CHECK(cudaMalloc(&tab, t32.size() * sizeof(float2)));
   CUDA_CHECK(cudaMalloc(&ang, t16.size() * sizeof(uint32_t)));
   CUDA_CHECK(cudaMemcpy(tab, t32.data(), t32.size() * sizeof(float2), cudaMemcpyHostToDevice));
@@ -210,7 +210,7 @@ static void fused_qkv(int T, int C, long long calls, layers::Matmul& mm, bf16* A
     mm.xW_batched(A, B, (long long)C * C, o1, (long long)TC, 3, T, C, C);
     CUDA_CHECK(layers::qk_norm_rotary_forward({o1, o1 + TC}, {o1, o1 + TC}, {r1, r1 + TH}, tab, T, H, D, eps));
   };
-  auto fused = [&] { CUDA_CHECK(layers::qkv_norm_rotary(A, B, o2, r2, ang, T, C, D, eps)); };
+  auto fused = [&] { CUDA_CHECK(gemm::qkv_norm_rotary(A, B, o2, r2, ang, T, C, D, eps)); };
   const auto [a, b] = median_pair(apart, fused, e0, e1);
   std::vector<bf16> h1(3 * TC), h2(3 * TC);
   std::vector<float> s1(2 * TH), s2(2 * TH);
@@ -225,7 +225,7 @@ static void fused_qkv(int T, int C, long long calls, layers::Matmul& mm, bf16* A
   }
   for (size_t i = 0; i < s1.size(); i++) rmax = std::max(rmax, (double)std::fabs(s2[i] - s1[i]) / s1[i]);
   const double tf = 2.0 * T * C * 3 * C / 1e9;
-  std::printf("\nq, k, v with q and k's norm + rotary in the product's epilogue (layers/mlp_gemm.cuh) against cuBLASLt (tuned,\n"
+  std::printf("\nq, k, v with q and k's norm + rotary in the product's epilogue (gemm/epilogue_relu2.cuh) against cuBLASLt (tuned,\n"
               "batched) + qk_norm_rotary.cuh (head dim %d):\n", D);
   std::printf("%-34s %9s %9s %9s | %9s %9s %9s | %9s %9s %9s\n", "product", "apart ms", "TFLOP/s", "ms/step", "fused ms", "TFLOP/s",
               "ms/step", "saved/step", "rel diff", "rstd diff");
@@ -340,7 +340,7 @@ static int run(int argc, char** argv) {
   };
   layers::Matmul first(32u << 20, 0), tuned(32u << 20, layers::Matmul::kTuned);
   if (mlp_only || head_only || qkv_only) {
-    if (!layers::mlp_gemm_available() || !layers::head_ce_available()) {
+    if (!gemm::available()) {
       std::fprintf(stderr, "bench_matmul: --mlp-only, --head-only and --qkv-only need an sm90 device (the fused products are Hopper's)\n");
       return 1;
     }
@@ -385,9 +385,9 @@ static int run(int argc, char** argv) {
   std::printf("all products, ms a step: first %.1f, tuned %.1f, any %.1f\n", total[0], total[1], total[2]);
   for (const std::string& s : algos) std::printf("  %s\n", s.c_str());
   for (auto* m : others) delete m;
-  if (layers::mlp_gemm_available()) fused_mlp(T, C, F, blk, tuned, A, B, e0, e1);
-  if (layers::head_ce_available()) fused_head(chunk, C, V, head, tuned, A, B, e0, e1);
-  if (layers::mlp_gemm_available()) fused_qkv(T, C, blk, tuned, A, B, e0, e1);
+  if (gemm::available()) fused_mlp(T, C, F, blk, tuned, A, B, e0, e1);
+  if (gemm::available()) fused_head(chunk, C, V, head, tuned, A, B, e0, e1);
+  if (gemm::available()) fused_qkv(T, C, blk, tuned, A, B, e0, e1);
   return 0;
 }
 

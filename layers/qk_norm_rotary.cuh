@@ -17,8 +17,8 @@
 // the memory bandwidth), and four loads are in flight per lane. The arithmetic of a row is the
 // same as with one row a lane group, so the bits are too.
 // The same arithmetic also runs in the epilogue of the product that makes q, k and v (Hopper:
-// mlp_gemm.cuh qkv_norm_rotary, below norm_rotary_acc), so q and k are never written before
-// their norm; the pass here serves the other devices and shapes, in place there.
+// gemm/epilogue_qk_norm_rotary.cuh), so q and k are never written before their norm; the pass
+// here serves the other devices and shapes, in place there.
 // CPU reference: model/reference_layers.h, rmsnorm then rotary.
 #pragma once
 #include <cuda_fp16.h>
@@ -113,84 +113,6 @@ inline cudaError_t qk_norm_rotary_forward(QK<const bf16*> x, QK<bf16*> y, QK<flo
   if (D == 128) qk_norm_rotary_forward_kernel<128><<<blocks, 256, 0, st>>>(x, y, rstd, table, T, H, eps);
   else qk_norm_rotary_forward_kernel<64><<<blocks, 256, 0, st>>>(x, y, rstd, table, T, H, eps);
   return cudaGetLastError();
-}
-
-// The angles as the product's epilogue reads them (norm_rotary_acc): for each position t the D/2
-// (cos, sin) pairs rounded to fp16 pairs (half2, 4 bytes; 2^-11 relative, a sixth of the bf16
-// output's rounding: the epilogue has 16 KB of shared memory a warpgroup for its 64 rows, which
-// fp32 pairs would fill twice), in the order the accumulator's threads read them: the thread at
-// quad position q of a row holds angles j = 8 jb + 2 q + e (jb < D/16, e < 2) as its words
-// u = (D/8) q + 2 jb + e, and word u of position t is stored at (u + 4 (t mod 8)) mod D/2, so
-// that a warp's 16-byte reads of its 8 rows fall on distinct banks. [T][D/2] words.
-inline std::vector<uint32_t> rotary_angles_fp16(int T, int D) {
-  const std::vector<float2> tab = rotary_table(T, D);
-  const int W = D / 2;
-  std::vector<uint32_t> out((size_t)T * W);
-  for (int t = 0; t < T; t++)
-    for (int q = 0; q < 4; q++)
-      for (int jb = 0; jb < D / 16; jb++)
-        for (int e = 0; e < 2; e++) {
-          const float2 cs = tab[(size_t)t * W + 8 * jb + 2 * q + e];
-          const __half2 h = __floats2half2_rn(cs.x, cs.y);
-          uint32_t bits;
-          std::memcpy(&bits, &h, sizeof bits);
-          const int u = (D / 8) * q + 2 * jb + e;
-          out[(size_t)t * W + (u + 4 * (t % 8)) % W] = bits;
-        }
-  return out;
-}
-
-// The norm + rotary on a product's output tile in the registers of an m64n256 wgmma
-// accumulator (acc[nb][2 r + e]: row rr + 8 r, column 8 nb + 2 q + e of the warpgroup's 64 x
-// 256, q = lane % 4), whose 256 columns are 256 / D whole heads: each head row's D values are the
-// 4 threads of a quad, and column c < D/2 of a head pairs with c + D/2, block nb + D/16 of the
-// same thread. The values are rounded to bf16 first (as the pass reads a bf16 q), then
-// normalised and rotated in place; put_rstd(r, hh, rstd) receives head hh's 1 / rms of row r.
-// ang: the warpgroup's 64 rows of rotary_angles_fp16 (from a position that is a multiple of 8).
-template <int D, typename PutRstd>
-__device__ __forceinline__ void norm_rotary_acc(float (&acc)[32][4], const uint32_t* ang, int rr, int q, float eps,
-                                                PutRstd&& put_rstd) {
-  constexpr int W = D / 2, NB = D / 8, HALF = D / 16, HEADS = 256 / D;
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-    const int row = rr + 8 * r;
-    float rs[HEADS];
-#pragma unroll
-    for (int hh = 0; hh < HEADS; hh++) {
-      float ss = 0.f;
-#pragma unroll
-      for (int j = hh * NB; j < (hh + 1) * NB; j++) {  // (rounded as a pair: one conversion for two)
-        const float2 x = __bfloat1622float2(__floats2bfloat162_rn(acc[j][2 * r], acc[j][2 * r + 1]));
-        acc[j][2 * r] = x.x, acc[j][2 * r + 1] = x.y;
-        ss += x.x * x.x;
-        ss += x.y * x.y;
-      }
-      ss += __shfl_xor_sync(0xffffffff, ss, 1);  // the row's 4 threads
-      ss += __shfl_xor_sync(0xffffffff, ss, 2);
-      rs[hh] = rsqrtf(ss / D + eps);
-      put_rstd(r, hh, rs[hh]);
-    }
-    // this thread's angles of the row, 16 bytes at a time: words 4 i.. are angles 8 jb + 2 q + e
-    // of jb = 2 i, 2 i + 1
-#pragma unroll
-    for (int i = 0; i < NB / 4; i++) {
-      const uint4 v = *reinterpret_cast<const uint4*>(ang + row * W + (NB * q + 4 * i + 4 * (row & 7)) % W);
-      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int k = 0; k < 4; k++) {
-        const int jb = 2 * i + k / 2, e = k % 2;
-        const float2 cs = __half22float2(*reinterpret_cast<const __half2*>(&w[k]));
-#pragma unroll
-        for (int hh = 0; hh < HEADS; hh++) {
-          float& a = acc[hh * NB + jb][2 * r + e];
-          float& b = acc[hh * NB + jb + HALF][2 * r + e];
-          const float n1 = a * rs[hh], n2 = b * rs[hh];
-          a = n1 * cs.x + n2 * cs.y;
-          b = -n1 * cs.y + n2 * cs.x;
-        }
-      }
-    }
-  }
 }
 
 }  // namespace layers

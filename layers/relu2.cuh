@@ -4,7 +4,7 @@
 // relu2_backward_from_r takes the output r instead of u: max(u, 0) = sqrt(r), so the model keeps
 // r only (u is 4 x width a token and layer); sqrt of the bf16-rounded r is max(u, 0) within
 // 2^-9 relative, under the bf16 rounding of du itself (so the special-function unit's sqrt,
-// within 1 ulp of fp32, serves: the same one as the fused path's, layers/mlp_gemm.cuh).
+// within 1 ulp of fp32, serves: the same one as the fused path's, gemm/epilogue_relu2.cuh).
 // CPU reference: model/reference_layers.h (relu2, relu2_bwd).
 #pragma once
 #include "common/fast_math.cuh"

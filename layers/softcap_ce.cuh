@@ -30,7 +30,7 @@
 
 #include <cstdint>
 
-#include "attention/primitives.cuh"
+#include "common/tensor_core.cuh"
 #include "common/fast_math.cuh"
 
 namespace layers {
@@ -104,9 +104,9 @@ __global__ void __launch_bounds__(THREADS, 2) softcap_ce_kernel(__nv_bfloat16* z
     const uint4* src = reinterpret_cast<const uint4*>(zr);
     uint4* gv = reinterpret_cast<uint4*>(dr);
     if (SMEM) {
-      for (int j = threadIdx.x; j < V / 8; j += THREADS) attn::cp_async16(attn::smem_addr(s_row + j), src + j, true);
-      attn::cp_async_commit();
-      attn::cp_async_wait<0>();
+      for (int j = threadIdx.x; j < V / 8; j += THREADS) tc::cp_async16(tc::smem_addr(s_row + j), src + j, true);
+      tc::cp_async_commit();
+      tc::cp_async_wait<0>();
       asm volatile("" ::: "memory");  // the reads of s_row below stay after the wait
       src = gv = s_row;
     }

@@ -9,7 +9,7 @@
 //   fp32 arithmetic). With gradients on, each chunk's backward (dz -> d(norm(x)), dWhead) runs
 //   right there, so no T x vocab tensor outlives its chunk; backward() then walks the layers in
 //   reverse. On Hopper the cross-entropy's first pass runs in the head product's epilogue
-//   (layers/head_ce.cuh): the product writes g, whose rows scaled by c are dz, and the backward
+//   (gemm/epilogue_softcap_ce.cuh, then layers/head_ce.cuh): the product writes g, whose rows scaled by c are dz, and the backward
 //   takes g with the scales moved to its small operands (the final norm's backward scales dh's
 //   rows, dWhead takes diag(c) h); elsewhere the product writes z and softcap_ce.cuh writes dz
 //   over it.
@@ -25,7 +25,7 @@
 // kn (attention/attention.h NormRotary). The value embedding ve is gathered from its table again
 // where needed. On Hopper the MLP's ReLU^2 runs inside the epilogues of the products around it
 // (forward r = relu(h Wfc)^2, backward du = 2 sqrt(r) dx Wproj^T), and q and k's norm + rotary
-// inside the epilogue of the product that makes them (layers/mlp_gemm.cuh), so neither u, dr nor
+// inside the epilogue of the product that makes them (gemm/gemm.cuh), so neither u, dr nor
 // q and k before the norm are ever written; elsewhere the products run through cuBLASLt and
 // relu2.cuh and qk_norm_rotary.cuh apart.
 // Element-wise work is fused where a tensor would otherwise make two round trips to memory
@@ -46,7 +46,7 @@
 #include "layers/matmul.cuh"
 #include "layers/mix.cuh"
 #include "layers/mix_backward.cuh"
-#include "layers/mlp_gemm.cuh"
+#include "gemm/gemm.cuh"
 #include "layers/norm_mix.cuh"
 #include "layers/qk_norm_rotary.cuh"
 #include "layers/reduce.cuh"
@@ -82,8 +82,8 @@ class Model {
     alloc(&g32_, n * sizeof(float));
     for (bf16** p : {&emb_, &x0_, &x_, &hf_, &dhf_, &dx_, &dx0_, &dh_, &dy_, &dq_, &dk_, &dv_, &t1_}) alloc(p, TC * sizeof(bf16));
     alloc(&du_, TF * sizeof(bf16));
-    set_fused_mlp(layers::mlp_gemm_available());  // the unfused path allocates dr_
-    set_fused_head(layers::head_ce_available());
+    set_fused_mlp(gemm::available());  // the unfused path allocates dr_
+    set_fused_head(gemm::available());
     acts_.resize(cfg.layers);
     for (int i = 0; i < cfg.layers; i++) {
       Acts& a = acts_[i];
@@ -120,7 +120,7 @@ class Model {
     auto tab = layers::rotary_table(T, cfg.head_dim());
     alloc(&rot_, tab.size() * sizeof(float2));
     cuda_check(cudaMemcpy(rot_, tab.data(), tab.size() * sizeof(float2), cudaMemcpyHostToDevice), "rotary table");
-    set_fused_qkv(layers::mlp_gemm_available() && layers::qkv_norm_rotary_shape(cfg.width, cfg.head_dim()));
+    set_fused_qkv(gemm::available() && gemm::qkv_norm_rotary_shape(cfg.width, cfg.head_dim()));
     zero_grad();
   }
   ~Model() {
@@ -165,40 +165,40 @@ class Model {
   bf16* weights() { return w16_; }
   float* grads() { return g32_; }
   void set_window(int w) { cfg_.mask.window = w; }  // the window schedule changes it per step
-  // The MLP's activation inside its two products (layers/mlp_gemm.cuh, Hopper; on by default
+  // The MLP's activation inside its two products (gemm/epilogue_relu2.cuh, Hopper; on by default
   // where the device runs it) or as the products through cuBLASLt and relu2.cuh apart (tests
   // compare the two).
   void set_fused_mlp(bool on) {
-    if (on && !layers::mlp_gemm_available()) throw std::invalid_argument("set_fused_mlp: this device cannot run the fused MLP products");
+    if (on && !gemm::available()) throw std::invalid_argument("set_fused_mlp: this device cannot run the fused MLP products");
     fused_mlp_ = on;
     if (!on && !dr_) alloc(&dr_, (size_t)T_ * cfg_.hidden * sizeof(bf16));
   }
   bool fused_mlp() const { return fused_mlp_; }
   // q and k's per-head norm + rotary in the epilogue of the product that makes q, k and v
-  // (layers/mlp_gemm.cuh qkv_norm_rotary, Hopper, widths a multiple of 256; on by default where
+  // (gemm/epilogue_qk_norm_rotary.cuh, Hopper, widths a multiple of 256; on by default where
   // it runs), or the product through cuBLASLt and qk_norm_rotary.cuh's pass after it.
   void set_fused_qkv(bool on) {
-    if (on && !(layers::mlp_gemm_available() && layers::qkv_norm_rotary_shape(cfg_.width, cfg_.head_dim())))
+    if (on && !(gemm::available() && gemm::qkv_norm_rotary_shape(cfg_.width, cfg_.head_dim())))
       throw std::invalid_argument("set_fused_qkv: this device or width cannot run the fused q, k, v product");
     fused_qkv_ = on;
     if (on && !rot16_) {
-      const std::vector<uint32_t> ang = layers::rotary_angles_fp16(T_, cfg_.head_dim());
+      const std::vector<uint32_t> ang = gemm::rotary_angles_fp16(T_, cfg_.head_dim());
       alloc(&rot16_, ang.size() * sizeof(uint32_t));
       cuda_check(cudaMemcpy(rot16_, ang.data(), ang.size() * sizeof(uint32_t), cudaMemcpyHostToDevice), "rotary angles");
     }
   }
   bool fused_qkv() const { return fused_qkv_; }
   // The lm head's product with the cross-entropy's first pass in its epilogue
-  // (layers/head_ce.cuh, Hopper; on by default where the device runs it), or the product through
+  // (gemm/epilogue_softcap_ce.cuh and layers/head_ce.cuh, Hopper; on by default where the device runs it), or the product through
   // cuBLASLt and softcap_ce.cuh apart (tests compare the two; a forward that returns z takes the
   // second).
   void set_fused_head(bool on) {
-    if (on && !layers::head_ce_available()) throw std::invalid_argument("set_fused_head: this device cannot run the fused head");
+    if (on && !gemm::available()) throw std::invalid_argument("set_fused_head: this device cannot run the fused head");
     fused_head_ = on;
     if (on && !hs_) {
       alloc(&hs_, (size_t)chunk_ * cfg_.width * sizeof(bf16));
       alloc(&row_scale_, (size_t)T_ * sizeof(float));
-      alloc(&head_scratch_, layers::head_ce_scratch_floats(chunk_, cfg_.vocab) * sizeof(float));
+      alloc(&head_scratch_, gemm::head_ce_scratch_floats(chunk_, cfg_.vocab) * sizeof(float));
     }
   }
   bool fused_head() const { return fused_head_; }
@@ -278,7 +278,7 @@ class Model {
       // Wq, Wk, Wv: one after another (resolve)
       if (fused_qkv_) {
         prof_.mark(Profiler::kMatmul, "q, k, v = h W, q, k normed (fused)");
-        ok(layers::qkv_norm_rotary(a.h, W(lp.wq), a.qn, a.rstd_q, rot16_, T, C, Dh, eps));
+        ok(gemm::qkv_norm_rotary(a.h, W(lp.wq), a.qn, a.rstd_q, rot16_, T, C, Dh, eps));
       } else {
         prof_.mark(Profiler::kMatmul, "q, k, v = h W (3 x C x C)");
         mm_.xW_batched(a.h, W(lp.wq), (long long)C * C, a.qn, (long long)TC, 3, T, C, C);
@@ -295,7 +295,7 @@ class Model {
       ok(layers::rmsnorm_forward(a.x_attn, a.h2, a.rstd_h2, T, C, eps));
       if (fused_mlp_) {
         prof_.mark(Profiler::kMatmul, "r = relu(h Wfc)^2 (C x 4C, fused)");
-        ok(layers::mlp_up_relu2(a.h2, W(lp.wfc), a.r, T, C, F));
+        ok(gemm::mlp_up_relu2(a.h2, W(lp.wfc), a.r, T, C, F));
       } else {
         prof_.mark(Profiler::kMatmul, "u = h Wfc (C x 4C)");
         mm_.xW(a.h2, W(lp.wfc), dr_, T, C, F);  // u: dr_ is free until the backward
@@ -316,7 +316,7 @@ class Model {
       const bf16* h = hf_ + (size_t)r0 * C;
       const bool grad = grad_scale != 0.f;
       prof_.mark(Profiler::kHead, "g = CE'(h Whead), fused");
-      ok(layers::head_ce_forward(h, W(at_.head), targets_ + r0, z_, head_scratch_, rows, C, V));
+      ok(gemm::head_ce_forward(h, W(at_.head), targets_ + r0, z_, head_scratch_, rows, C, V));
       prof_.mark(Profiler::kHead, "cross-entropy: loss, row scales");
       ok(layers::head_ce_finalize(head_scratch_, targets_ + r0, h, grad ? z_ : nullptr, grad ? hs_ : nullptr,
                                   grad ? row_scale_ + r0 : nullptr, loss_ + r0, rows, C, V, grad_scale, bad_));
@@ -390,7 +390,7 @@ class Model {
       // MLP: x = x_attn + relu(norm(x_attn) Wfc)^2 Wproj
       if (fused_mlp_) {
         prof_.mark(Profiler::kMatmul, "Wproj dX, ReLU^2 backward (fused)");
-        ok(layers::mlp_down_dx_relu2(dx_, W(lp.wproj), a.r, du_, T, C, F));
+        ok(gemm::mlp_down_dx_relu2(dx_, W(lp.wproj), a.r, du_, T, C, F));
       } else {
         prof_.mark(Profiler::kMatmul, "Wproj dX (4C x C)");
         mm_.dX(dx_, W(lp.wproj), dr_, T, F, C);
@@ -588,7 +588,7 @@ class Model {
   float* vdot_partial_;  // value_embed_backward's per-chunk sums
   layers::TokenIndexView ixv_;  // the last forward's token index
   float2* rot_;
-  uint32_t* rot16_ = nullptr;  // the fused q, k, v product's angles (layers/qk_norm_rotary.cuh rotary_angles_fp16)
+  uint32_t* rot16_ = nullptr;  // the fused q, k, v product's angles (gemm/epilogue_qk_norm_rotary.cuh rotary_angles_fp16)
 };
 
 }  // namespace gpt

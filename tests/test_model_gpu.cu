@@ -75,17 +75,17 @@ int main() {
 
     std::vector<double> gref;
     model_ref::forward_backward(p, tokens, targets, &gref);
-    // both paths where the device has the fused ones (layers/mlp_gemm.cuh: ReLU^2 in the MLP
-    // products' epilogues; layers/head_ce.cuh: the cross-entropy in the head product's), each
+    // both paths where the device has the fused ones (gemm/gemm.cuh: ReLU^2 in the MLP
+    // products' epilogues; gemm/epilogue_softcap_ce.cuh: the cross-entropy in the head product's), each
     // against the reference. The logits come from a forward that returns z (which runs the head
     // apart); the loss and the gradients checked are those of the forward as training runs it.
     std::vector<int> paths = {0};
-    if (layers::mlp_gemm_available() && layers::head_ce_available()) paths.insert(paths.begin(), 1);
+    if (gemm::available()) paths.insert(paths.begin(), 1);
     for (int fused : paths) {
       gpt::Model m(cfg, T, /*head_chunk=*/160);  // chunks of 160 rows: 3 chunks, the last partial
       m.set_fused_mlp(fused);
       m.set_fused_head(fused);
-      m.set_fused_qkv(fused && layers::qkv_norm_rotary_shape(cfg.width, cfg.head_dim()));
+      m.set_fused_qkv(fused && gemm::qkv_norm_rotary_shape(cfg.width, cfg.head_dim()));
       m.load(p.data);
       std::vector<float> z;
       const double loss_z = m.forward(batch, gscale, &z);

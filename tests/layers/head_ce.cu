@@ -18,6 +18,7 @@
 // element whose reference is a normal number (exact inputs), 4e-3 rms (both); c: as the loss; hs:
 // one rounding, 4e-3 an element. Rows past M are never written (guard rows stay NaN).
 #include "tests/layers/gpu_test.h"
+#include "gemm/gemm.cuh"
 #include "layers/head_ce.cuh"
 
 #include <omp.h>
@@ -31,7 +32,7 @@ static std::vector<double> random_eighths(size_t n) {
 }
 
 static void test_head_ce() {
-  if (!layers::head_ce_available()) {
+  if (!gemm::available()) {
     std::printf("head_ce: skipped, the fused head needs an sm90 device (the model then runs cuBLASLt and softcap_ce)\n");
     return;
   }
@@ -69,7 +70,7 @@ static void test_head_ce() {
     float *dscr, *dc, *dloss;
     CUDA_CHECK(cudaMalloc(&dtg, M * sizeof(int)));
     CUDA_CHECK(cudaMalloc(&dbad, sizeof(int)));
-    CUDA_CHECK(cudaMalloc(&dscr, layers::head_ce_scratch_floats(M, N) * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&dscr, gemm::head_ce_scratch_floats(M, N) * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&dc, M * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&dloss, M * sizeof(float)));
     CUDA_CHECK(cudaMemcpy(dtg, tg.data(), M * sizeof(int), cudaMemcpyHostToDevice));
@@ -77,7 +78,7 @@ static void test_head_ce() {
       CUDA_CHECK(cudaMemset(dbad, 0, sizeof(int)));
       CUDA_CHECK(cudaMemset(dloss, 0xFF, M * sizeof(float)));
       CUDA_CHECK(cudaMemset(dc, 0xFF, M * sizeof(float)));
-      CUDA_CHECK(layers::head_ce_forward(dh, dW, dtg, dg, dscr, M, K, N));
+      CUDA_CHECK(gemm::head_ce_forward(dh, dW, dtg, dg, dscr, M, K, N));
       CUDA_CHECK(layers::head_ce_finalize(dscr, dtg, dh, grad ? dg : nullptr, grad ? dhs : nullptr, grad ? dc : nullptr, dloss, M, K, N,
                                           (float)scale, dbad));
       CUDA_CHECK(cudaDeviceSynchronize());
@@ -137,9 +138,9 @@ static void test_head_ce() {
   }
   // shapes the kernel refuses: an error, no launch
   bf16* d = poisoned(64 * 64);
-  CHECK(layers::head_ce_forward(d, d, nullptr, d, nullptr, 8, 12, 64) == cudaErrorInvalidValue, "K = 12 accepted");
-  CHECK(layers::head_ce_forward(d, d, nullptr, d, nullptr, 8, 64, 20) == cudaErrorInvalidValue, "N = 20 accepted");
-  CHECK(layers::head_ce_forward(d + 1, d, nullptr, d, nullptr, 8, 64, 64) == cudaErrorInvalidValue, "a misaligned operand accepted");
+  CHECK(gemm::head_ce_forward(d, d, nullptr, d, nullptr, 8, 12, 64) == cudaErrorInvalidValue, "K = 12 accepted");
+  CHECK(gemm::head_ce_forward(d, d, nullptr, d, nullptr, 8, 64, 20) == cudaErrorInvalidValue, "N = 20 accepted");
+  CHECK(gemm::head_ce_forward(d + 1, d, nullptr, d, nullptr, 8, 64, 64) == cudaErrorInvalidValue, "a misaligned operand accepted");
   CUDA_CHECK(cudaFree(d));
 }
 

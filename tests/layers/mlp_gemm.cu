@@ -9,7 +9,7 @@
 // r, then r is rounded: about 2.5e-3 relative Frobenius error, bound 6e-3. Backward: dr then du
 // rounded, about 1.6e-3, bound 4e-3. Rows past M are never written (checked on guard rows).
 #include "tests/layers/gpu_test.h"
-#include "layers/mlp_gemm.cuh"
+#include "gemm/gemm.cuh"
 #include "layers/rotary.cuh"
 
 #include <omp.h>
@@ -29,7 +29,7 @@ static double out_err(const bf16* out, const std::vector<double>& want, size_t g
 }
 
 static void test_mlp_gemm() {
-  if (!layers::mlp_gemm_available()) {
+  if (!gemm::available()) {
     std::printf("mlp_gemm: skipped, the fused products need an sm90 device (the model then runs cuBLASLt and relu2)\n");
     return;
   }
@@ -49,7 +49,7 @@ static void test_mlp_gemm() {
         }
       model_ref::relu2(u.data(), want.data(), MN);
       bf16 *dh = to_device(h), *dW = to_device(W), *dr = poisoned(MN + (size_t)guard * N);
-      CUDA_CHECK(layers::mlp_up_relu2(dh, dW, dr, M, K, N));
+      CUDA_CHECK(gemm::mlp_up_relu2(dh, dW, dr, M, K, N));
       bool guard_ok;
       const double e = out_err(dr, want, (size_t)guard * N, &guard_ok);
       CHECK(e < 6e-3 && guard_ok, "mlp_gemm forward M=%d K=%d N=%d: rel err %.2e, guard rows untouched %d", M, K, N, e, guard_ok);
@@ -70,7 +70,7 @@ static void test_mlp_gemm() {
         }
       for (size_t i = 0; i < MN; i++) want[i] = 2 * std::sqrt(r[i]) * dr[i];
       bf16 *ddx = to_device(dx), *dWp = to_device(Wp), *drr = to_device(r), *ddu = poisoned(MN + (size_t)guard * N);
-      CUDA_CHECK(layers::mlp_down_dx_relu2(ddx, dWp, drr, ddu, M, K, N));
+      CUDA_CHECK(gemm::mlp_down_dx_relu2(ddx, dWp, drr, ddu, M, K, N));
       bool guard_ok;
       const double e = out_err(ddu, want, (size_t)guard * N, &guard_ok);
       CHECK(e < 4e-3 && guard_ok, "mlp_gemm backward M=%d K=%d N=%d: rel err %.2e, guard rows untouched %d", M, K, N, e, guard_ok);
@@ -80,9 +80,9 @@ static void test_mlp_gemm() {
   }
   // shapes the kernel refuses (K or N not a multiple of 8, a misaligned pointer): an error, no launch
   bf16* d = poisoned(64 * 64);
-  CHECK(layers::mlp_up_relu2(d, d, d, 8, 12, 64) == cudaErrorInvalidValue, "K = 12 accepted");
-  CHECK(layers::mlp_down_dx_relu2(d, d, d, d, 8, 64, 20) == cudaErrorInvalidValue, "N = 20 accepted");
-  CHECK(layers::mlp_up_relu2(d + 1, d, d, 8, 64, 64) == cudaErrorInvalidValue, "a misaligned operand accepted");
+  CHECK(gemm::mlp_up_relu2(d, d, d, 8, 12, 64) == cudaErrorInvalidValue, "K = 12 accepted");
+  CHECK(gemm::mlp_down_dx_relu2(d, d, d, d, 8, 64, 20) == cudaErrorInvalidValue, "N = 20 accepted");
+  CHECK(gemm::mlp_up_relu2(d + 1, d, d, 8, 64, 64) == cudaErrorInvalidValue, "a misaligned operand accepted");
   CUDA_CHECK(cudaFree(d));
 }
 
@@ -98,7 +98,7 @@ static void test_mlp_gemm() {
 // fp16 (2^-12 absolute, a sixth of that): bound 4e-3; rstd fp32 over D terms, 1e-5. Rows and
 // rstd entries past M are never written (guards).
 static void test_qkv_norm_rotary() {
-  if (!layers::mlp_gemm_available()) {
+  if (!gemm::available()) {
     std::printf("qkv_norm_rotary: skipped, it needs an sm90 device (the model then runs cuBLASLt and qk_norm_rotary)\n");
     return;
   }
@@ -127,7 +127,7 @@ static void test_qkv_norm_rotary() {
       model_ref::rotary(n.data(), want.data() + (size_t)z * MC, M, H, D, 1.0);
     }
     std::copy(out.begin() + 2 * MC, out.end(), want.begin() + 2 * MC);
-    const std::vector<uint32_t> ang = layers::rotary_angles_fp16(M, D);
+    const std::vector<uint32_t> ang = gemm::rotary_angles_fp16(M, D);
     uint32_t* dang;
     float* drstd;
     CUDA_CHECK(cudaMalloc(&dang, ang.size() * sizeof(uint32_t)));
@@ -135,7 +135,7 @@ static void test_qkv_norm_rotary() {
     CUDA_CHECK(cudaMalloc(&drstd, (2 * rows + guard) * sizeof(float)));
     CUDA_CHECK(cudaMemset(drstd, 0xFF, (2 * rows + guard) * sizeof(float)));
     bf16 *dh = to_device(h), *dW = to_device(W), *dout = poisoned(3 * MC + (size_t)guard * C);
-    CUDA_CHECK(layers::qkv_norm_rotary(dh, dW, dout, drstd, dang, M, C, D, (float)eps));
+    CUDA_CHECK(gemm::qkv_norm_rotary(dh, dW, dout, drstd, dang, M, C, D, (float)eps));
     bool guard_ok;
     const std::vector<double> all = guarded(dout, 3 * MC, (size_t)guard * C, &guard_ok);
     std::vector<float> rg(2 * rows + guard);
@@ -159,8 +159,8 @@ static void test_qkv_norm_rotary() {
   float* r;
   CUDA_CHECK(cudaMalloc(&a, 64 * 64 * sizeof(uint32_t)));
   CUDA_CHECK(cudaMalloc(&r, 64 * 64 * sizeof(float)));
-  CHECK(layers::qkv_norm_rotary(d, d, d, r, a, 8, 384, 128, 1e-2f) == cudaErrorInvalidValue, "qkv_norm_rotary: C = 384 accepted");
-  CHECK(layers::qkv_norm_rotary(d, d, d, r, a, 8, 256, 96, 1e-2f) == cudaErrorInvalidValue, "qkv_norm_rotary: D = 96 accepted");
+  CHECK(gemm::qkv_norm_rotary(d, d, d, r, a, 8, 384, 128, 1e-2f) == cudaErrorInvalidValue, "qkv_norm_rotary: C = 384 accepted");
+  CHECK(gemm::qkv_norm_rotary(d, d, d, r, a, 8, 256, 96, 1e-2f) == cudaErrorInvalidValue, "qkv_norm_rotary: D = 96 accepted");
   for (void* p : {(void*)d, (void*)a, (void*)r}) CUDA_CHECK(cudaFree(p));
 }
 

@@ -1,5 +1,5 @@
-// sm90 (Hopper) building blocks for the attention tile loops: warpgroup MMA (wgmma) on tiles in
-// shared memory laid out as the 128-byte swizzle that wgmma (and TMA) read, loaded with cp.async.
+// sm90 (Hopper) warpgroup MMA (wgmma) on tiles in shared memory laid out as the 128-byte swizzle
+// that wgmma and the TMA (hopper/tma.cuh) read: the attention kernels and the GEMM (gemm/) use it.
 //
 // Tile layout ("SW128"): ROWS x D bf16 stored as D/64 column panels, each ROWS x 64 (128 bytes a
 // row); the 16-byte chunk c of row r sits at chunk c ^ (r % 8) of its row. Every tile starts on
@@ -11,7 +11,7 @@
 //             as stored; dQ = dS K with dS^T and K as stored).
 //   wgmma_rs: A from registers, B "MN-major" (rows of B contiguous in n): O += P V with V as
 //             stored ([key][d]: k = key, n = d).
-// Register fragments are those of mma.m16n8k16 (primitives.cuh), warp w of the warpgroup holding rows
+// Register fragments are those of mma.m16n8k16 (common/tensor_core.cuh), warp w of the warpgroup holding rows
 // 16w..16w+15: accumulator d[j][0..3] = (row g, cols 8j+2t, +1), (row g+8, same); A fragment as
 // mma's A. So c_to_a turns two accumulator blocks into the A fragment of the next wgmma.
 //
@@ -29,12 +29,16 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#pragma once
+#include <cuda_bf16.h>
 
-#include "attention/primitives.cuh"
+#include <cstdint>
 
-namespace attn {
-namespace sm90 {
+#include "common/tensor_core.cuh"
 
+namespace hopper {
+
+using namespace tc;
 typedef __nv_bfloat16 bf16;
 
 // Element offset of (row, 8-element chunk c) in an SW128 tile of ROWS rows.
@@ -109,53 +113,6 @@ __device__ __forceinline__ void reg_fence(float (&d)[NB][4]) {
     for (int e = 0; e < 4; e++) asm volatile("" : "+f"(d[i][e])::"memory");
 }
 
-// mbarriers: shared-memory arrival counters with a phase bit.
-__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(smem_addr(bar)) : "memory");
-}
-// Arrives n times at once (for n threads or warps whose work this thread has waited for).
-__device__ __forceinline__ void mbar_arrive_count(uint64_t* bar, uint32_t n) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(smem_addr(bar)), "r"(n) : "memory");
-}
-// Arrives once every cp.async this thread has issued so far has landed (the barrier's count
-// must include this thread: .noinc).
-__device__ __forceinline__ void mbar_arrive_cp_async(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
-}
-// Waits until the phase of the given parity has completed.
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nwait_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_%=;\n}\n" ::"r"(smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
-// The buffers a block streams tiles through: tile i lives in buffer i % STAGES. full[b] completes
-// a phase when the tile in b has landed (the TMA's bytes, counted as tma.cuh TmaPipe or
-// bwd_common_sm90.cuh QueryTilePipe initializes it); empty[b] when every warp has released it
-// (its wgmmas reading b have completed). The warpgroups thus wait only for the data they need,
-// never for each other at a block barrier.
-template <int STAGES>
-struct TilePipe {
-  uint64_t* full;   // STAGES barriers
-  uint64_t* empty;  // STAGES barriers
-
-  // Before writing tile i: its buffer's previous tile (i - STAGES) must be released.
-  __device__ __forceinline__ void wait_empty(int i) {
-    if (i >= STAGES) mbar_wait(&empty[i % STAGES], (i / STAGES - 1) & 1);
-  }
-  // Before reading tile i (the TMA wrote it through the async proxy that wgmma reads by: no fence).
-  __device__ __forceinline__ void wait_full(int i) { mbar_wait(&full[i % STAGES], (i / STAGES) & 1); }
-  // After this warp's last read of tile i (its wgmmas waited).
-  __device__ __forceinline__ void release(int i) {
-    if ((threadIdx.x & 31) == 0) mbar_arrive(&empty[i % STAGES]);
-  }
-};
-
 // D[64 x N] = (scale_d ? D : 0) + A B, A and B descriptors, K-major unless TA / TB is 1 (then
 // MN-major: A's m, or B's n, contiguous).
 template <int N, int TA = 0, int TB = 0>
@@ -164,23 +121,23 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint6
 template <int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b, int scale_d);
 
-#define ATTN_F4(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
-#define ATTN_D16 ATTN_F4(0), ATTN_F4(1), ATTN_F4(2), ATTN_F4(3)
-#define ATTN_D32 ATTN_F4(0), ATTN_F4(1), ATTN_F4(2), ATTN_F4(3), ATTN_F4(4), ATTN_F4(5), ATTN_F4(6), ATTN_F4(7)
-#define ATTN_D64 ATTN_D32, ATTN_F4(8), ATTN_F4(9), ATTN_F4(10), ATTN_F4(11), ATTN_F4(12), ATTN_F4(13), ATTN_F4(14), ATTN_F4(15)
-#define ATTN_D128                                                                                           \
-  ATTN_D64, ATTN_F4(16), ATTN_F4(17), ATTN_F4(18), ATTN_F4(19), ATTN_F4(20), ATTN_F4(21), ATTN_F4(22), ATTN_F4(23),         \
-      ATTN_F4(24), ATTN_F4(25), ATTN_F4(26), ATTN_F4(27), ATTN_F4(28), ATTN_F4(29), ATTN_F4(30), ATTN_F4(31)
-#define ATTN_R16 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}"
-#define ATTN_R32                                                                                                    \
+#define WGMMA_F4(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
+#define WGMMA_D16 WGMMA_F4(0), WGMMA_F4(1), WGMMA_F4(2), WGMMA_F4(3)
+#define WGMMA_D32 WGMMA_F4(0), WGMMA_F4(1), WGMMA_F4(2), WGMMA_F4(3), WGMMA_F4(4), WGMMA_F4(5), WGMMA_F4(6), WGMMA_F4(7)
+#define WGMMA_D64 WGMMA_D32, WGMMA_F4(8), WGMMA_F4(9), WGMMA_F4(10), WGMMA_F4(11), WGMMA_F4(12), WGMMA_F4(13), WGMMA_F4(14), WGMMA_F4(15)
+#define WGMMA_D128                                                                                           \
+  WGMMA_D64, WGMMA_F4(16), WGMMA_F4(17), WGMMA_F4(18), WGMMA_F4(19), WGMMA_F4(20), WGMMA_F4(21), WGMMA_F4(22), WGMMA_F4(23),         \
+      WGMMA_F4(24), WGMMA_F4(25), WGMMA_F4(26), WGMMA_F4(27), WGMMA_F4(28), WGMMA_F4(29), WGMMA_F4(30), WGMMA_F4(31)
+#define WGMMA_R16 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}"
+#define WGMMA_R32                                                                                                    \
   "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30," \
   "%31}"
-#define ATTN_R64                                                                                                    \
+#define WGMMA_R64                                                                                                    \
   "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30," \
   "%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,"   \
   "%59,%60,%61,%62,%63}"
 
-#define ATTN_R128 \
+#define WGMMA_R128 \
   "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29," \
   "%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57," \
   "%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85," \
@@ -193,53 +150,53 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint6
   if constexpr (N == 32)
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " ATTN_R16 ", %16, %17, p, 1, 1, %19, %20;\n}\n"
-        : ATTN_D16
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " WGMMA_R16 ", %16, %17, p, 1, 1, %19, %20;\n}\n"
+        : WGMMA_D16
         : "l"(a), "l"(b), "r"(scale_d), "n"(TA), "n"(TB));
   else if constexpr (N == 64)
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " ATTN_R32 ", %32, %33, p, 1, 1, %35, %36;\n}\n"
-        : ATTN_D32
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_R32 ", %32, %33, p, 1, 1, %35, %36;\n}\n"
+        : WGMMA_D32
         : "l"(a), "l"(b), "r"(scale_d), "n"(TA), "n"(TB));
   else if constexpr (N == 128)
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " ATTN_R64 ", %64, %65, p, 1, 1, %67, %68;\n}\n"
-        : ATTN_D64
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_R64 ", %64, %65, p, 1, 1, %67, %68;\n}\n"
+        : WGMMA_D64
         : "l"(a), "l"(b), "r"(scale_d), "n"(TA), "n"(TB));
   else
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " ATTN_R128 ", %128, %129, p, 1, 1, %131, %132;\n}\n"
-        : ATTN_D128
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " WGMMA_R128 ", %128, %129, p, 1, 1, %131, %132;\n}\n"
+        : WGMMA_D128
         : "l"(a), "l"(b), "r"(scale_d), "n"(TA), "n"(TB));
 }
 template <>
 __device__ __forceinline__ void wgmma_rs<64>(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " ATTN_R32 ", {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
-      : ATTN_D32
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_R32 ", {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+      : WGMMA_D32
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
 }
 template <>
 __device__ __forceinline__ void wgmma_rs<128>(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " ATTN_R64 ", {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
-      : ATTN_D64
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_R64 ", {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
+      : WGMMA_D64
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
 }
-#undef ATTN_F4
-#undef ATTN_D16
-#undef ATTN_D32
-#undef ATTN_D64
-#undef ATTN_D128
-#undef ATTN_R128
-#undef ATTN_R16
-#undef ATTN_R32
-#undef ATTN_R64
+#undef WGMMA_F4
+#undef WGMMA_D16
+#undef WGMMA_D32
+#undef WGMMA_D64
+#undef WGMMA_D128
+#undef WGMMA_R128
+#undef WGMMA_R16
+#undef WGMMA_R32
+#undef WGMMA_R64
 
 // Acc[64 x N] (+)= A B^T over K = KSTEPS * 16, A rows r0.. of an SW128 tile of AROWS rows, B an
 // SW128 tile of N rows (both K-major). Issues the wgmmas; the caller commits and waits.
@@ -282,5 +239,5 @@ __device__ __forceinline__ void gemm_rs(float (&acc)[N / 8][4], const uint32_t (
   for (int j = 0; j < KB; j++) wgmma_rs<N>(acc, pa[j], desc_plus(db, mn_step_bytes(j)), 1);
 }
 
-}  // namespace sm90
-}  // namespace attn
+
+}  // namespace hopper

@@ -4,11 +4,12 @@
 // (data, GPU, model, checkpoints, one step, validation, the report), the training loop, main.
 // The options are train/options.h (one table gives the flags, the fingerprint and the log's
 // configuration). The model is model/gpt.cuh (forward and backward, checked against the fp64
-// reference); the optimisers are layers/adam.cuh and layers/muon.cuh. Checkpoints
-// (--checkpoint-dir, --resume) are train/checkpoint.h. Several GPUs: one process each under
-// mpirun (train/dist.h), gradients averaged over NCCL while the backward runs and Muon's
-// matrices shared out among the ranks (train/data_parallel.cuh); the global batch stays
-// --seqs-per-step sequences whatever the GPU count, so runs on 1, 2 or 8 GPUs are one experiment.
+// reference); the optimiser is train/optimizer.cuh (Adam and Muon, layer by layer as the backward
+// finishes each). Checkpoints (--checkpoint-dir, --resume) are train/checkpoint.h. Several GPUs:
+// one process each under mpirun (train/dist.h), the optimiser's work and state shared out among
+// the ranks (train/shard_plan.h) with the gradients and weights exchanged over NCCL while the
+// backward runs (train/data_parallel.cuh); the global batch stays --seqs-per-step sequences
+// whatever the GPU count, so runs on 1, 2 or 8 GPUs are one experiment.
 
 // ----------------------------------------------------------------------------------- CPU utilities
 #include <CLI/CLI.hpp>
@@ -196,17 +197,18 @@ static int window_at(const Options& o, const model::Schedule& sched, int step) {
   return o.window_granularity == "token" ? blocks * 128 : blocks;
 }
 
-// Checkpoints: everything a run needs to continue as if never stopped (train/checkpoint.h).
-static void save_checkpoint(const Options& o, gpt::Model& model, const Optimizer& opt, int steps_done, std::string* path) {
+// Checkpoints: everything a run needs to continue as if never stopped (train/checkpoint.h). The
+// state is gathered from every rank (collective); rank 0 writes the file.
+static void save_checkpoint(const Options& o, const dist::Context& ctx, gpt::Model& model, Optimizer& opt, train::DataParallel* dp,
+                            int steps_done, std::string* path) {
   char name[64];
   std::snprintf(name, sizeof(name), "/ckpt_%06d.bin", steps_done);
   train::Checkpoint ck;
   ck.config = train::fingerprint(o);
   ck.step = steps_done;
-  ck.blobs["master"] = model.download_master();
-  opt.save(ck, model.layout().size());
+  opt.save(ck, model, dp);
   *path = o.checkpoint_dir + name;
-  train::write_checkpoint(*path, ck);
+  if (ctx.rank == 0) train::write_checkpoint(*path, ck);
 }
 static int load_checkpoint(const Options& o, const train::Checkpoint& ck, gpt::Model& model, Optimizer& opt) {
   const size_t n = model.layout().size();
@@ -247,7 +249,7 @@ struct FlopCounter {
 
 // Times of the timed steps (from step 11 on, validation excluded, as in the record).
 struct Timing {
-  double train_ms = 0, flops = 0, targets = 0, comm_ms = 0, exposed_ms = 0, bcast_ms = 0, peak_mem = 0;
+  double train_ms = 0, flops = 0, targets = 0, reduce_ms = 0, gather_ms = 0, exposed_ms = 0, update_ms = 0, peak_mem = 0;
   std::vector<double> step_ms;
 };
 
@@ -263,8 +265,11 @@ static void inject_fault(const Options& o, const dist::Context& ctx, int step) {
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // hang
 }
 
-// --check-replicas: the fp32 masters and their bf16 copies must be bit-identical on every rank.
-static uint64_t check_replicas(const dist::Context& ctx, gpt::Model& model, unsigned long long* d_sum, int step) {
+// --check-replicas: the fp32 masters (each gathered from the rank that updates it) and their bf16
+// copies must be bit-identical on every rank.
+static uint64_t check_replicas(const dist::Context& ctx, gpt::Model& model, Optimizer& opt, train::DataParallel* dp,
+                               unsigned long long* d_sum, int step) {
+  opt.gather_masters(model, dp);
   const size_t n = model.layout().size();
   unsigned long long a = 0, b = 0;
   gpt::cuda_check(layers::checksum(model.master(), n * sizeof(float), d_sum), "checksum");
@@ -297,7 +302,7 @@ static void log_startup(train::RunLog& log) {
 
 // The end of the run: speed, MFU, memory, the all-reduce, the profile.
 static void report(const Options& o, const dist::Context& ctx, const cudaDeviceProp& prop, Timing& t, gpt::Model& model,
-                   const train::DataParallel* dp, train::RunLog& log) {
+                   const Optimizer& opt, const train::DataParallel* dp, train::RunLog& log) {
   t.peak_mem = dist::max(ctx, t.peak_mem);
   double sums[2] = {t.flops, t.targets};  // every rank's FLOPs and predicted targets
   dist::sum(ctx, sums, 2);
@@ -309,16 +314,28 @@ static void report(const Options& o, const dist::Context& ctx, const cudaDeviceP
     std::snprintf(b, sizeof(b), "train_gpt: %d timed steps: median %.1f ms a step, %.0f tokens/s, %.1f TFLOP/s a GPU, MFU %.1f%% (bf16 dense peak %.0f TFLOP/s a GPU)",
                   timed_steps, median(t.step_ms), tok_s, sums[0] / (t.train_ms / 1e3) / ctx.world / 1e12, 100 * mfu, peak_flops(prop.name) / 1e12);
     log.note(b);
+    char tail[96] = "";
+    if (!dp) std::snprintf(tail, sizeof(tail), ", %.1f ms of it after the backward", t.exposed_ms / timed_steps);
+    std::snprintf(b, sizeof(b), "train_gpt: optimiser %.1f ms a step on its own stream (%s)%s", t.update_ms / timed_steps,
+                  o.grad_sync == "overlap" ? "each layer's share as soon as its gradients are final" : "after the backward", tail);
+    log.note(b);
     if (dp) {
-      std::snprintf(b, sizeof(b), "train_gpt: gradient all-reduce %.1f ms a step (%s), of which %.1f ms exposed after the backward (%.0f%% hidden); Muon broadcast %.1f ms",
-                    t.comm_ms / timed_steps, o.grad_sync.c_str(), t.exposed_ms / timed_steps,
-                    t.comm_ms > 0 ? 100 * (1 - t.exposed_ms / t.comm_ms) : 0.0, t.bcast_ms / timed_steps);
+      const train::WireBytes wire = train::wire_bytes(opt.plan(), o.grad_exchange == "bf16" ? 2 : 4);
+      const train::WireBytes before = train::unsharded_wire_bytes(model.layout(), ctx.world);
+      std::snprintf(b, sizeof(b),
+                    "train_gpt: exchange %.1f ms a step (gradients %.1f, weights %.1f; %s), of which %.1f ms exposed after the backward "
+                    "(%.0f%% hidden, the optimiser's tail included); %.0f MB a rank a step (%s gradients; an fp32 all-reduce with Muon's "
+                    "broadcast: %.0f MB)",
+                    (t.reduce_ms + t.gather_ms) / timed_steps, t.reduce_ms / timed_steps, t.gather_ms / timed_steps, o.grad_sync.c_str(),
+                    t.exposed_ms / timed_steps,
+                    t.reduce_ms + t.gather_ms > 0 ? 100 * (1 - t.exposed_ms / (t.reduce_ms + t.gather_ms)) : 0.0, wire.total() / 1e6,
+                    o.grad_exchange.c_str(), before.total() / 1e6);
       log.note(b);
     }
     log.event("summary", {{"timed_steps", timed_steps}, {"median_step_ms", median(t.step_ms)}, {"tokens_per_s", tok_s},
                           {"mfu", std::isfinite(mfu) ? mfu : 0.0}, {"peak_memory_mib", t.peak_mem / (1 << 20)},
-                          {"allreduce_ms", t.comm_ms / timed_steps}, {"exposed_ms", t.exposed_ms / timed_steps},
-                          {"broadcast_ms", t.bcast_ms / timed_steps}});
+                          {"reduce_ms", t.reduce_ms / timed_steps}, {"gather_ms", t.gather_ms / timed_steps},
+                          {"exposed_ms", t.exposed_ms / timed_steps}, {"optimizer_ms", t.update_ms / timed_steps}});
   }
   if (o.profile > 0) log.note(model.profiler().table());
 }
@@ -331,15 +348,15 @@ class Trainer {
  public:
   Trainer(const Options& o, const dist::Context& ctx)
       : o_(o), ctx_(ctx), resume_from_(before_the_gpu(o, ctx)), data_(o, ctx), prop_(open_gpu(ctx)), cfg_(model_config(o)),
-        sched_(schedule(o)), model_(cfg_, o.seq_len), opt_(model_.layout(), ctx.rank, ctx.world), reader_(o.seq_len, cfg_.mask), batch_(o.seq_len), next_(o.seq_len),
-        flops_(o, model_.layout()) {
+        sched_(schedule(o)), model_(cfg_, o.seq_len), opt_(model_.layout(), o.layers, ctx.rank, ctx.world, o.grad_sync == "overlap"),
+        reader_(o.seq_len, cfg_.mask), batch_(o.seq_len), next_(o.seq_len), flops_(o, model_.layout()) {
     model_.load(model::init_values(model_.layout(), o.seed));
-    if (ctx.world > 1) {
-      const bool overlap = o.grad_sync == "overlap";
-      dp_ = std::make_unique<train::DataParallel>(ctx, train::grad_buckets(model_.layout(), o.layers, overlap), model_.grads(), overlap,
+    if (ctx.world > 1)
+      dp_ = std::make_unique<train::DataParallel>(ctx, model_.grads(), model_.weights(), model_.layout().size(), o.grad_exchange == "bf16",
                                                   o.timeout);
-      // the tuned matmuls' host waits (a shape's first call) get the deadline too: the Muon
-      // products run after the compute stream has joined the all-reduce
+    if (dp_) {
+      // the tuned matmuls' host waits (a shape's first call) get the deadline too: Muon's
+      // products run on the optimiser's stream after the exchange of their gradients
       const layers::Matmul::HostWait wait = [this](cudaStream_t s, const std::string& what) { dp_->sync("matmul tuning, " + what, s); };
       model_.matmul().set_host_wait(wait);
       mm_.set_host_wait(wait);
@@ -395,6 +412,7 @@ class Trainer {
     prof.on = o_.profile > 0 && timed && step < 10 + o_.profile;
     const auto t0 = std::chrono::steady_clock::now();
     model_.zero_grad();
+    opt_.begin_step(model_, mm_, step, sched_, dp_.get());
     double tl[2] = {0, (double)micro()};
     for (int m = 0; m < micro(); m++) {
       const bool last = m == micro() - 1;
@@ -403,14 +421,12 @@ class Trainer {
       else reader_.load(data_.train, k, window, batch_);
       if (timed) timing_.flops += flops_.sequence(o_, batch_), timing_.targets += batch_.kept_targets;
       model_.enqueue_forward(batch_, 1.f / ((float)std::max(batch_.kept_targets, 1) * o_.seqs_per_step));
-      if (dp_ && last) dp_->ready(o_.layers);  // the head's gradient is final
-      if (dp_ && last) model_.backward([&](int point) { dp_->ready(point); });
+      if (last) opt_.ready(o_.layers);  // the head's gradient is final
+      if (last) model_.backward([&](int point) { opt_.ready(point); });
       else model_.backward();
     }
-    prof.mark(gpt::Profiler::kComm);
-    if (dp_) dp_->wait();
-    prof.mark(gpt::Profiler::kOptimizer);
-    opt_.step(model_, mm_, step, sched_, dp_.get());
+    prof.mark(gpt::Profiler::kOptimizer);  // what of the optimiser and the exchange the backward did not hide
+    opt_.wait();
     prof.mark(gpt::Profiler::kHost);
     next_step_ = -1;
     if (step + 1 < o_.steps) {  // the next step's first sequence, read while the GPU works
@@ -432,14 +448,14 @@ class Trainer {
     fail_if_not_finite("training", loss, done);
     log_->step(done, o_.steps, timing_.train_ms, NAN, loss);
     if (done == start_step_ + 1) log_startup(*log_);
-    if (o_.check_replicas) last_sum_ = check_replicas(ctx_, model_, d_sum_, done);
+    if (o_.check_replicas) last_sum_ = check_replicas(ctx_, model_, opt_, dp_.get(), d_sum_, done);
     const bool due = (o_.checkpoint_every && done % o_.checkpoint_every == 0) || done == o_.steps;
-    if (!o_.checkpoint_dir.empty() && ctx_.rank == 0 && due) save_checkpoint(o_, model_, opt_, done, &last_checkpoint_);
+    if (!o_.checkpoint_dir.empty() && due) save_checkpoint(o_, ctx_, model_, opt_, dp_.get(), done, &last_checkpoint_);
   }
 
   // the end of the run: speed, MFU, memory, the all-reduce, the profile, the replicas
   void finish() {
-    report(o_, ctx_, prop_, timing_, model_, dp_.get(), *log_);
+    report(o_, ctx_, prop_, timing_, model_, opt_, dp_.get(), *log_);
     char b[160];
     if (o_.check_replicas) {
       std::snprintf(b, sizeof(b), "train_gpt: replicas identical on all %d rank(s) after every step (last checksum %016llx)", ctx_.world,
@@ -482,9 +498,10 @@ class Trainer {
       timing_.train_ms += ms;
       timing_.step_ms.push_back(ms);
     }
+    if (timed) timing_.update_ms += opt_.update_ms(), timing_.exposed_ms += opt_.exposed_ms();
     if (dp_) {  // read every step: reading resets the exchange's per-step records
       const auto t = dp_->times();
-      if (timed) timing_.comm_ms += t.allreduce_ms, timing_.exposed_ms += t.exposed_ms, timing_.bcast_ms += t.broadcast_ms;
+      if (timed) timing_.reduce_ms += t.reduce_ms, timing_.gather_ms += t.gather_ms, timing_.exposed_ms += t.exposed_ms;
     }
     size_t free_b = 0, total_b = 0;
     if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) timing_.peak_mem = std::max(timing_.peak_mem, (double)(total_b - free_b));

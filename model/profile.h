@@ -18,11 +18,11 @@ namespace gpt {
 
 class Profiler {
  public:
-  enum Cat { kEmbed, kNormMix, kMatmul, kAttnFwd, kAttnBwd, kHead, kOptimizer, kComm, kHost, kCount };
+  enum Cat { kEmbed, kNormMix, kMatmul, kAttnFwd, kAttnBwd, kHead, kOptimizer, kHost, kCount };
   static const char* name(int c) {
     static const char* n[kCount] = {"embeddings (fwd+bwd)",         "norms, rotary, ReLU^2, mixes", "block matmuls (fwd+bwd)",
                                     "attention forward",            "attention backward",           "lm head + softcapped CE",
-                                    "optimizer (Adam, Muon)",       "waiting for gradient all-reduce", "GPU idle: host work"};
+                                    "optimizer and exchange (exposed)", "GPU idle: host work"};
     return n[c];
   }
   static constexpr size_t kNameWidth = 34;  // the tables' name columns

@@ -34,6 +34,7 @@ run model-cpu "$BUILD/tests/test_model_cpu"
 run optimizer-cpu "$BUILD/tests/test_optimizer_cpu"
 run checkpoint "$BUILD/tests/test_checkpoint"
 run grad-buckets "$BUILD/tests/test_grad_buckets"
+run shard-plan "$BUILD/tests/test_shard_plan"
 run dist-1 "$BUILD/tests/test_dist"
 if command -v mpirun >/dev/null; then  # three processes on this machine, as root too
   run dist-3 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \

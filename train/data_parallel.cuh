@@ -1,121 +1,153 @@
-// Data parallelism over NCCL: gradient averaging overlapped with the backward pass,
-// the exchange of Muon's orthogonalised updates, and a host wait that cannot hang.
+// Data parallelism over NCCL: the collectives of the optimiser's shard plan (train/shard_plan.h)
+// on a communication stream of their own, and a host wait that cannot hang.
 //
 // Gradients: every rank sums its micro-steps' gradients into the model's flat fp32 buffer, the
-// loss already scaled by 1 / (tokens of the global batch), so an NCCL sum is the average. On the
-// last micro-step each tensor is reduced as soon as the backward has produced its final value:
-// the model calls ready(point) after the lm head (point L, in the forward), after each layer
-// (point i, layers L-1 .. 0) and at the end (point -1); the tensors final at a point
-// (train/grad_buckets.h) are summed in place on a communication stream of their own, which
-// waits for an event of the compute stream, so the reduction of late layers runs while earlier
-// layers still compute. wait() makes the compute stream wait for all of it before the optimiser.
-// With overlap off (--grad-sync end) one all-reduce of the whole buffer runs after the backward.
+// loss already scaled by 1 / (tokens of the global batch), so an NCCL sum is the average.
+// reduce(pieces) sums a point's gradients where the plan wants them: a reduce-scatter of each
+// embedding's and the head's slices (rank r receives the sum of slice r, in place), an all-reduce
+// of what every rank updates (a remainder, the scalars), a reduce of each Muon matrix to its owner. gather(pieces) then spreads the updated bf16 weights:
+// an all-gather of the slices, a broadcast of each matrix from its owner. Each call waits for an
+// event of another stream first (the compute stream's backward, the optimiser's update), so the
+// exchange of late layers runs while earlier layers still compute. NCCL runs the collectives in
+// the order they are enqueued on the one stream, the same on every rank.
 //
-// Every rank gets the same bits from an NCCL all-reduce, runs the same Adam and Muon momentum
-// on them, and applies the same broadcast Muon updates: the replicas stay bit-identical, which
-// --check-replicas verifies with checksums after every step.
+// With --grad-exchange bf16 the gradients cross the wire as bf16: each point's range is rounded
+// to bf16 into a scratch buffer, summed there, and the sums turned back into fp32 in place (half
+// the gradient bytes, and bf16 sums: a change of numerics, in the run's fingerprint).
 //
-// Faults: sync() waits for the compute stream by polling, with NCCL's asynchronous error
-// checked on each poll and a deadline (--timeout): a peer that died or stalls makes this rank
-// abort its communicator and throw a message, and the trainer then ends the job (MPI_Abort).
+// Every rank applies the same arithmetic to the same sums and receives the same bf16 weights: the
+// replicas' weights stay bit-identical, which --check-replicas verifies after every step.
+//
+// Faults: sync() waits for a stream by polling, with NCCL's asynchronous error checked on each
+// poll and a deadline (--timeout): a peer that died or stalls makes this rank abort its
+// communicator and throw a message, and the trainer then ends the job (MPI_Abort).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
-#include <map>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/cuda_check.h"
+#include "layers/cast.cuh"
 #include "train/dist.h"
-#include "train/grad_buckets.h"
+#include "train/shard_plan.h"
 
 namespace train {
 
 class DataParallel {
  public:
-  struct Broadcast {
-    __nv_bfloat16* data;
-    size_t count;
-    int root;
-  };
-
-  // buckets: train::grad_buckets of the model's layout. timeout_s: longest wait for a collective.
-  DataParallel(const dist::Context& ctx, const Buckets& buckets, float* grads, bool overlap, double timeout_s)
-      : ctx_(ctx), grads_(grads), overlap_(overlap), timeout_s_(timeout_s), ranges_(buckets) {
+  // grads, weights: the model's flat buffers of n elements; bf16_grads: --grad-exchange bf16;
+  // timeout_s: the longest wait for a collective.
+  DataParallel(const dist::Context& ctx, float* grads, __nv_bfloat16* weights, size_t n, bool bf16_grads, double timeout_s)
+      : ctx_(ctx), grads_(grads), weights_(weights), n_(n), bf16_grads_(bf16_grads), timeout_s_(timeout_s) {
     ncclUniqueId id;
     if (ctx.rank == 0) nccl_ok(ncclGetUniqueId(&id), "ncclGetUniqueId");
     dist::broadcast(ctx, &id, sizeof(id), 0);
     nccl_ok(ncclCommInitRank(&comm_, ctx.world, id, ctx.rank), "ncclCommInitRank");
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "data parallel: communication stream");
-    for (cudaEvent_t* e : {&compute_done_, &comm_done_, &host_wait_}) cuda_check(cudaEventCreate(e), "data parallel: event");
-    for (auto& kv : ranges_) {
-      Timing& t = timing_[kv.first];
-      cuda_check(cudaEventCreate(&t.start), "data parallel: event");
-      cuda_check(cudaEventCreate(&t.end), "data parallel: event");
-    }
-    cuda_check(cudaEventCreate(&bcast_start_), "data parallel: event");
-    cuda_check(cudaEventCreate(&bcast_end_), "data parallel: event");
+    for (cudaEvent_t* e : {&host_wait_, &compute_done_, &comm_done_}) cuda_check(cudaEventCreate(e), "data parallel: event");
+    if (bf16_grads) cuda_check(cudaMalloc(&scratch_, n * sizeof(__nv_bfloat16)), "data parallel: bf16 gradient buffer");
   }
   ~DataParallel() {
     // while an error unwinds, the peers may never join NCCL's collective tear-down: abort, which
     // returns at once, so that the error reaches main and MPI_Abort ends the job
     if (comm_) std::uncaught_exceptions() ? ncclCommAbort(comm_) : ncclCommDestroy(comm_);
     if (stream_) cudaStreamDestroy(stream_);
+    cudaFree(scratch_);
   }
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
   int rank() const { return ctx_.rank; }
   int world() const { return ctx_.world; }
-  bool overlap() const { return overlap_; }
+  cudaStream_t stream() const { return stream_; }
 
-  // The gradients final at this point may be summed now (call on the last micro-step only).
-  void ready(int point) {
-    auto it = ranges_.find(point);
-    if (it == ranges_.end()) return;
-    Timing& t = timing_[point];
-    cuda_check(cudaEventRecord(t.start_on_compute = compute_event(), 0), "data parallel: event");
-    cuda_check(cudaStreamWaitEvent(stream_, t.start_on_compute, 0), "data parallel: stream wait");
+  // After `after` (an event recorded on the stream that finished the gradients), the point's
+  // gradients summed as the plan wants them; returns an event that completes with the sums.
+  cudaEvent_t reduce(const std::vector<Piece>& pieces, cudaEvent_t after) {
+    cuda_check(cudaStreamWaitEvent(stream_, after, 0), "data parallel: stream wait");
+    Timed& t = timed(&reduce_);
+    cuda_check(cudaEventRecord(t.start, stream_), "data parallel: event");
+    size_t lo = n_, hi = 0;  // the point's range of the buffer (its tensors are adjacent)
+    for (const Piece& p : pieces) lo = std::min(lo, p.base), hi = std::max(hi, p.base + p.span);
+    const bool half = bf16_grads_ && hi > lo;
+    if (half) cuda_check(layers::cast_to_bf16(grads_ + lo, scratch_ + lo, hi - lo, stream_), "bf16 gradients");
+    nccl_ok(ncclGroupStart(), "ncclGroupStart");
+    for (const Piece& p : pieces) {
+      void* base = half ? (void*)(scratch_ + p.base) : (void*)(grads_ + p.base);
+      const ncclDataType_t type = half ? ncclBfloat16 : ncclFloat32;
+      const size_t elem = half ? sizeof(__nv_bfloat16) : sizeof(float);
+      if (p.kind == Piece::kSlice) {
+        const size_t q = p.span / ctx_.world;
+        nccl_ok(ncclReduceScatter(base, (char*)base + ctx_.rank * q * elem, q, type, ncclSum, comm_, stream_), "ncclReduceScatter (gradients)");
+      } else if (p.kind == Piece::kReplicated) {
+        nccl_ok(ncclAllReduce(base, base, p.span, type, ncclSum, comm_, stream_), "ncclAllReduce (gradients)");
+      } else {
+        nccl_ok(ncclReduce(base, base, p.span, type, ncclSum, p.owner, comm_, stream_), "ncclReduce (gradients)");
+      }
+    }
+    nccl_ok(ncclGroupEnd(), "ncclGroupEnd");
+    // (the parts of the range this rank does not update hold partial sums: nothing reads them)
+    if (half) cuda_check(layers::cast_to_fp32(scratch_ + lo, grads_ + lo, hi - lo, stream_), "bf16 gradients");
+    cuda_check(cudaEventRecord(t.end, stream_), "data parallel: event");
+    return t.end;
+  }
+  // After `after`, the updated weights' bf16 copies spread from their owners.
+  void gather(const std::vector<Piece>& pieces, cudaEvent_t after) {
+    cuda_check(cudaStreamWaitEvent(stream_, after, 0), "data parallel: stream wait");
+    Timed& t = timed(&gather_);
     cuda_check(cudaEventRecord(t.start, stream_), "data parallel: event");
     nccl_ok(ncclGroupStart(), "ncclGroupStart");
-    for (auto [off, n] : it->second)
-      nccl_ok(ncclAllReduce(grads_ + off, grads_ + off, n, ncclFloat32, ncclSum, comm_, stream_), "ncclAllReduce (gradients)");
+    for (const Piece& p : pieces) {
+      __nv_bfloat16* base = weights_ + p.base;
+      if (p.kind == Piece::kSlice) {
+        const size_t q = p.span / ctx_.world;
+        nccl_ok(ncclAllGather(base + ctx_.rank * q, base, q, ncclBfloat16, comm_, stream_), "ncclAllGather (weights)");
+      } else if (p.kind == Piece::kMatrix) {
+        nccl_ok(ncclBroadcast(base, base, p.span, ncclBfloat16, p.owner, comm_, stream_), "ncclBroadcast (weights)");
+      }  // (a replicated piece is updated by every rank)
+    }
     nccl_ok(ncclGroupEnd(), "ncclGroupEnd");
     cuda_check(cudaEventRecord(t.end, stream_), "data parallel: event");
-    t.used = true;
   }
-  // The compute stream waits for every reduction enqueued; the time it waits is "exposed".
+  // fp32 values (masters, optimiser state in the layout) spread from the ranks that own them, in
+  // place: the slices all-gathered, the matrices broadcast, for the kinds asked; then the
+  // compute stream waits for it. Checkpoints and the replica check only.
+  void gather_fp32(float* data, const std::vector<Piece>& pieces, bool slices, bool matrices) {
+    cuda_check(cudaEventRecord(host_wait_, 0), "data parallel: event");
+    cuda_check(cudaStreamWaitEvent(stream_, host_wait_, 0), "data parallel: stream wait");
+    nccl_ok(ncclGroupStart(), "ncclGroupStart");
+    for (const Piece& p : pieces) {
+      float* base = data + p.base;
+      if (p.kind == Piece::kSlice && slices) {
+        const size_t q = p.span / ctx_.world;
+        nccl_ok(ncclAllGather(base + ctx_.rank * q, base, q, ncclFloat32, comm_, stream_), "ncclAllGather (fp32)");
+      } else if (p.kind == Piece::kMatrix && matrices) {
+        nccl_ok(ncclBroadcast(base, base, p.span, ncclFloat32, p.owner, comm_, stream_), "ncclBroadcast (fp32)");
+      }
+    }
+    nccl_ok(ncclGroupEnd(), "ncclGroupEnd");
+    cuda_check(cudaEventRecord(comm_done_, stream_), "data parallel: event");
+    cuda_check(cudaStreamWaitEvent(0, comm_done_, 0), "data parallel: stream wait");
+  }
+  // The compute stream waits for every collective enqueued; the time it waits is "exposed".
   void wait() {
     cuda_check(cudaEventRecord(compute_done_, 0), "data parallel: event");
     cuda_check(cudaEventRecord(comm_done_, stream_), "data parallel: event");
     cuda_check(cudaStreamWaitEvent(0, comm_done_, 0), "data parallel: stream wait");
     waited_ = true;
   }
-  // Muon: each item broadcast from its root (the rank that orthogonalised it), in one group,
-  // after the compute stream's work so far; the compute stream then waits for it.
-  void broadcast(const std::vector<Broadcast>& items) {
-    cuda_check(cudaEventRecord(host_wait_, 0), "data parallel: event");
-    cuda_check(cudaStreamWaitEvent(stream_, host_wait_, 0), "data parallel: stream wait");
-    cuda_check(cudaEventRecord(bcast_start_, stream_), "data parallel: event");
-    nccl_ok(ncclGroupStart(), "ncclGroupStart");
-    for (const Broadcast& b : items)
-      nccl_ok(ncclBroadcast(b.data, b.data, b.count, ncclBfloat16, b.root, comm_, stream_), "ncclBroadcast (Muon updates)");
-    nccl_ok(ncclGroupEnd(), "ncclGroupEnd");
-    cuda_check(cudaEventRecord(bcast_end_, stream_), "data parallel: event");
-    cuda_check(cudaStreamWaitEvent(0, bcast_end_, 0), "data parallel: stream wait");
-    broadcasted_ = true;
-  }
 
   // The host waits for all work enqueued on a stream (the compute stream unless told),
   // watching NCCL and the clock. Every host wait of the step goes through here, the tuned
-  // matmuls' included (Matmul::set_host_wait): a wait after wait() or broadcast() depends on
-  // the peers.
+  // matmuls' included (Matmul::set_host_wait): a wait after wait() depends on the peers.
   void sync(const std::string& what, cudaStream_t stream = 0) {
     cuda_check(cudaEventRecord(host_wait_, stream), "data parallel: event");
     const auto t0 = std::chrono::steady_clock::now();
@@ -141,30 +173,26 @@ class DataParallel {
     }
   }
 
-  // After sync(): the step's communication time (sum over the reductions, as they ran next to
-  // the backward), the part of it the compute stream waited for, and the Muon broadcast.
+  // After sync(): the step's time in the gradients' and the weights' collectives (summed over
+  // the points, as they ran beside the backward), and how long the compute stream waited at
+  // wait() for the last of them.
   struct StepTimes {
-    double allreduce_ms = 0, exposed_ms = 0, broadcast_ms = 0;
+    double reduce_ms = 0, gather_ms = 0, exposed_ms = 0;
   };
   StepTimes times() {
     StepTimes r;
-    for (auto& kv : timing_) {
-      Timing& t = kv.second;
-      if (!t.used) continue;
-      r.allreduce_ms += elapsed(t.start, t.end);
-      t.used = false;
+    for (auto [list, ms] : {std::pair<std::vector<Timed>*, double*>{&reduce_, &r.reduce_ms}, {&gather_, &r.gather_ms}}) {
+      for (size_t i = 0; i < used(list); i++) *ms += elapsed((*list)[i].start, (*list)[i].end);
     }
     if (waited_) r.exposed_ms = std::max(0.0, elapsed(compute_done_, comm_done_));
-    if (broadcasted_) r.broadcast_ms = elapsed(bcast_start_, bcast_end_);
-    waited_ = broadcasted_ = false;
-    pool_used_ = 0;
+    waited_ = false;
+    used_reduce_ = used_gather_ = 0;
     return r;
   }
 
  private:
-  struct Timing {
-    cudaEvent_t start = nullptr, end = nullptr, start_on_compute = nullptr;
-    bool used = false;
+  struct Timed {
+    cudaEvent_t start, end;
   };
   void nccl_ok(ncclResult_t r, const char* what) {
     if (r != ncclSuccess) {
@@ -176,27 +204,31 @@ class DataParallel {
     float ms = 0;
     return cudaEventElapsedTime(&ms, a, b) == cudaSuccess ? ms : 0.0;
   }
-  cudaEvent_t compute_event() {  // one event per ready point per step, reused across steps
-    if (pool_used_ == pool_.size()) {
-      cudaEvent_t e;
-      cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "data parallel: event");
-      pool_.push_back(e);
+  size_t used(const std::vector<Timed>* list) const { return list == &reduce_ ? used_reduce_ : used_gather_; }
+  Timed& timed(std::vector<Timed>* list) {  // the next pair of events of a list, reused across steps
+    size_t& u = list == &reduce_ ? used_reduce_ : used_gather_;
+    if (u == list->size()) {
+      Timed t;
+      cuda_check(cudaEventCreate(&t.start), "data parallel: event");
+      cuda_check(cudaEventCreate(&t.end), "data parallel: event");
+      list->push_back(t);
     }
-    return pool_[pool_used_++];
+    return (*list)[u++];
   }
 
   dist::Context ctx_;
   float* grads_;
-  bool overlap_;
+  __nv_bfloat16* weights_;
+  size_t n_;
+  bool bf16_grads_;
   double timeout_s_;
+  __nv_bfloat16* scratch_ = nullptr;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  Buckets ranges_;  // point -> (offset, count) runs
-  std::map<int, Timing> timing_;
-  std::vector<cudaEvent_t> pool_;
-  size_t pool_used_ = 0;
-  cudaEvent_t compute_done_, comm_done_, host_wait_, bcast_start_, bcast_end_;
-  bool waited_ = false, broadcasted_ = false;
+  std::vector<Timed> reduce_, gather_;
+  size_t used_reduce_ = 0, used_gather_ = 0;
+  cudaEvent_t host_wait_, compute_done_, comm_done_;
+  bool waited_ = false;
 };
 
 }  // namespace train

@@ -1,19 +1,35 @@
 // The optimiser over the model's parameter layout (docs/model.md, optimisation): Adam for the
 // embeddings, the head and the scalars, Muon for the block matrices (the same grouping as
-// model/optimizer_reference.cpp).
+// model/optimizer_reference.cpp), sharded over the ranks of a data-parallel run and run point by
+// point of the backward.
 //
-// Every rank runs Adam and Muon's momentum on the averaged gradients; matrix j's Newton-Schulz
-// runs only on rank j % world, which broadcasts the result (X, bf16) to the others; then every
-// rank applies every X. The element-wise stages (Adam; Muon's momentum, normalisation and
-// update) run over all tensors in one launch each (layers/multi_tensor.cuh), and a rank's
-// Newton-Schulz batched over its matrices of one shape (one product call for all of them,
-// layers::newton_schulz5_batched): otherwise each matrix is muon_step, stage by stage
-// (tests/layers/muon.cu, tests/layers/multi_tensor.cu). The optimiser saves and loads its own
-// state in checkpoints.
+// Sharding (train/shard_plan.h): each rank updates a 1/N share of the parameters and keeps only
+// that share's state: a slice of each embedding and of the head with its Adam moments, and whole
+// Muon matrices (matrix j is rank j % N's) with their momentum and Newton-Schulz. The scalars are
+// updated by every rank.
+//
+// Scheduling: the backward calls ready(point) once the gradients of that point's tensors are
+// final (train/grad_buckets.h: the head after the forward, layer i after its backward, the
+// embedding at the end). Each point's work is enqueued at once:
+//   the exchange of its gradients (train/data_parallel.cuh reduce, on the communication stream,
+//     after the compute stream's backward so far);
+//   its update, on the optimiser's own stream, after those sums: Muon's momentum and
+//     normalisation of the point's owned matrices, Adam on its slices, Newton-Schulz batched
+//     over its owned matrices of one shape, Muon's update;
+//   the exchange of its new bf16 weights (gather, after the update);
+// so that all of it runs beside the backward of the layers below (with one GPU too, where there
+// is no exchange). wait() makes the compute stream wait for the last of it. With --grad-sync end
+// every tensor belongs to the one point at the end.
+//
+// The arithmetic is the unsharded optimiser's, element by element (layers/multi_tensor.cuh, each
+// stage tested against the one-tensor kernels of layers/adam.cuh and layers/muon.cuh). A
+// checkpoint holds the whole state, gathered from the ranks (save), so that any rank count
+// resumes it (load takes each rank's share).
 #pragma once
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -26,132 +42,233 @@
 #include "model/gpt.cuh"
 #include "train/checkpoint.h"
 #include "train/data_parallel.cuh"
+#include "train/shard_plan.h"
 
 namespace train {
-struct Optimizer {
-  float *m = nullptr, *v = nullptr, *buf = nullptr;
-  layers::bf16* X = nullptr;     // orthogonalised updates, one slot per matrix
-  std::vector<size_t> x_offset;  // by matrix index
-  int adam_steps = 0;
-  model::OptimizerHyper hp;
-  int rank, world;
-  // This rank's matrices of one shape (r x c after the transpose of tall ones, r <= c): their X
-  // slots are consecutive, so that Newton-Schulz runs on all of them at once
-  // (layers::newton_schulz5_batched), in batches of at most `batch`.
-  struct Group {
-    int r, c;
-    size_t first, count, batch, stride;  // first: the first slot's offset in X; stride: a slot's size
-  };
-  std::vector<Group> groups;
-  layers::bf16 *bA = nullptr, *bAA = nullptr, *bBX = nullptr;  // batched Newton-Schulz scratch
-  static constexpr size_t kBatchBytes = 64 << 20;               // of BX, at most (the rest is smaller)
-  // The element-wise stages over all tensors at once (layers/multi_tensor.cuh), bound to the
-  // model's buffers at the first step; X's slots in the broadcast.
-  std::unique_ptr<layers::AdamMulti> adam;
-  std::unique_ptr<layers::MuonMulti> muon;
-  std::vector<train::DataParallel::Broadcast> shares;
-  Optimizer(const model::Layout& layout, int rank, int world) : rank(rank), world(world) {
-    const size_t n = layout.size();
-    for (float** p : {&m, &v, &buf}) {
-      gpt::cuda_check(cudaMalloc(p, n * sizeof(float)), "optimizer state");
-      gpt::cuda_check(cudaMemset(*p, 0, n * sizeof(float)), "optimizer state");
+
+class Optimizer {
+ public:
+  Optimizer(const model::Layout& layout, int layers, int rank, int world, bool overlap)
+      : layout_(layout), plan_(shard_plan(layout, layers, world, rank, overlap)) {
+    for (auto [p, elems] : {std::pair<float**, size_t>{&m_, plan_.adam_state}, {&v_, plan_.adam_state}, {&buf_, plan_.muon_state}}) {
+      gpt::cuda_check(cudaMalloc(p, std::max<size_t>(elems, 1) * sizeof(float)), "optimizer state");
+      gpt::cuda_check(cudaMemset(*p, 0, std::max<size_t>(elems, 1) * sizeof(float)), "optimizer state");
     }
-    // X's slots grouped by owner (matrix j is rank j % world's), then by shape, 128-byte aligned
-    // (cuBLASLt wants 16); a group's slots one stride apart
-    std::vector<const model::Tensor*> mats;
-    for (const model::Tensor& t : layout.tensors)
-      if (model::group_of(t) == model::ParamGroup::kMatrix) mats.push_back(&t);
-    auto shape = [&](size_t j) {  // r x c after the transpose of a tall matrix
-      return std::pair<int, int>{(int)std::min(mats[j]->rows, mats[j]->cols), (int)std::max(mats[j]->rows, mats[j]->cols)};
-    };
-    x_offset.assign(mats.size(), 0);
+    // X's slots: this rank's matrices, by point, then by shape (r x c after the transpose of a
+    // tall matrix), so that Newton-Schulz runs on a point's matrices of one shape at once
+    // (layers::newton_schulz5_batched); 128-byte aligned (cuBLASLt wants 16), one stride apart
     size_t total = 0, most_a = 0, most_x = 0;
-    for (int owner = 0; owner < world; owner++) {
+    for (auto& [point, pieces] : plan_.points) {
       std::vector<std::pair<int, int>> shapes;  // in order of first appearance
-      for (size_t j = owner; j < mats.size(); j += world)
-        if (std::find(shapes.begin(), shapes.end(), shape(j)) == shapes.end()) shapes.push_back(shape(j));
+      for (const Piece& p : pieces)
+        if (p.kind == Piece::kMatrix && p.count && std::find(shapes.begin(), shapes.end(), shape(p)) == shapes.end())
+          shapes.push_back(shape(p));
       for (auto [r, c] : shapes) {
         Group g{r, c, total, 0, 0, ((size_t)r * c + 63) / 64 * 64};
-        for (size_t j = owner; j < mats.size(); j += world)
-          if (shape(j) == std::pair<int, int>{r, c}) {
-            x_offset[j] = total;
+        for (const Piece& p : pieces)
+          if (p.kind == Piece::kMatrix && p.count && shape(p) == std::pair<int, int>{r, c}) {
+            x_slot_[p.tensor] = total;
             total += g.stride;
             g.count++;
           }
         g.batch = std::max<size_t>(1, std::min(g.count, kBatchBytes / ((size_t)r * c * sizeof(layers::bf16))));
-        if (owner == rank) {
-          groups.push_back(g);
-          most_a = std::max(most_a, g.batch * r * r);
-          most_x = std::max(most_x, g.batch * r * c);
-        }
+        groups_[point].push_back(g);
+        most_a = std::max(most_a, g.batch * r * r);
+        most_x = std::max(most_x, g.batch * r * c);
       }
     }
-    gpt::cuda_check(cudaMalloc(&X, std::max<size_t>(total, 1) * sizeof(layers::bf16)), "Muon update buffer");
-    for (auto [p, elems] : {std::pair<layers::bf16**, size_t>{&bA, most_a}, {&bAA, most_a}, {&bBX, most_x}})
+    gpt::cuda_check(cudaMalloc(&X_, std::max<size_t>(total, 1) * sizeof(layers::bf16)), "Muon update buffer");
+    for (auto [p, elems] : {std::pair<layers::bf16**, size_t>{&bA_, most_a}, {&bAA_, most_a}, {&bBX_, most_x}})
       gpt::cuda_check(cudaMalloc(p, std::max<size_t>(elems, 1) * sizeof(layers::bf16)), "Muon batch scratch");
+    gpt::cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "optimizer stream");
+    gpt::cuda_check(cudaEventCreate(&done_), "optimizer event");
+    gpt::cuda_check(cudaEventCreate(&backward_done_), "optimizer event");
   }
   ~Optimizer() {
-    for (float* p : {m, v, buf}) cudaFree(p);
-    for (layers::bf16* p : {X, bA, bAA, bBX}) cudaFree(p);
+    for (float* p : {m_, v_, buf_}) cudaFree(p);
+    for (layers::bf16* p : {X_, bA_, bAA_, bBX_}) cudaFree(p);
+    for (auto& [point, w] : work_) cudaEventDestroy(w.start), cudaEventDestroy(w.end), cudaEventDestroy(w.grads);
+    if (stream_) cudaStreamDestroy(stream_);
+    cudaEventDestroy(done_);
+    cudaEventDestroy(backward_done_);
   }
-  // Its state in a checkpoint: Adam's moments and step count, Muon's momentum (blobs of n floats).
-  void save(train::Checkpoint& ck, size_t n) const {
-    ck.adam_steps = adam_steps;
-    ck.blobs["adam_m"] = download(m, n);
-    ck.blobs["adam_v"] = download(v, n);
-    ck.blobs["muon_buf"] = download(buf, n);
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  const ShardPlan& plan() const { return plan_; }
+
+  // Before the step's backward: its schedule (0-based step), the model and the exchange.
+  void begin_step(gpt::Model& model, layers::Matmul& mm, int step, const model::Schedule& sched, DataParallel* dp) {
+    if (work_.empty()) bind(model);
+    mm_ = &mm, dp_ = dp;
+    adam_steps_++;
+    mult_ = (float)sched.lr_multiplier(step), mom_ = (float)sched.muon_momentum(step);
   }
-  void load(const train::Checkpoint& ck, size_t n, const std::string& path) {
-    for (auto [name, dst] : {std::pair<const char*, float*>{"adam_m", m}, {"adam_v", v}, {"muon_buf", buf}}) {
-      auto it = ck.blobs.find(name);
-      if (it == ck.blobs.end() || it->second.size() != n)
-        throw train::CheckpointError(path + ": blob " + name + " is missing or of another size");
-      upload(dst, it->second);
-    }
-    adam_steps = (int)ck.adam_steps;
-  }
-  std::vector<float> download(const float* d, size_t n) const {
-    std::vector<float> h(n);
-    gpt::cuda_check(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost), "optimizer state");
-    return h;
-  }
-  void upload(float* d, const std::vector<float>& h) {
-    gpt::cuda_check(cudaMemcpy(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice), "optimizer state");
-  }
-  void bind(gpt::Model& model) {
-    std::vector<layers::AdamTensor> adam_list;
-    std::vector<layers::MuonMatrix> muon_list;
-    for (const model::Tensor& t : model.layout().tensors) {
-      float* w = model.master() + t.offset;
-      const float* g = model.grads() + t.offset;
-      const model::ParamGroup grp = model::group_of(t);
-      if (grp == model::ParamGroup::kMatrix) {
-        const int j = (int)muon_list.size(), owner = j % world;
-        muon_list.push_back({w, model.weights() + t.offset, g, buf + t.offset, X + x_offset[j], (int)t.rows, (int)t.cols, owner == rank});
-        shares.push_back({X + x_offset[j], t.size(), owner});
-      } else {
-        const double lr = grp == model::ParamGroup::kEmbed ? hp.lr_embed : grp == model::ParamGroup::kHead ? hp.lr_head : hp.lr_scalar;
-        adam_list.push_back({w, model.weights() + t.offset, g, m + t.offset, v + t.offset, t.size(), (float)lr});
-      }
-    }
-    adam = std::make_unique<layers::AdamMulti>(adam_list);
-    muon = std::make_unique<layers::MuonMulti>(muon_list);
-  }
-  void step(gpt::Model& model, layers::Matmul& mm, int step, const model::Schedule& sched, train::DataParallel* dp) {
-    if (!adam) bind(model);
-    adam_steps++;
-    const float mult = (float)sched.lr_multiplier(step), mom = (float)sched.muon_momentum(step);
-    gpt::cuda_check(muon->normalize(mom), "Muon's momentum and normalisation");
-    gpt::cuda_check(adam->step(mult, adam_steps, (float)hp.beta1, (float)hp.beta2, (float)hp.adam_eps), "Adam's step");
-    for (const Group& gr : groups)  // this rank's matrices' Newton-Schulz, batched by shape
+  // The gradients of the point's tensors are final (enqueued on the compute stream): their
+  // exchange, update and the new weights' exchange, enqueued now.
+  void ready(int point) {
+    auto it = work_.find(point);
+    if (it == work_.end()) return;
+    Work& w = it->second;
+    gpt::cuda_check(cudaEventRecord(w.grads, 0), "optimizer event");
+    const cudaEvent_t sums = dp_ ? dp_->reduce(plan_.points.at(point), w.grads) : w.grads;
+    gpt::cuda_check(cudaStreamWaitEvent(stream_, sums, 0), "optimizer stream wait");
+    gpt::cuda_check(cudaEventRecord(w.start, stream_), "optimizer event");
+    if (w.muon) gpt::cuda_check(w.muon->normalize(mom_, stream_), "Muon's momentum and normalisation");
+    if (w.adam) gpt::cuda_check(w.adam->step(mult_, adam_steps_, (float)hp_.beta1, (float)hp_.beta2, (float)hp_.adam_eps, stream_), "Adam's step");
+    for (const Group& gr : groups_[point])  // the point's owned matrices' Newton-Schulz, batched by shape
       for (size_t i = 0; i < gr.count; i += gr.batch) {
-        layers::newton_schulz5_batched(mm, X + gr.first + i * gr.stride, (int)std::min(gr.batch, gr.count - i), (long long)gr.stride, gr.r, gr.c,
-                                       bA, bAA, bBX);
+        layers::newton_schulz5_batched(*mm_, X_ + gr.first + i * gr.stride, (int)std::min(gr.batch, gr.count - i), (long long)gr.stride, gr.r,
+                                       gr.c, bA_, bAA_, bBX_, stream_);
         gpt::cuda_check(cudaGetLastError(), "Muon's Newton-Schulz");
       }
-    if (dp) dp->broadcast(shares);
-    gpt::cuda_check(muon->apply(mult * (float)hp.lr_muon), "Muon's update");
+    if (w.muon) gpt::cuda_check(w.muon->apply(mult_ * (float)hp_.lr_muon, stream_), "Muon's update");
+    gpt::cuda_check(cudaEventRecord(w.end, stream_), "optimizer event");
+    if (dp_) dp_->gather(plan_.points.at(point), w.end);
   }
+  // The compute stream waits for every point's update and exchange (with several ranks the last
+  // collective comes after every update).
+  void wait() {
+    if (dp_) return dp_->wait();
+    gpt::cuda_check(cudaEventRecord(backward_done_, 0), "optimizer event");
+    gpt::cuda_check(cudaEventRecord(done_, stream_), "optimizer event");
+    gpt::cuda_check(cudaStreamWaitEvent(0, done_, 0), "optimizer stream wait");
+  }
+  // After the step's host sync, on one GPU: how long the compute stream waited at wait().
+  double exposed_ms() const {
+    float t = 0;
+    return !dp_ && cudaEventElapsedTime(&t, backward_done_, done_) == cudaSuccess ? std::max(0.f, t) : 0.0;
+  }
+  // After the step's host sync: the time the updates took on the optimiser's stream.
+  double update_ms() const {
+    double ms = 0;
+    for (auto& [point, w] : work_) {
+      float t = 0;
+      if (cudaEventElapsedTime(&t, w.start, w.end) == cudaSuccess) ms += t;
+    }
+    return ms;
+  }
+
+  // Its state in a checkpoint: Adam's moments and step count, Muon's momentum, as blobs of the
+  // layout's n floats (zero where a group does not apply), gathered from every rank, and the
+  // masters (gather_masters first). Collective: every rank calls it; rank 0 writes the file.
+  void save(Checkpoint& ck, gpt::Model& model, DataParallel* dp) {
+    ck.adam_steps = adam_steps_;
+    gather_masters(model, dp);
+    ck.blobs["master"] = model.download_master();
+    ck.blobs["adam_m"] = gather_state(m_, false, dp);
+    ck.blobs["adam_v"] = gather_state(v_, false, dp);
+    ck.blobs["muon_buf"] = gather_state(buf_, true, dp);
+  }
+  // Every rank's fp32 masters gathered in place (each rank updates only its share of them).
+  void gather_masters(gpt::Model& model, DataParallel* dp) {
+    if (!dp) return;
+    for (auto& [point, pieces] : plan_.points) dp->gather_fp32(model.master(), pieces, true, true);
+  }
+  // Each rank takes its share of a checkpoint's state (of any rank count).
+  void load(const Checkpoint& ck, size_t n, const std::string& path) {
+    for (const char* name : {"adam_m", "adam_v", "muon_buf"}) {
+      auto it = ck.blobs.find(name);
+      if (it == ck.blobs.end() || it->second.size() != n) throw CheckpointError(path + ": blob " + name + " is missing or of another size");
+    }
+    for (auto& [point, pieces] : plan_.points)
+      for (const Piece& p : pieces) {
+        if (!p.count) continue;
+        auto put = [&](float* state, const char* blob) {
+          gpt::cuda_check(cudaMemcpy(state + p.state, ck.blobs.at(blob).data() + p.offset, p.count * sizeof(float), cudaMemcpyHostToDevice),
+                          "optimizer state");
+        };
+        if (p.kind == Piece::kMatrix) put(buf_, "muon_buf");
+        else put(m_, "adam_m"), put(v_, "adam_v");
+      }
+    adam_steps_ = (int)ck.adam_steps;
+  }
+
+ private:
+  // This rank's matrices of one shape at one point (r x c after the transpose of tall ones,
+  // r <= c): their X slots are consecutive, so that Newton-Schulz runs on them at once, in
+  // batches of at most `batch`.
+  struct Group {
+    int r, c;
+    size_t first, count, batch, stride;  // first: the first slot's offset in X; stride: a slot's size
+  };
+  // A point's element-wise stages over its tensors at once (layers/multi_tensor.cuh), and the
+  // events of its update.
+  struct Work {
+    std::unique_ptr<layers::AdamMulti> adam;
+    std::unique_ptr<layers::MuonMulti> muon;
+    cudaEvent_t grads, start, end;
+  };
+  static constexpr size_t kBatchBytes = 64 << 20;  // of BX, at most (the rest is smaller)
+
+  std::pair<int, int> shape(const Piece& p) const {
+    const model::Tensor& t = layout_.tensors[p.tensor];
+    return {(int)std::min(t.rows, t.cols), (int)std::max(t.rows, t.cols)};
+  }
+  // The point's lists, bound to the model's buffers at the first step.
+  void bind(gpt::Model& model) {
+    for (auto& [point, pieces] : plan_.points) {
+      std::vector<layers::AdamTensor> adam;
+      std::vector<layers::MuonMatrix> muon;
+      for (const Piece& p : pieces) {
+        if (!p.count) continue;
+        const model::Tensor& t = layout_.tensors[p.tensor];
+        float* w = model.master() + p.offset;
+        const float* g = model.grads() + p.offset;
+        if (p.kind == Piece::kMatrix) {
+          muon.push_back({w, model.weights() + p.offset, g, buf_ + p.state, X_ + x_slot_.at(p.tensor), (int)t.rows, (int)t.cols, true});
+          continue;
+        }
+        const model::ParamGroup grp = model::group_of(t);
+        const double lr = grp == model::ParamGroup::kEmbed ? hp_.lr_embed : grp == model::ParamGroup::kHead ? hp_.lr_head : hp_.lr_scalar;
+        adam.push_back({w, model.weights() + p.offset, g, m_ + p.state, v_ + p.state, p.count, (float)lr});
+      }
+      Work& w = work_[point];
+      if (!adam.empty()) w.adam = std::make_unique<layers::AdamMulti>(adam);
+      if (!muon.empty()) w.muon = std::make_unique<layers::MuonMulti>(muon);
+      for (cudaEvent_t* e : {&w.grads, &w.start, &w.end}) gpt::cuda_check(cudaEventCreate(e), "optimizer event");
+    }
+  }
+  // The layout-sized blob of a state array: each rank's pieces in place (Adam's, or Muon's when
+  // muon), then spread from their owners.
+  std::vector<float> gather_state(const float* state, bool muon, DataParallel* dp) {
+    const size_t n = layout_.size();
+    float* full = nullptr;
+    gpt::cuda_check(cudaMalloc(&full, n * sizeof(float)), "checkpoint: optimizer state");
+    std::vector<float> h(n);
+    try {
+      gpt::cuda_check(cudaMemset(full, 0, n * sizeof(float)), "checkpoint: optimizer state");
+      for (auto& [point, pieces] : plan_.points)
+        for (const Piece& p : pieces)
+          if (p.count && (p.kind == Piece::kMatrix) == muon)
+            gpt::cuda_check(cudaMemcpy(full + p.offset, state + p.state, p.count * sizeof(float), cudaMemcpyDeviceToDevice),
+                            "checkpoint: optimizer state");
+      if (dp)
+        for (auto& [point, pieces] : plan_.points) dp->gather_fp32(full, pieces, !muon, muon);
+      gpt::cuda_check(cudaMemcpy(h.data(), full, n * sizeof(float), cudaMemcpyDeviceToHost), "checkpoint: optimizer state");
+    } catch (...) {
+      cudaFree(full);
+      throw;
+    }
+    cudaFree(full);
+    return h;
+  }
+
+  const model::Layout& layout_;
+  ShardPlan plan_;
+  model::OptimizerHyper hp_;
+  float *m_ = nullptr, *v_ = nullptr, *buf_ = nullptr;  // this rank's compact state
+  layers::bf16* X_ = nullptr;                           // orthogonalised updates, one slot per owned matrix
+  std::map<int, size_t> x_slot_;                        // tensor index -> its X slot
+  std::map<int, std::vector<Group>> groups_;            // point -> its owned matrices by shape
+  layers::bf16 *bA_ = nullptr, *bAA_ = nullptr, *bBX_ = nullptr;  // batched Newton-Schulz scratch
+  std::map<int, Work> work_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t done_ = nullptr, backward_done_ = nullptr;
+  layers::Matmul* mm_ = nullptr;
+  DataParallel* dp_ = nullptr;
+  int adam_steps_ = 0;
+  float mult_ = 1.f, mom_ = 0.f;
 };
 
 }  // namespace train

@@ -1,0 +1,113 @@
+// The optimiser's shard plan (train/shard_plan.h) on the speedrun's layout and small ones, for
+// 1 to 8 ranks, with and without overlap: every parameter element is updated by exactly one rank,
+// or by every rank where the plan replicates it (the scalars, which the model reads from the fp32
+// masters, and remainders shorter than the rank count); each piece sits at the point where its
+// gradient is final; the slices and the matrices' owners are what the collectives assume; each
+// rank's compact state is laid out without overlap; the work is shared out evenly; and the bytes
+// on the wire are what the ring algorithms send.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "tests/check.h"
+#include "train/shard_plan.h"
+
+int main() {
+  for (int L : {12, 4, 2}) {
+    model::Config cfg;
+    cfg.vocab = L == 12 ? 50304 : 1000 + L, cfg.width = L == 12 ? 768 : 128, cfg.heads = L == 12 ? 6 : 2, cfg.layers = L;
+    cfg.hidden = 4 * cfg.width;
+    const model::Layout layout(cfg);
+    for (bool overlap : {true, false})
+      for (int N : {1, 2, 3, 4, 8}) {
+        // updates[e]: how many ranks update element e of the layout
+        std::vector<int> updates(layout.size(), 0);
+        int bad_point = 0, bad_piece = 0, bad_state = 0;
+        std::vector<size_t> updated(N, 0);
+        for (int r = 0; r < N; r++) {
+          const train::ShardPlan p = train::shard_plan(layout, L, N, r, overlap);
+          std::vector<std::pair<size_t, size_t>> adam, muon;  // state ranges
+                  for (const auto& kv : p.points)
+            for (const train::Piece& x : kv.second) {
+              const model::Tensor& t = layout.tensors[x.tensor];
+              if (kv.first != (overlap ? train::ready_point(t.name, L) : -1)) bad_point++;
+              const bool is_matrix = model::group_of(t) == model::ParamGroup::kMatrix;
+              const bool is_scalar = model::group_of(t) == model::ParamGroup::kScalar;
+              if (x.kind == train::Piece::kMatrix) {
+                bad_piece += !is_matrix || x.base != t.offset || x.span != t.size() || x.owner < 0 || x.owner >= N ||
+                             x.count != (x.owner == r ? t.size() : 0) || x.offset != t.offset;
+              } else if (x.kind == train::Piece::kSlice) {
+                const size_t q = t.size() / N;
+                bad_piece += is_matrix || is_scalar || x.base != t.offset || x.span != q * N || x.count != q || x.offset != t.offset + q * r;
+              } else {
+                bad_piece += is_matrix || x.base + x.span != t.offset + t.size() || x.count != x.span || x.offset != x.base ||
+                             (!is_scalar && x.span >= (size_t)N);
+              }
+              for (size_t e = x.offset; e < x.offset + x.count; e++) updates[e]++;
+              updated[r] += x.count;
+              if (x.count) (x.kind == train::Piece::kMatrix ? muon : adam).push_back({x.state, x.count});
+            }
+          // every rank's plan names the same owners (the collectives' roots must agree)
+          const train::ShardPlan p0 = train::shard_plan(layout, L, N, 0, overlap);
+          for (const auto& kv : p.points)
+            for (size_t k = 0; k < kv.second.size(); k++) bad_piece += kv.second[k].owner != p0.points.at(kv.first)[k].owner;
+          for (auto [list, total] : {std::pair<std::vector<std::pair<size_t, size_t>>*, size_t>{&adam, p.adam_state}, {&muon, p.muon_state}}) {
+            std::sort(list->begin(), list->end());
+            size_t at = 0;
+            for (auto [s, n] : *list) bad_state += s != at, at = s + n;
+            bad_state += at != total;
+          }
+        }
+        // each element: once, or N times where replicated (scalars, remainders); gaps: never
+        int wrong = 0;
+        for (size_t i = 0; i < layout.tensors.size(); i++) {
+          const model::Tensor& t = layout.tensors[i];
+          const bool scalar = model::group_of(t) == model::ParamGroup::kScalar, matrix = model::group_of(t) == model::ParamGroup::kMatrix;
+          const size_t q = scalar || matrix ? 0 : t.size() / N;
+          for (size_t e = 0; e < t.size(); e++) {
+            const int want = matrix || e < q * N ? 1 : N;
+            wrong += updates[t.offset + e] != want;
+          }
+        }
+        size_t in_tensors = 0;
+        for (const model::Tensor& t : layout.tensors) in_tensors += t.size();
+        size_t touched = 0;
+        for (int u : updates) touched += u > 0;
+        const char* tag = overlap ? "overlap" : "end";
+        CHECK(wrong == 0, "L=%d N=%d %s: %d elements updated by the wrong number of ranks", L, N, tag, wrong);
+        CHECK(touched == in_tensors, "L=%d N=%d %s: %zu elements touched, %zu in the tensors (gaps must stay untouched)", L, N, tag, touched,
+              in_tensors);
+        CHECK(bad_point == 0, "L=%d N=%d %s: %d pieces at the wrong point", L, N, tag, bad_point);
+        CHECK(bad_piece == 0, "L=%d N=%d %s: %d pieces of the wrong shape or owner", L, N, tag, bad_piece);
+        CHECK(bad_state == 0, "L=%d N=%d %s: %d state ranges overlap or leave gaps", L, N, tag, bad_state);
+        if (L == 12) {  // the speedrun: each rank's share within 5% of 1/N (whole matrices make it uneven)
+          const double most = (double)*std::max_element(updated.begin(), updated.end()), least = *std::min_element(updated.begin(), updated.end());
+          CHECK(most / least < 1.05, "L=12 N=%d %s: the ranks update %.0f to %.0f elements", N, tag, least, most);
+          if (overlap && N > 1) {
+            const train::ShardPlan p = train::shard_plan(layout, L, N, 0, overlap);
+            const train::WireBytes fp32 = train::wire_bytes(p, 4), bf16 = train::wire_bytes(p, 2),
+                                   before = train::unsharded_wire_bytes(layout, N);
+            // by hand: the fp32 all-reduce 2 (N-1)/N 4 n, Muon's broadcast (N-1)/N 2 m; sharded: (N-1)/N (4 + 2) of the
+            // sharded elements, the scalars' all-reduce aside
+            double n = 0, m = 0;
+            for (const model::Tensor& t : layout.tensors) {
+              n += (double)t.size();
+              if (model::group_of(t) == model::ParamGroup::kMatrix) m += (double)t.size();
+            }
+            const double f = (double)(N - 1) / N;
+            CHECK(std::fabs(before.total() - f * (8 * n + 2 * m)) < 1, "N=%d: unsharded bytes %.0f, by hand %.0f", N, before.total(),
+                  f * (8 * n + 2 * m));
+            CHECK(std::fabs(fp32.total() - f * 6 * n) < f * 4 * 2 * 64 * L, "N=%d: sharded bytes %.0f, by hand %.0f", N, fp32.total(), f * 6 * n);
+            CHECK(fp32.total() < 0.72 * before.total() && bf16.total() < 0.5 * before.total(),
+                  "N=%d: fp32 %.2f and bf16 %.2f of the unsharded bytes (want < 0.72 and < 0.5)", N, fp32.total() / before.total(),
+                  bf16.total() / before.total());
+            if (N == 4)
+              std::printf("speedrun on 4 ranks: %.0f MB a rank a step sharded (fp32 gradients), %.0f (bf16), %.0f unsharded\n",
+                          fp32.total() / 1e6, bf16.total() / 1e6, before.total() / 1e6);
+          }
+        }
+      }
+  }
+  return test_summary("shard-plan");
+}

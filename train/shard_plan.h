@@ -1,0 +1,130 @@
+// How the optimiser's work and state are shared out among the N ranks of a run, and which
+// collectives exchange the gradients and the weights (host only, so that the plan is tested
+// without a GPU; train/optimizer.cuh runs it, train/data_parallel.cuh issues the collectives).
+//
+// Adam's embeddings and head are split element-wise. A tensor of n elements, with q = floor(n / N),
+// is N slices of q elements and a remainder of n - N q < N:
+//   rank r updates slice r and keeps its Adam moments; every rank updates the remainder;
+//   gradient: a reduce-scatter of the N q elements (rank r receives the sum of slice r) and an
+//   all-reduce of the remainder; weights: an all-gather of the slices' bf16 copies.
+// The scalars (a few dozen values, which the model reads from the fp32 masters) are replicated
+// whole, as a remainder is: an all-reduce of their gradients, and every rank updates them.
+// Muon matrices are whole (Newton-Schulz needs all of a matrix): in layout order, each goes to the
+// rank with the fewest matrix elements so far (ties: in turn), which keeps its momentum and runs
+// its update; gradient: a reduce to the owner; weights: a broadcast
+// of its bf16 copy from the owner.
+// Every rank thus holds every bf16 weight (the forward reads them) and the fp32 masters of what
+// it updates; the masters of the rest are gathered only for a checkpoint or a replica check.
+//
+// The pieces are grouped by the point of the backward where their gradients are final
+// (train/grad_buckets.h ready_point), so that a point's exchange and update run while the
+// backward of the layers below still runs; with overlap off everything is at point -1.
+//
+// Bytes on the wire, a rank's share of what the ring algorithms send, for S bytes exchanged:
+// reduce-scatter and all-gather (N - 1) / N S; all-reduce 2 (N - 1) / N S; reduce to and
+// broadcast from one rank (N - 1) / N S on average over the ranks.
+#pragma once
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "train/grad_buckets.h"
+
+namespace train {
+
+struct Piece {
+  enum Kind { kSlice, kReplicated, kMatrix };
+  Kind kind;
+  int tensor;         // index in the layout's tensors
+  size_t base;        // the collective's first element in the layout: the tensor's offset (slices, matrix) or the replicated part's
+  size_t span;        // elements the collective covers: N q (slices), the replicated part, or the matrix
+  size_t offset;      // the first element this rank updates (its slice, the replicated part, or the matrix)
+  size_t count;       // elements this rank updates (0: a matrix of another rank)
+  int owner;          // kMatrix: the rank that updates it; otherwise -1
+  size_t state = 0;   // where this rank's optimiser state of the piece starts in its compact arrays (count > 0)
+};
+
+struct ShardPlan {
+  int world = 1, rank = 0;
+  std::map<int, std::vector<Piece>> points;  // ready point -> its pieces, in layout order
+  size_t adam_state = 0;                     // elements of this rank's Adam moments (each of m and v)
+  size_t muon_state = 0;                     // elements of this rank's Muon momentum
+  size_t updated = 0;                        // elements this rank updates
+};
+
+inline ShardPlan shard_plan(const model::Layout& layout, int layers, int world, int rank, bool overlap) {
+  ShardPlan p;
+  p.world = world, p.rank = rank;
+  const size_t N = (size_t)world;
+  int matrix = 0;                          // matrices so far
+  std::vector<size_t> load(world, 0);      // matrix elements given to each rank so far
+  for (size_t i = 0; i < layout.tensors.size(); i++) {
+    const model::Tensor& t = layout.tensors[i];
+    const int point = overlap ? ready_point(t.name, layers) : -1;
+    std::vector<Piece>& out = p.points[point];
+    const size_t n = t.size();
+    if (model::group_of(t) == model::ParamGroup::kMatrix) {
+      int owner = matrix % world;  // the least loaded, searching from the one whose turn it is
+      for (int k = 1; k < world; k++) {
+        const int r = (matrix + k) % world;
+        if (load[r] < load[owner]) owner = r;
+      }
+      matrix++;
+      load[owner] += n;
+      Piece m{Piece::kMatrix, (int)i, t.offset, n, t.offset, owner == rank ? n : 0, owner};
+      if (m.count) m.state = p.muon_state, p.muon_state += n;
+      out.push_back(m);
+      continue;
+    }
+    const size_t q = model::group_of(t) == model::ParamGroup::kScalar ? 0 : n / N, rem = n - q * N;
+    if (q) {
+      Piece s{Piece::kSlice, (int)i, t.offset, q * N, t.offset + q * (size_t)rank, q, -1};
+      s.state = p.adam_state, p.adam_state += q;
+      out.push_back(s);
+    }
+    if (rem) {
+      Piece r{Piece::kReplicated, (int)i, t.offset + q * N, rem, t.offset + q * N, rem, -1};
+      r.state = p.adam_state, p.adam_state += rem;
+      out.push_back(r);
+    }
+  }
+  for (auto& kv : p.points)
+    for (const Piece& x : kv.second) p.updated += x.count;
+  return p;
+}
+
+// A rank's bytes on the wire in a step, on average over the ranks: the gradients' exchange at
+// grad_bytes each (4: fp32, 2: bf16) and the weights' (bf16).
+struct WireBytes {
+  double grads = 0, weights = 0;
+  double total() const { return grads + weights; }
+};
+inline WireBytes wire_bytes(const ShardPlan& p, double grad_bytes) {
+  WireBytes w;
+  if (p.world < 2) return w;
+  const double f = (double)(p.world - 1) / p.world;
+  for (const auto& kv : p.points)
+    for (const Piece& x : kv.second) {
+      const double s = (double)x.span;
+      w.grads += (x.kind == Piece::kReplicated ? 2 * f : f) * s * grad_bytes;
+      if (x.kind != Piece::kReplicated) w.weights += f * s * 2;
+    }
+  return w;
+}
+// The same for an exchange that all-reduces every gradient in fp32 and broadcasts each matrix's
+// bf16 Muon update from the rank that orthogonalised it (no sharding): the comparison the log
+// and the scaling model make.
+inline WireBytes unsharded_wire_bytes(const model::Layout& layout, int world) {
+  WireBytes w;
+  if (world < 2) return w;
+  const double f = (double)(world - 1) / world;
+  for (const model::Tensor& t : layout.tensors) {
+    w.grads += 2 * f * (double)t.size() * 4;
+    if (model::group_of(t) == model::ParamGroup::kMatrix) w.weights += f * (double)t.size() * 2;
+  }
+  return w;
+}
+
+}  // namespace train

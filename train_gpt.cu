@@ -353,7 +353,7 @@ class Trainer {
     model_.load(model::init_values(model_.layout(), o.seed));
     if (ctx.world > 1)
       dp_ = std::make_unique<train::DataParallel>(ctx, model_.grads(), model_.weights(), model_.layout().size(), o.grad_exchange == "bf16",
-                                                  o.timeout);
+                                                  opt_.plan().staged ? opt_.plan().stage_rank : 0, o.timeout);
     if (dp_) {
       // the tuned matmuls' host waits (a shape's first call) get the deadline too: Muon's
       // products run on the optimiser's stream after the exchange of their gradients

@@ -48,10 +48,22 @@ int main() {
               updated[r] += x.count;
               if (x.count) (x.kind == train::Piece::kMatrix ? muon : adam).push_back({x.state, x.count});
             }
-          // every rank's plan names the same owners (the collectives' roots must agree)
+          // every rank's plan names the same owners and staging places (the collectives' roots and
+          // buffers must agree); staged, each matrix lies 64-aligned inside its owner's region, and
+          // the regions' matrices do not overlap
           const train::ShardPlan p0 = train::shard_plan(layout, L, N, 0, overlap);
+          bad_piece += p.staged != (N > 1 && !overlap) || p.stage_rank != p0.stage_rank;
+          std::vector<std::pair<size_t, size_t>> staged;
           for (const auto& kv : p.points)
-            for (size_t k = 0; k < kv.second.size(); k++) bad_piece += kv.second[k].owner != p0.points.at(kv.first)[k].owner;
+            for (size_t k = 0; k < kv.second.size(); k++) {
+              const train::Piece& x = kv.second[k];
+              bad_piece += x.owner != p0.points.at(kv.first)[k].owner || x.stage != p0.points.at(kv.first)[k].stage;
+              if (x.kind != train::Piece::kMatrix) continue;
+              bad_piece += x.stage % 64 || x.stage < (size_t)x.owner * p.stage_rank || x.stage + x.span > (size_t)(x.owner + 1) * p.stage_rank;
+              staged.push_back({x.stage, x.span});
+            }
+          std::sort(staged.begin(), staged.end());
+          for (size_t k = 0; k + 1 < staged.size(); k++) bad_piece += staged[k].first + staged[k].second > staged[k + 1].first;
           for (auto [list, total] : {std::pair<std::vector<std::pair<size_t, size_t>>*, size_t>{&adam, p.adam_state}, {&muon, p.muon_state}}) {
             std::sort(list->begin(), list->end());
             size_t at = 0;
@@ -84,7 +96,7 @@ int main() {
         if (L == 12) {  // the speedrun: each rank's share within 5% of 1/N (whole matrices make it uneven)
           const double most = (double)*std::max_element(updated.begin(), updated.end()), least = *std::min_element(updated.begin(), updated.end());
           CHECK(most / least < 1.05, "L=12 N=%d %s: the ranks update %.0f to %.0f elements", N, tag, least, most);
-          if (overlap && N > 1) {
+          if (N > 1) {
             const train::ShardPlan p = train::shard_plan(layout, L, N, 0, overlap);
             const train::WireBytes fp32 = train::wire_bytes(p, 4), bf16 = train::wire_bytes(p, 2),
                                    before = train::unsharded_wire_bytes(layout, N);
@@ -98,12 +110,14 @@ int main() {
             const double f = (double)(N - 1) / N;
             CHECK(std::fabs(before.total() - f * (8 * n + 2 * m)) < 1, "N=%d: unsharded bytes %.0f, by hand %.0f", N, before.total(),
                   f * (8 * n + 2 * m));
-            CHECK(std::fabs(fp32.total() - f * 6 * n) < f * 4 * 2 * 64 * L, "N=%d: sharded bytes %.0f, by hand %.0f", N, fp32.total(), f * 6 * n);
-            CHECK(fp32.total() < 0.72 * before.total() && bf16.total() < 0.5 * before.total(),
-                  "N=%d: fp32 %.2f and bf16 %.2f of the unsharded bytes (want < 0.72 and < 0.5)", N, fp32.total() / before.total(),
+            // (the staging buffers' padding: at most one large matrix a rank, 2% of the bytes)
+            const double slack = overlap ? f * 4 * 2 * 64 * L : 0.02 * f * 6 * n;
+            CHECK(std::fabs(fp32.total() - f * 6 * n) < slack, "N=%d %s: sharded bytes %.0f, by hand %.0f", N, tag, fp32.total(), f * 6 * n);
+            CHECK(fp32.total() < 0.73 * before.total() && bf16.total() < 0.5 * before.total(),
+                  "N=%d %s: fp32 %.3f and bf16 %.3f of the unsharded bytes (want < 0.73 and < 0.5)", N, tag, fp32.total() / before.total(),
                   bf16.total() / before.total());
             if (N == 4)
-              std::printf("speedrun on 4 ranks: %.0f MB a rank a step sharded (fp32 gradients), %.0f (bf16), %.0f unsharded\n",
+              std::printf("speedrun on 4 ranks (%s): %.0f MB a rank a step sharded (fp32 gradients), %.0f (bf16), %.0f unsharded\n", tag,
                           fp32.total() / 1e6, bf16.total() / 1e6, before.total() / 1e6);
           }
         }

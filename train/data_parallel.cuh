@@ -15,6 +15,11 @@
 // to bf16 into a scratch buffer, summed there, and the sums turned back into fp32 in place (half
 // the gradient bytes, and bf16 sums: a change of numerics, in the run's fingerprint).
 //
+// Staged (train/shard_plan.h: the default, after the backward): reduce_staged copies every
+// matrix's gradient into its owner's region of a staging buffer and sums all of them with one
+// reduce-scatter; the owners' Muon reads its sums there and writes the new bf16 weights into the
+// weights' staging buffer, which gather_staged all-gathers and copies back into the model.
+//
 // Every rank applies the same arithmetic to the same sums and receives the same bf16 weights: the
 // replicas' weights stay bit-identical, which --check-replicas verifies after every step.
 //
@@ -44,9 +49,11 @@ namespace train {
 class DataParallel {
  public:
   // grads, weights: the model's flat buffers of n elements; bf16_grads: --grad-exchange bf16;
-  // timeout_s: the longest wait for a collective.
-  DataParallel(const dist::Context& ctx, float* grads, __nv_bfloat16* weights, size_t n, bool bf16_grads, double timeout_s)
-      : ctx_(ctx), grads_(grads), weights_(weights), n_(n), bf16_grads_(bf16_grads), timeout_s_(timeout_s) {
+  // stage_rank: elements of a rank's region of the staging buffers (0: none); timeout_s: the
+  // longest wait for a collective.
+  DataParallel(const dist::Context& ctx, float* grads, __nv_bfloat16* weights, size_t n, bool bf16_grads, size_t stage_rank,
+               double timeout_s)
+      : ctx_(ctx), grads_(grads), weights_(weights), n_(n), bf16_grads_(bf16_grads), stage_rank_(stage_rank), timeout_s_(timeout_s) {
     ncclUniqueId id;
     if (ctx.rank == 0) nccl_ok(ncclGetUniqueId(&id), "ncclGetUniqueId");
     dist::broadcast(ctx, &id, sizeof(id), 0);
@@ -54,17 +61,28 @@ class DataParallel {
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "data parallel: communication stream");
     for (cudaEvent_t* e : {&host_wait_, &compute_done_, &comm_done_}) cuda_check(cudaEventCreate(e), "data parallel: event");
     if (bf16_grads) cuda_check(cudaMalloc(&scratch_, n * sizeof(__nv_bfloat16)), "data parallel: bf16 gradient buffer");
+    if (stage_rank) {
+      const size_t s = stage_rank * ctx.world;
+      cuda_check(cudaMalloc(&gstage_, s * sizeof(float)), "data parallel: gradient staging buffer");
+      cuda_check(cudaMalloc(&wstage_, s * sizeof(__nv_bfloat16)), "data parallel: weight staging buffer");
+      cuda_check(cudaMemset(gstage_, 0, s * sizeof(float)), "data parallel: gradient staging buffer");  // (the padding stays zero)
+      cuda_check(cudaMemset(wstage_, 0, s * sizeof(__nv_bfloat16)), "data parallel: weight staging buffer");
+    }
   }
   ~DataParallel() {
     // while an error unwinds, the peers may never join NCCL's collective tear-down: abort, which
     // returns at once, so that the error reaches main and MPI_Abort ends the job
     if (comm_) std::uncaught_exceptions() ? ncclCommAbort(comm_) : ncclCommDestroy(comm_);
     if (stream_) cudaStreamDestroy(stream_);
-    cudaFree(scratch_);
+    for (void* p : {(void*)scratch_, (void*)gstage_, (void*)wstage_}) cudaFree(p);
   }
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
+  // The staging buffers (staged matrices): a matrix's gradient sums at its piece's stage in the
+  // first (its owner's region), its new bf16 weights to be written at the same place in the second.
+  float* grad_stage() const { return gstage_; }
+  __nv_bfloat16* weight_stage() const { return wstage_; }
   int rank() const { return ctx_.rank; }
   int world() const { return ctx_.world; }
   cudaStream_t stream() const { return stream_; }
@@ -115,6 +133,39 @@ class DataParallel {
       }  // (a replicated piece is updated by every rank)
     }
     nccl_ok(ncclGroupEnd(), "ncclGroupEnd");
+    cuda_check(cudaEventRecord(t.end, stream_), "data parallel: event");
+  }
+  // After `after`, every matrix's gradient into the gradient staging buffer and one
+  // reduce-scatter of it (this rank's region summed); returns an event that completes with it.
+  cudaEvent_t reduce_staged(const std::vector<Piece>& matrices, cudaEvent_t after) {
+    cuda_check(cudaStreamWaitEvent(stream_, after, 0), "data parallel: stream wait");
+    Timed& t = timed(&reduce_);
+    cuda_check(cudaEventRecord(t.start, stream_), "data parallel: event");
+    const size_t q = stage_rank_;
+    if (bf16_grads_) {  // through the weight staging buffer (free until the owners' updates write it)
+      for (const Piece& p : matrices) cuda_check(layers::cast_to_bf16(grads_ + p.base, wstage_ + p.stage, p.span, stream_), "bf16 gradients");
+      nccl_ok(ncclReduceScatter(wstage_, wstage_ + ctx_.rank * q, q, ncclBfloat16, ncclSum, comm_, stream_), "ncclReduceScatter (matrices)");
+      cuda_check(layers::cast_to_fp32(wstage_ + ctx_.rank * q, gstage_ + ctx_.rank * q, q, stream_), "bf16 gradients");
+    } else {
+      for (const Piece& p : matrices)
+        cuda_check(cudaMemcpyAsync(gstage_ + p.stage, grads_ + p.base, p.span * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
+                   "data parallel: staging");
+      nccl_ok(ncclReduceScatter(gstage_, gstage_ + ctx_.rank * q, q, ncclFloat32, ncclSum, comm_, stream_), "ncclReduceScatter (matrices)");
+    }
+    cuda_check(cudaEventRecord(t.end, stream_), "data parallel: event");
+    return t.end;
+  }
+  // After `after` (the owners' updates wrote their regions of the weight staging buffer), one
+  // all-gather of it and every matrix's bf16 weights copied back into the model.
+  void gather_staged(const std::vector<Piece>& matrices, cudaEvent_t after) {
+    cuda_check(cudaStreamWaitEvent(stream_, after, 0), "data parallel: stream wait");
+    Timed& t = timed(&gather_);
+    cuda_check(cudaEventRecord(t.start, stream_), "data parallel: event");
+    const size_t q = stage_rank_;
+    nccl_ok(ncclAllGather(wstage_ + ctx_.rank * q, wstage_, q, ncclBfloat16, comm_, stream_), "ncclAllGather (matrices)");
+    for (const Piece& p : matrices)
+      cuda_check(cudaMemcpyAsync(weights_ + p.base, wstage_ + p.stage, p.span * sizeof(__nv_bfloat16), cudaMemcpyDeviceToDevice, stream_),
+                 "data parallel: staging");
     cuda_check(cudaEventRecord(t.end, stream_), "data parallel: event");
   }
   // fp32 values (masters, optimiser state in the layout) spread from the ranks that own them, in
@@ -221,8 +272,11 @@ class DataParallel {
   __nv_bfloat16* weights_;
   size_t n_;
   bool bf16_grads_;
+  size_t stage_rank_;
   double timeout_s_;
   __nv_bfloat16* scratch_ = nullptr;
+  float* gstage_ = nullptr;
+  __nv_bfloat16* wstage_ = nullptr;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   std::vector<Timed> reduce_, gather_;

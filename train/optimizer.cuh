@@ -87,7 +87,8 @@ class Optimizer {
   ~Optimizer() {
     for (float* p : {m_, v_, buf_}) cudaFree(p);
     for (layers::bf16* p : {X_, bA_, bAA_, bBX_}) cudaFree(p);
-    for (auto& [point, w] : work_) cudaEventDestroy(w.start), cudaEventDestroy(w.end), cudaEventDestroy(w.grads);
+    for (auto& [point, w] : work_)
+      for (cudaEvent_t e : {w.grads, w.start, w.mid, w.end}) cudaEventDestroy(e);
     if (stream_) cudaStreamDestroy(stream_);
     cudaEventDestroy(done_);
     cudaEventDestroy(backward_done_);
@@ -99,23 +100,28 @@ class Optimizer {
 
   // Before the step's backward: its schedule (0-based step), the model and the exchange.
   void begin_step(gpt::Model& model, layers::Matmul& mm, int step, const model::Schedule& sched, DataParallel* dp) {
-    if (work_.empty()) bind(model);
+    if (work_.empty()) bind(model, dp);
     mm_ = &mm, dp_ = dp;
     adam_steps_++;
     mult_ = (float)sched.lr_multiplier(step), mom_ = (float)sched.muon_momentum(step);
   }
   // The gradients of the point's tensors are final (enqueued on the compute stream): their
-  // exchange, update and the new weights' exchange, enqueued now.
+  // exchange, update and the new weights' exchange, enqueued now. Staged (train/shard_plan.h),
+  // the matrices' sums come first, so that Muon runs while the rest is summed, and their weights
+  // are gathered while Adam runs.
   void ready(int point) {
     auto it = work_.find(point);
     if (it == work_.end()) return;
     Work& w = it->second;
     gpt::cuda_check(cudaEventRecord(w.grads, 0), "optimizer event");
-    const cudaEvent_t sums = dp_ ? dp_->reduce(plan_.points.at(point), w.grads) : w.grads;
-    gpt::cuda_check(cudaStreamWaitEvent(stream_, sums, 0), "optimizer stream wait");
+    const bool staged = dp_ && plan_.staged;
+    const cudaEvent_t mats = staged ? dp_->reduce_staged(w.matrices, w.grads) : nullptr;
+    const cudaEvent_t sums = dp_ ? dp_->reduce(staged ? w.others : plan_.points.at(point), w.grads) : w.grads;
+    gpt::cuda_check(cudaStreamWaitEvent(stream_, staged ? mats : sums, 0), "optimizer stream wait");
     gpt::cuda_check(cudaEventRecord(w.start, stream_), "optimizer event");
     if (w.muon) gpt::cuda_check(w.muon->normalize(mom_, stream_), "Muon's momentum and normalisation");
-    if (w.adam) gpt::cuda_check(w.adam->step(mult_, adam_steps_, (float)hp_.beta1, (float)hp_.beta2, (float)hp_.adam_eps, stream_), "Adam's step");
+    if (!staged && w.adam)
+      gpt::cuda_check(w.adam->step(mult_, adam_steps_, (float)hp_.beta1, (float)hp_.beta2, (float)hp_.adam_eps, stream_), "Adam's step");
     for (const Group& gr : groups_[point])  // the point's owned matrices' Newton-Schulz, batched by shape
       for (size_t i = 0; i < gr.count; i += gr.batch) {
         layers::newton_schulz5_batched(*mm_, X_ + gr.first + i * gr.stride, (int)std::min(gr.batch, gr.count - i), (long long)gr.stride, gr.r,
@@ -123,8 +129,15 @@ class Optimizer {
         gpt::cuda_check(cudaGetLastError(), "Muon's Newton-Schulz");
       }
     if (w.muon) gpt::cuda_check(w.muon->apply(mult_ * (float)hp_.lr_muon, stream_), "Muon's update");
+    if (staged) {
+      gpt::cuda_check(cudaEventRecord(w.mid, stream_), "optimizer event");
+      dp_->gather_staged(w.matrices, w.mid);
+      gpt::cuda_check(cudaStreamWaitEvent(stream_, sums, 0), "optimizer stream wait");
+      if (w.adam)
+        gpt::cuda_check(w.adam->step(mult_, adam_steps_, (float)hp_.beta1, (float)hp_.beta2, (float)hp_.adam_eps, stream_), "Adam's step");
+    }
     gpt::cuda_check(cudaEventRecord(w.end, stream_), "optimizer event");
-    if (dp_) dp_->gather(plan_.points.at(point), w.end);
+    if (dp_) dp_->gather(staged ? w.others : plan_.points.at(point), w.end);
   }
   // The compute stream waits for every point's update and exchange (with several ranks the last
   // collective comes after every update).
@@ -197,7 +210,8 @@ class Optimizer {
   struct Work {
     std::unique_ptr<layers::AdamMulti> adam;
     std::unique_ptr<layers::MuonMulti> muon;
-    cudaEvent_t grads, start, end;
+    std::vector<Piece> matrices, others;  // the point's pieces apart (the staged exchange)
+    cudaEvent_t grads, start, mid, end;
   };
   static constexpr size_t kBatchBytes = 64 << 20;  // of BX, at most (the rest is smaller)
 
@@ -205,28 +219,32 @@ class Optimizer {
     const model::Tensor& t = layout_.tensors[p.tensor];
     return {(int)std::min(t.rows, t.cols), (int)std::max(t.rows, t.cols)};
   }
-  // The point's lists, bound to the model's buffers at the first step.
-  void bind(gpt::Model& model) {
+  // The point's lists, bound to the model's buffers at the first step (a staged matrix reads
+  // its gradient's sums and writes its bf16 weights in the exchange's staging buffers).
+  void bind(gpt::Model& model, DataParallel* dp) {
+    const bool staged = dp && plan_.staged;
     for (auto& [point, pieces] : plan_.points) {
+      Work& w = work_[point];
       std::vector<layers::AdamTensor> adam;
       std::vector<layers::MuonMatrix> muon;
       for (const Piece& p : pieces) {
+        (p.kind == Piece::kMatrix ? w.matrices : w.others).push_back(p);
         if (!p.count) continue;
         const model::Tensor& t = layout_.tensors[p.tensor];
-        float* w = model.master() + p.offset;
-        const float* g = model.grads() + p.offset;
+        float* m = model.master() + p.offset;
         if (p.kind == Piece::kMatrix) {
-          muon.push_back({w, model.weights() + p.offset, g, buf_ + p.state, X_ + x_slot_.at(p.tensor), (int)t.rows, (int)t.cols, true});
+          const float* g = staged ? dp->grad_stage() + p.stage : model.grads() + p.offset;
+          layers::bf16* w16 = staged ? dp->weight_stage() + p.stage : model.weights() + p.offset;
+          muon.push_back({m, w16, g, buf_ + p.state, X_ + x_slot_.at(p.tensor), (int)t.rows, (int)t.cols, true});
           continue;
         }
         const model::ParamGroup grp = model::group_of(t);
         const double lr = grp == model::ParamGroup::kEmbed ? hp_.lr_embed : grp == model::ParamGroup::kHead ? hp_.lr_head : hp_.lr_scalar;
-        adam.push_back({w, model.weights() + p.offset, g, m_ + p.state, v_ + p.state, p.count, (float)lr});
+        adam.push_back({m, model.weights() + p.offset, model.grads() + p.offset, m_ + p.state, v_ + p.state, p.count, (float)lr});
       }
-      Work& w = work_[point];
       if (!adam.empty()) w.adam = std::make_unique<layers::AdamMulti>(adam);
       if (!muon.empty()) w.muon = std::make_unique<layers::MuonMulti>(muon);
-      for (cudaEvent_t* e : {&w.grads, &w.start, &w.end}) gpt::cuda_check(cudaEventCreate(e), "optimizer event");
+      for (cudaEvent_t* e : {&w.grads, &w.start, &w.mid, &w.end}) gpt::cuda_check(cudaEventCreate(e), "optimizer event");
     }
   }
   // The layout-sized blob of a state array: each rank's pieces in place (Adam's, or Muon's when

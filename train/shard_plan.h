@@ -24,6 +24,7 @@
 // reduce-scatter and all-gather (N - 1) / N S; all-reduce 2 (N - 1) / N S; reduce to and
 // broadcast from one rank (N - 1) / N S on average over the ranks.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <map>
 #include <string>
@@ -44,6 +45,7 @@ struct Piece {
   size_t count;       // elements this rank updates (0: a matrix of another rank)
   int owner;          // kMatrix: the rank that updates it; otherwise -1
   size_t state = 0;   // where this rank's optimiser state of the piece starts in its compact arrays (count > 0)
+  size_t stage = 0;   // kMatrix, staged: where the matrix sits in the staging buffers (owner * stage_rank + its place)
 };
 
 struct ShardPlan {
@@ -52,29 +54,39 @@ struct ShardPlan {
   size_t adam_state = 0;                     // elements of this rank's Adam moments (each of m and v)
   size_t muon_state = 0;                     // elements of this rank's Muon momentum
   size_t updated = 0;                        // elements this rank updates
+  bool staged = false;                       // the matrices go through the staging buffers (several ranks, overlap off)
+  size_t stage_rank = 0;                     // elements of each rank's region of the staging buffers
 };
 
 inline ShardPlan shard_plan(const model::Layout& layout, int layers, int world, int rank, bool overlap) {
   ShardPlan p;
   p.world = world, p.rank = rank;
   const size_t N = (size_t)world;
-  int matrix = 0;                          // matrices so far
-  std::vector<size_t> load(world, 0);      // matrix elements given to each rank so far
+  // the matrices' owners: largest first (stable), each to the least loaded rank
+  std::vector<size_t> mats;
+  for (size_t i = 0; i < layout.tensors.size(); i++)
+    if (model::group_of(layout.tensors[i]) == model::ParamGroup::kMatrix) mats.push_back(i);
+  std::stable_sort(mats.begin(), mats.end(), [&](size_t a, size_t b) { return layout.tensors[a].size() > layout.tensors[b].size(); });
+  std::vector<int> owner_of(layout.tensors.size(), -1);
+  std::vector<size_t> load(world, 0);  // matrix elements given to each rank so far
+  for (size_t i : mats) {
+    const int owner = (int)(std::min_element(load.begin(), load.end()) - load.begin());
+    owner_of[i] = owner;
+    load[owner] += layout.tensors[i].size();
+  }
+  std::vector<size_t> place(world, 0);  // staging positions so far, in layout order (64-element aligned)
+  p.staged = world > 1 && !overlap;
   for (size_t i = 0; i < layout.tensors.size(); i++) {
     const model::Tensor& t = layout.tensors[i];
     const int point = overlap ? ready_point(t.name, layers) : -1;
     std::vector<Piece>& out = p.points[point];
     const size_t n = t.size();
     if (model::group_of(t) == model::ParamGroup::kMatrix) {
-      int owner = matrix % world;  // the least loaded, searching from the one whose turn it is
-      for (int k = 1; k < world; k++) {
-        const int r = (matrix + k) % world;
-        if (load[r] < load[owner]) owner = r;
-      }
-      matrix++;
-      load[owner] += n;
+      const int owner = owner_of[i];
       Piece m{Piece::kMatrix, (int)i, t.offset, n, t.offset, owner == rank ? n : 0, owner};
       if (m.count) m.state = p.muon_state, p.muon_state += n;
+      m.stage = place[owner];  // (the owner's region's start is added below)
+      place[owner] += (n + 63) / 64 * 64;
       out.push_back(m);
       continue;
     }
@@ -90,8 +102,12 @@ inline ShardPlan shard_plan(const model::Layout& layout, int layers, int world, 
       out.push_back(r);
     }
   }
+  p.stage_rank = *std::max_element(place.begin(), place.end());
   for (auto& kv : p.points)
-    for (const Piece& x : kv.second) p.updated += x.count;
+    for (Piece& x : kv.second) {
+      p.updated += x.count;
+      if (x.kind == Piece::kMatrix) x.stage += (size_t)x.owner * p.stage_rank;
+    }
   return p;
 }
 
@@ -107,10 +123,15 @@ inline WireBytes wire_bytes(const ShardPlan& p, double grad_bytes) {
   const double f = (double)(p.world - 1) / p.world;
   for (const auto& kv : p.points)
     for (const Piece& x : kv.second) {
+      if (x.kind == Piece::kMatrix && p.staged) continue;  // the staging buffers' collectives, below
       const double s = (double)x.span;
       w.grads += (x.kind == Piece::kReplicated ? 2 * f : f) * s * grad_bytes;
       if (x.kind != Piece::kReplicated) w.weights += f * s * 2;
     }
+  if (p.staged) {
+    const double s = (double)p.stage_rank * p.world;
+    w.grads += f * s * grad_bytes, w.weights += f * s * 2;
+  }
   return w;
 }
 // The same for an exchange that all-reduces every gradient in fp32 and broadcasts each matrix's

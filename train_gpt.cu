@@ -322,13 +322,13 @@ static void report(const Options& o, const dist::Context& ctx, const cudaDeviceP
     if (dp) {
       const train::WireBytes wire = train::wire_bytes(opt.plan(), o.grad_exchange == "bf16" ? 2 : 4);
       const train::WireBytes before = train::unsharded_wire_bytes(model.layout(), ctx.world);
+      const double ex = (t.reduce_ms + t.gather_ms) / timed_steps, exposed = t.exposed_ms / timed_steps;
+      char hid[64] = "after the backward, with the optimiser's update";
+      if (o.grad_sync == "overlap") std::snprintf(hid, sizeof(hid), "%.0f%% hidden", ex > 0 ? 100 * (1 - exposed / ex) : 0.0);
       std::snprintf(b, sizeof(b),
-                    "train_gpt: exchange %.1f ms a step (gradients %.1f, weights %.1f; %s), of which %.1f ms exposed after the backward "
-                    "(%.0f%% hidden, the optimiser's tail included); %.0f MB a rank a step (%s gradients; an fp32 all-reduce with Muon's "
-                    "broadcast: %.0f MB)",
-                    (t.reduce_ms + t.gather_ms) / timed_steps, t.reduce_ms / timed_steps, t.gather_ms / timed_steps, o.grad_sync.c_str(),
-                    t.exposed_ms / timed_steps,
-                    t.reduce_ms + t.gather_ms > 0 ? 100 * (1 - t.exposed_ms / (t.reduce_ms + t.gather_ms)) : 0.0, wire.total() / 1e6,
+                    "train_gpt: exchange %.1f ms a step (gradients %.1f, weights %.1f; --grad-sync %s), %.1f ms exposed (%s); %.0f MB a "
+                    "rank a step (%s gradients; an fp32 all-reduce with Muon's broadcast: %.0f MB)",
+                    ex, t.reduce_ms / timed_steps, t.gather_ms / timed_steps, o.grad_sync.c_str(), exposed, hid, wire.total() / 1e6,
                     o.grad_exchange.c_str(), before.total() / 1e6);
       log.note(b);
     }

@@ -19,8 +19,9 @@ significant digits, so "equal" below means equal to the bit.
   weights and sequences; only the order of the mean's sum differs) and every later step is
   within 1% relative: the gradient sums are rounded in another order (fp32), after which bf16
   weights can differ by an ulp (2^-8 relative) and the runs drift apart slowly, as any two
-  orders do. --grad-sync end gives the overlap run's losses to the bit (a two-rank sum is one
-  addition, whatever the bucketing). A rank that is killed, crashes or hangs ends the whole job
+  orders do. --grad-sync overlap gives the default run's losses to the bit (a two-rank sum is one
+  addition, whatever the grouping), and so do two ranks started from a host file with NCCL on its
+  network transport (P2P and shared memory off, the loopback interface), as on two hosts. A rank that is killed, crashes or hangs ends the whole job
   within a bounded time with a message naming the rank.
 """
 import glob
@@ -195,9 +196,27 @@ if gpu_count() >= 2 and shutil.which("mpirun"):
     g2_final = [os.path.join(TMP, k, "ckpt_000020.bin") for k in ("ck_g2", "ck_g2r")]
     check("2 GPUs resumed: final checkpoint byte-identical to the uninterrupted run's",
           all(os.path.exists(f) for f in g2_final) and open(g2_final[0], "rb").read() == open(g2_final[1], "rb").read())
-    rc, oute, end = train("g2_end", "--steps", "20", "--val-every", "10", "--seed", "11", "--grad-sync", "end", gpus=2)
-    check("2 GPUs: --grad-sync end gives the overlap run's losses to the bit", rc == 0 and end == two, oute[-1500:])
-    check("2 GPUs: the run reports the all-reduce time and the part hidden", "hidden" in out2, out2[-1500:])
+    rc, oute, ovl = train("g2_overlap", "--steps", "20", "--val-every", "10", "--seed", "11", "--grad-sync", "overlap", gpus=2)
+    check("2 GPUs: --grad-sync overlap gives the default (end) run's losses to the bit", rc == 0 and ovl == two, oute[-1500:])
+    # NCCL over its network transport (no NVLink or shared memory between the ranks), the ranks
+    # started from a host file as on several hosts: the same losses as the ordinary run
+    hosts = os.path.join(TMP, "hosts")
+    with open(hosts, "w") as f:
+        f.write("localhost slots=2\n")
+    net = ["--hostfile", hosts, "-x", "NCCL_P2P_DISABLE=1", "-x", "NCCL_SHM_DISABLE=1", "-x", "NCCL_SOCKET_IFNAME=lo"]
+    log = os.path.join(TMP, "g2_net.txt")
+    r = subprocess.run(["mpirun", "-np", "2"] + net + [TRAINER] + BASE + ["--steps", "20", "--val-every", "10", "--seed", "11",
+                       "--log-file", log], capture_output=True, text=True, timeout=600, env=MPI_ENV)
+    net_losses = {}
+    if os.path.exists(log.replace(".txt", ".jsonl")):
+        for line in open(log.replace(".txt", ".jsonl")):
+            e = json.loads(line)
+            if e.get("event") in ("step", "val"):
+                tl, vl = net_losses.get(e["step"], (None, None))
+                net_losses[e["step"]] = (e.get("train_loss", tl), e.get("val_loss", vl))
+    check("2 ranks from a host file over NCCL's network transport: the ordinary 2-GPU run's losses to the bit",
+          r.returncode == 0 and net_losses == two, (r.stdout + r.stderr)[-1500:])
+    check("2 GPUs: the run reports the exchange, its exposed part and its bytes", "exposed" in out2 and "MB a rank a step" in out2, out2[-1500:])
 
     # faults: every case must end the job, non-zero, naming the rank, well within the limit
     for kind, flags, want in [

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""The step of train_gpt on N GPUs, predicted from a one-GPU run and the measured bandwidth of the
+collectives, checked against measured N-GPU runs, and forecast for more GPUs and hosts.
+
+    python3 scripts/scaling_model.py --one RUN_1GPU.jsonl --bandwidth BW.json [BW.json ...]
+                                     [--check RUN_NGPU.jsonl ...] [--gpus-per-host 8] [--links 400,100]
+
+--one: the JSON-lines log of a one-GPU run (--grad-sync end, the default): its median step and the
+optimiser's time, whose sum is what the model takes from it. --bandwidth: bench/collective_bandwidth.py's
+JSON, one file for each rank count measured; the largest count measured stands for more GPUs of one host.
+
+The model, for the default exchange (after the backward: train/optimizer.cuh, train/shard_plan.h):
+    step(N) = (step(1) - opt(1)) / N + opt(1) / N + exchange(N)
+  - the forward and backward divide by N: each rank runs 8 / N of the 8 micro-steps;
+  - the optimiser divides by N: each rank updates a 1/N share (its part that runs beside the
+    exchange is not subtracted: a bound on the exposed time);
+  - exchange(N) = each rank's bus bytes over the bus bandwidth: a reduce-scatter of the fp32
+    gradients (4 bytes a parameter, 2 with --grad-exchange bf16) and an all-gather of the bf16
+    weights (2 bytes), (N - 1) / N of each on every rank.
+Across H hosts the collectives' bus bandwidth is the slower of NVLink's and the network's: a link
+of L Gb/s a GPU carries about 0.9 L / 8 GB/s (NCCL's rings cross it once a GPU). With
+--grad-sync overlap an exchange of W ms may hide behind the last micro-step's backward, about two
+thirds of a micro-step; the forecast gives that bound too (contention for the GPU's SMs aside,
+which on one host made overlap slower than the default).
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tool_errors import ToolError, regular_file, run  # noqa: E402
+
+LINK_EFFICIENCY = 0.9  # the share of a network link NCCL's collectives reach
+
+
+def read_run(path):
+    """(config, summary) of a train_gpt JSON-lines log."""
+    regular_file(path, "log")
+    config = summary = None
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for n, line in enumerate(f, 1):
+            if len(line) > 1_000_000:
+                raise ToolError(f"{path}:{n}: a line longer than 1 MB: not a train_gpt log")
+            try:
+                e = json.loads(line)
+            except (json.JSONDecodeError, RecursionError):
+                raise ToolError(f"{path}:{n}: not JSON: not a train_gpt JSON-lines log")
+            if not isinstance(e, dict):
+                continue
+            if e.get("event") == "config":
+                config = e
+            elif e.get("event") == "summary":
+                summary = e
+    if config is None or summary is None:
+        raise ToolError(f"{path}: no configuration or no summary event: a train_gpt run that finished its timed steps is needed")
+    for k in ("median_step_ms", "optimizer_ms"):
+        if not isinstance(summary.get(k), (int, float)) or not summary[k] >= 0:
+            raise ToolError(f"{path}: the summary has no {k} (a log of an older train_gpt?)")
+    return config, summary
+
+
+def parameters(config):
+    """The parameter count of the run's model (model/config.cpp's layout, gaps aside)."""
+    try:
+        V, C, L, F = (int(config[k]) for k in ("vocab", "width", "layers", "hidden"))
+    except (KeyError, TypeError, ValueError):
+        raise ToolError("the log's configuration lacks vocab, width, layers or hidden")
+    return V * C * (1 + L // 2) + L * (4 * C * C + 2 * C * F + 4) + L // 2 + C * V
+
+
+def read_bandwidth(path):
+    regular_file(path, "bandwidth file")
+    try:
+        with open(path) as f:
+            d = json.load(f)
+        ranks = int(d["ranks"])
+        bw = {r["op"].split()[0]: float(r["busbw_GBs"]) for r in d["results"]}
+        return ranks, bw["reduce-scatter"], bw["all-gather"]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
+        raise ToolError(f"{path}: not bench/collective_bandwidth.py's JSON ({e.__class__.__name__})")
+
+
+def main():
+    p = argparse.ArgumentParser(prog="scaling_model", description=__doc__.split("\n\n")[0])
+    p.add_argument("--one", required=True, help="a one-GPU run's JSON-lines log")
+    p.add_argument("--bandwidth", required=True, nargs="+", help="bench/collective_bandwidth.py's JSON, one a rank count")
+    p.add_argument("--check", nargs="*", default=[], help="N-GPU runs' JSON-lines logs to compare with the prediction")
+    p.add_argument("--gpus-per-host", type=int, default=8)
+    p.add_argument("--links", default="400,100", help="network link speeds to forecast, Gb/s a GPU, comma-separated")
+    p.add_argument("--tolerance", type=float, default=0.03, help="largest relative error of a --check run (exit 1 beyond it)")
+    a = p.parse_args()
+    if not 1 <= a.gpus_per_host <= 64:
+        p.error("--gpus-per-host must be between 1 and 64")
+    if not 0 < a.tolerance < 1:
+        p.error("--tolerance must be between 0 and 1")
+    try:
+        links = [float(x) for x in a.links.split(",") if x.strip()]
+    except ValueError:
+        p.error(f"--links: want numbers separated by commas, got {a.links!r}")
+    if not links or not all(0 < x <= 1e5 for x in links):
+        p.error("--links: each speed must be above 0 and at most 100000 Gb/s")
+
+    config, one = read_run(a.one)
+    if int(config.get("world_size", 1)) != 1:
+        raise ToolError(f"{a.one}: a run on {config.get('world_size')} GPUs; --one takes a one-GPU run")
+    P = parameters(config)
+    step1, opt1 = float(one["median_step_ms"]), float(one["optimizer_ms"])
+    compute1 = step1 - opt1
+    bws = sorted(read_bandwidth(f) for f in a.bandwidth)
+    if len({b[0] for b in bws}) != len(bws):
+        raise ToolError("two --bandwidth files of the same rank count")
+
+    def bus(n, link=None, hosts=1):
+        measured = [b for b in bws if b[0] <= n] or bws[:1]
+        _, rs, ag = measured[-1]
+        if hosts > 1 and link is not None:
+            net = LINK_EFFICIENCY * link / 8
+            rs, ag = min(rs, net), min(ag, net)
+        return rs, ag
+
+    def predict(n, grad_bytes=4, link=None, hosts=1):
+        if n == 1:
+            return step1, 0.0
+        rs, ag = bus(n, link, hosts)
+        f = (n - 1) / n
+        exchange = f * P * grad_bytes / 1e9 / rs * 1e3 + f * P * 2 / 1e9 / ag * 1e3
+        return compute1 / n + opt1 / n + exchange, exchange
+
+    print(f"one GPU ({os.path.basename(a.one)}): step {step1:.1f} ms, optimiser {opt1:.1f} ms, {P / 1e6:.0f}M parameters")
+    for n, rs, ag in bws:
+        print(f"bus bandwidth on {n} GPUs: reduce-scatter {rs:.0f} GB/s, all-gather {ag:.0f} GB/s")
+    worst = 0.0
+    if a.check:
+        print(f"\n{'run':<28} {'GPUs':>4} {'measured ms':>12} {'predicted ms':>13} {'error':>7} {'scaling':>8}")
+    for path in a.check:
+        c, s = read_run(path)
+        n = int(c.get("world_size", 1))
+        if c.get("grad_sync", "end") != "end" or c.get("grad_exchange", "fp32") != "fp32":
+            raise ToolError(f"{path}: the model is of the default exchange (--grad-sync end, fp32 gradients)")
+        got = float(s["median_step_ms"])
+        want, _ = predict(n)
+        err = (want - got) / got
+        worst = max(worst, abs(err))
+        print(f"{os.path.basename(path):<28} {n:>4} {got:>12.1f} {want:>13.1f} {100 * err:>6.1f}% {step1 / got:>7.2f}x")
+    print("\nforecast (default exchange; with --grad-exchange bf16; and --grad-sync overlap at best):")
+    print(f"{'machine':<32} {'step ms':>8} {'scaling':>8} {'bf16 ms':>8} {'overlap ms':>11}")
+    G = a.gpus_per_host
+    cases = [(f"{G} GPUs of one host", G, None, 1)] + [(f"2 x {G} GPUs, {x:g} Gb/s links", 2 * G, x, 2) for x in links]
+    for name, n, link, hosts in cases:
+        t, ex = predict(n, 4, link, hosts)
+        t16, _ = predict(n, 2, link, hosts)
+        window = compute1 / 8 * 2 / 3  # the last micro-step's backward
+        overlap = t - min(ex, window) + 0.1 * ex
+        print(f"{name:<32} {t:>8.1f} {step1 / t:>7.2f}x {t16:>8.1f} {overlap:>11.1f}")
+    if a.check and worst > a.tolerance:
+        print(f"\nscaling_model: a prediction is off by {100 * worst:.1f}%, more than --tolerance {100 * a.tolerance:.0f}%")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    run(main, "scaling_model")

@@ -1,7 +1,7 @@
 """The repository's results stay in one place, and its comments carry no dated figures:
 
-  - bench/RESULTS.md (the current figures) is at most 200 lines, and every results/ path it names
-    exists;
+  - bench/RESULTS.md (the current figures) is at most 200 lines, every results/ path it names
+    exists, and every "(bench/RESULTS.md, SECTION)" a source cites names one of its sections;
   - docs/ holds prose only (no sub-folder, no run record);
   - no file names the folders results/ replaced (docs/runs, docs/mask_ablation, ...);
   - no tracked raw log (.txt, .jsonl, .log, .out, .csv, .tsv, or a dated run record) lives outside
@@ -71,6 +71,24 @@ check("bench/RESULTS.md has at most 200 lines", n_lines <= 200, f"{n_lines} line
 missing = sorted({p.rstrip(".,);:") for p in re.findall(r"results/[\w./-]+", results_md)
                   if not os.path.exists(os.path.join(ROOT, p.rstrip(".,);:")))})
 check("every results/ path in bench/RESULTS.md exists", not missing, "\n".join(missing))
+
+# every "bench/RESULTS.md, SECTION" a source file cites names a section of the page
+headings = [h.strip() for h in re.findall(r"^#{2,3} (.+)$", results_md, re.M)]
+cited, unknown = 0, []
+for f in files:
+    if not f.endswith((".cu", ".cuh", ".h", ".cpp", ".py", ".sh")) or f == "tests/test_layout.py":
+        continue
+    try:
+        text = read(f)
+    except (UnicodeDecodeError, FileNotFoundError):
+        continue
+    flat = re.sub(r"\n\s*(//|#)?\s*", " ", text)  # comment lines joined
+    for m in re.finditer(r"bench/RESULTS\.md, ([^)]+)\)", flat):
+        cited += 1
+        if not any(m.group(1).strip().startswith(h) for h in headings):
+            unknown.append(f"{f}: {m.group(1).strip()[:80]}")
+check("the sources cite RESULTS.md sections", cited >= 10, str(cited))
+check("every RESULTS.md section a source cites exists", not unknown, "\n".join(unknown))
 
 # --- docs/ is prose
 in_docs = [f for f in files if f.startswith("docs/")]

@@ -3,7 +3,7 @@
 # RUNS seeds of each, the same data, schedules and validation, logs named VARIANT_g1_rI.txt
 # (run I uses seed SEED0 + I in every variant) for scripts/ab_report.py:
 #   LOG_DIR=logs/learn bash ablations/learning_compare.sh
-#   python3 scripts/ab_report.py --logs-dir logs/learn --out docs/learning_gap/repeating
+#   python3 scripts/ab_report.py --logs-dir logs/learn --out results/learning_gap/repeating
 # Runs share the GPU, PARALLEL at a time (an H200 holds three of them): this measures learning
 # only, never step times. A run whose log reaches its final validation is kept, so the same
 # command resumes an interrupted comparison; a partial log is moved into LOG_DIR/incomplete/.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The mask ablation, as committed in docs/mask_ablation/: q - kv < W (uni) against
+# The mask ablation, as committed in results/mask_ablation/: q - kv < W (uni) against
 # |q - kv| < W (bi), RUNS runs each (seeds 1000...), on 1 and 2 GPUs, with causal on (the
 # speedrun's setting); then one pair with causal off on 1 GPU, where the two masks differ.
 # Shortened schedule on the offline corpus: the default preset (4 layers, width 256, 2 heads of
@@ -7,7 +7,7 @@
 # on) for STEPS steps (default 200), validation every 50 steps on 65536 GCIDE tokens.
 #   TRAIN=... VAL=... (shard patterns)  GPUS=1,2  RUNS=5  STEPS=200  CAMPAIGN=logs/mask
 #   bash ablations/mask_ablation.sh && python3 scripts/ab_report.py --logs-dir logs/mask/causal ...
-# At the speedrun's size (docs/mask_ablation/speedrun/): PRESET=speedrun, with VAL_EVERY and
+# At the speedrun's size (results/mask_ablation/speedrun/): PRESET=speedrun, with VAL_EVERY and
 # VAL_TOKENS given, and NONCAUSAL=0 to skip the causal-off pair:
 #   PRESET=speedrun STEPS=20 VAL_EVERY=10 VAL_TOKENS=655360 GPUS=1 NONCAUSAL=0 CAMPAIGN=logs/mask_speedrun \
 #     bash ablations/mask_ablation.sh

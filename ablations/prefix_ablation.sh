@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prefix-LM ablation, as committed in docs/prefix_ablation/: causal attention against
+# The prefix-LM ablation, as committed in results/prefix_ablation/: causal attention against
 # prefix-LM (the first P tokens of each document see each other both ways), both with the
 # record's window schedule, both scored on the same targets (the predictions whose target lies in
 # a prefix are dropped in both: --prefix-attention 0 keeps the causal attention with the
@@ -7,7 +7,7 @@
 # Shortened schedule on the offline corpus: the default preset for STEPS steps (default 200),
 # validation every 50 steps on 65536 GCIDE tokens.
 #   TRAIN=... VAL=... (shard patterns)  PREFIX=32  RUNS=5  STEPS=200  CAMPAIGN=logs/prefix
-#   bash ablations/prefix_ablation.sh && python3 scripts/ab_report.py --logs-dir logs/prefix --out docs/prefix_ablation
+#   bash ablations/prefix_ablation.sh && python3 scripts/ab_report.py --logs-dir logs/prefix --out results/prefix_ablation
 set -eu -o pipefail
 set -f  # the patterns go to train_gpt as they are
 TRAIN=${TRAIN:-data/gcide/gcide_train_*.bin}

@@ -2,8 +2,9 @@
 # Prefix-LM masks against the same masks without the prefix, per useful FLOP, on one GPU.
 # Each pair is measured by itself: one bench_attention run per mask, the two members of a pair
 # back to back and in the opposite order every other round, so that neither member always runs
-# first, or right after an expensive mask (a hot GPU clocks lower: in the table mode the same mask
-# has read 11% slower right after dense causal). Head dims 128 (6 heads) and 64 (12 heads).
+# first, or right after an expensive mask (a hot GPU clocks lower, so in the table mode a mask
+# reads slower right after dense causal than the same mask elsewhere). Head dims 128 (6 heads)
+# and 64 (12 heads).
 # Then ablations/mask_pairs.py's table (mean, spread, ratio and Welch's p per pair) and each mask's
 # tile geometry (bench_attention --geometry), which says how much of a gap the tiles explain.
 #   bash ablations/prefix_parity.sh

@@ -17,11 +17,11 @@
 // K and V tiles stream through 3 shared buffers (one-warpgroup blocks: K and V each through 2
 // of their own, so that three blocks fit an SM), one tile ahead, loaded by the TMA (tma_tiles.cuh:
 // one thread issues a tile) and signalled by mbarriers (TmaPipe), so that the two warpgroups
-// drift apart instead of meeting at a block barrier every tile (measured: 10% faster); at head
-// dim 128 they take turns issuing their matmuls (turn_wait, below). Q is issued first, before
-// the walk is known (with documents the walk's bounds take dependent loads), and completes with
-// the first key tile. O leaves the same way: each warpgroup writes its rows over its part of the
-// Q tile, and the TMA stores them.
+// drift apart instead of meeting at a block barrier every tile; at head dim 128 they take turns
+// issuing their matmuls (turn_wait, below). Q is issued first, before the walk is known (with
+// documents the walk's bounds take dependent loads), and completes with the first key tile. O
+// leaves the same way: each warpgroup writes its rows over its part of the Q tile, and the TMA
+// stores them.
 #include <cmath>
 #include <tuple>
 
@@ -65,10 +65,10 @@ constexpr size_t fwd_sm90_smem() {
 // the other's matmuls instead of both meeting the tensor cores at once. Named barriers 2 + wg,
 // 256 threads: the waiting warpgroup syncs, the other arrives. Both walk the same tiles (the
 // walk is the block's), so their turns pair up: warpgroup 0 skips its first wait, warpgroup 1
-// its last pass. Measured on one H200 (forward, with against without, one run): dense causal
-// 10% faster, documents 6%, the speedrun's mask 3%, windows without documents within 1% (either
-// way); at head dim 64 (dense, 128 x 128 tiles) 9% slower, where the matmuls are short beside
-// the softmax, so it is off there.
+// its last pass. It speeds up dense causal, documents and the speedrun's mask at head dim 128
+// and leaves windows without documents even; at head dim 64 (dense, 128 x 128 tiles), where the
+// matmuls are short beside the softmax, it is slower, so it is off there (bench/RESULTS.md,
+// Attention tiles).
 __device__ __forceinline__ void turn_wait(int wg) {
   if (wg == 0) asm volatile("bar.sync 2, 256;\n" ::: "memory");
   else asm volatile("bar.sync 3, 256;\n" ::: "memory");

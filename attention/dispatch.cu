@@ -2,7 +2,8 @@
 // family is chosen, from the device's compute capability and the KernelChoice (attention.h).
 //   forward:  sm90 (wgmma) on Hopper when the binary holds its code, else sm80 (mma.sync)
 //   backward: the pre-pass (bwd_preprocess.cu), then the same family; on sm90 the fused kernel
-//             for D = 128 and two kernels for D = 64 (measured: bench/RESULTS.md)
+//             for D = 128 and two kernels for D = 64 (bench/RESULTS.md, Attention's backward at
+//             head dim 64)
 // A new architecture's kernels are one more family here and in kernels.h.
 #include <cstdint>
 
@@ -45,7 +46,7 @@ static Family family() {
 static bool sm90_fused(int D) {
   if (g_choice.sm90_backward == KernelChoice::Sm90Backward::kFused) return true;
   if (g_choice.sm90_backward == KernelChoice::Sm90Backward::kTwoKernels) return false;
-  return D == 128;  // D = 64: two kernels, 12-20% faster than the fused one (bench/RESULTS.md)
+  return D == 128;  // D = 64: two kernels, the faster there (bench/RESULTS.md, Attention's backward at head dim 64)
 }
 
 static bool sm90_small_backward(int D, const MaskDesc& mask) {

@@ -20,9 +20,9 @@
 //     writing; every NVIDIA GPU so far launches that way, the GPU tests run this kernel on every
 //     mask, and should it ever not hold, the wait in dq_order.cuh traps after 20 s with an error
 //     rather than hanging. (A ticket taken from a counter at the start of each block removes
-//     the assumption; measured on H200 it cost up to 7% of the backward on short walks, one
-//     barrier and one atomic round trip a block, so it is not used.) tests/test_attention_cpu.cpp
-//     checks the contract on random masks.
+//     the assumption, but costs every block one barrier and one atomic round trip, which show
+//     on short walks, so it is not used.) tests/test_attention_cpu.cpp checks the contract on
+//     random masks.
 #pragma once
 #include "attention/mask.h"
 
@@ -32,17 +32,13 @@ namespace attn {
 // block an SM. At head dim 64 on a mask with a window or documents, where walks are short, a
 // block of one warpgroup owns kF90SmallOwn queries and walks key tiles of kF90SmallWalk, three
 // blocks an SM, so that one block's start and end (loads before its first tile, the output
-// after its last) overlap the others' loops. Measured on one H200 (forward), first with key
-// tiles of 64 and two blocks an SM, against 128 x 128: D = 64 with documents and window 512 22%
-// faster, window 1024 3%, bidirectional window 512 4%, dense causal 16% slower; D = 128 slower
-// or even on every mask (dense 26%, window 1024 17% slower); four such blocks an SM instead of
-// two: 3-6% faster again. Then key tiles of 128 (three blocks an SM fit) against 64 on seven
-// head-dim-64 masks: window 1024 and non-causal bi 512 7% faster, the masks with documents
-// 1-3%, window 512 even; 128 queries over key tiles of 64 (two blocks an SM) 7-13% slower.
+// after its last) overlap the others' loops. Those small blocks are faster at head dim 64 with
+// a window or documents and slower on dense causal and at head dim 128, which keep 128 x 128;
+// key tiles of 128 beat 64 for them (bench/RESULTS.md, Attention tiles).
 // At head dim 64 without a window or documents, a block of three warpgroups owns kF90WideOwn
-// queries (key tiles of kF90Walk; 158 registers a thread fit 384 threads): on one H200, dense
-// causal (T = 16384, 16 heads) 1.32 ms against 1.41 for 128 queries (6% faster) and 1.67 for
-// 64 x 64; on the masks with a window or documents 192 queries stayed 3-24% slower than 64.
+// queries (key tiles of kF90Walk; 158 registers a thread fit 384 threads), so that each K and V
+// tile serves 192 queries: faster there than 128 or 64 queries a block, and slower than 64 on
+// the masks with a window or documents (bench/RESULTS.md, Attention tiles).
 constexpr int kF90Own = 128, kF90Walk = 128, kF90SmallOwn = 64, kF90SmallWalk = 128, kF90WideOwn = 192;
 inline bool fwd_small_tiles(int D, const MaskDesc& m) { return D == 64 && (m.window > 0 || m.doc_ids != nullptr); }
 // The forward block's shape: the queries it owns and the key tiles it walks.
@@ -56,19 +52,17 @@ inline FwdShape fwd_shape(int D, const MaskDesc& m) {
 // The sm90 backward's tiles: a block owns kB90Own keys (64 a warpgroup) and walks query tiles of
 // kB90Walk rows. The two-kernel backward (the default at head dim 64) takes blocks of
 // kB90SmallOwn keys (dK/dV) or queries (dQ) there on masks with a window or documents (the
-// forward's rule): one warpgroup. Measured on one H200 (forward + backward, 64 against 128 in
-// one run, two blocks an SM): with documents 4.7-5.5% faster (window 1024, 2048, 8 blocks,
-// none), window 512 4%, window 1024 and non-causal bidirectional 512 even, dense causal 6%
-// slower. Three blocks an SM since (three tile buffers, bwd_common_sm90.cuh bwd_stages; 168
-// registers for dK/dV as below): the backward 12-15% faster on those masks than with two.
+// forward's rule): one warpgroup, three blocks an SM (three tile buffers, bwd_common_sm90.cuh
+// bwd_stages; 168 registers for dK/dV as below). Against blocks of 128 they are faster with
+// documents or a short window, as fast on window 1024 and slower on dense causal; and three
+// such blocks an SM are faster than two (bench/RESULTS.md, Attention tiles).
 // Without a window or documents, at head dim 64 both kernels' blocks own kB90Own keys or queries
 // (two warpgroups, up to 255 registers a thread) and walk tiles of kB90WideWalk: the dQ kernel
 // key tiles of 128 (S, dP 64 registers each), the dK/dV kernel query tiles of 128, waiting for
-// each tile's dV, dK updates in its own step (bwd_key_owner_sm90.cuh SERIAL). Measured on one
-// H200 against the blocks before (three warpgroups owning 192 and walking tiles of 64, 168
-// registers), the backward (docs/runs/2026-11-25_attention_bwd_d64_tiles128_h200.txt): the dQ
-// kernel alone -2 to -5%, then both: dense causal at T = 16384 x 16 heads -6%, x 6 heads -11%,
-// 32768 x 8 heads -2%, non-causal 8192 x 16 -5%.
+// each tile's dV, dK updates in its own step (bwd_key_owner_sm90.cuh SERIAL). Each 64-row step's
+// chain bounds these kernels, and tiles of 128 halve the steps: faster than the blocks before
+// them, three warpgroups owning 192 and walking tiles of 64 at 168 registers (bench/RESULTS.md,
+// Attention tiles).
 constexpr int kB90Own = 128, kB90Walk = 64, kB90SmallOwn = 64, kB90WideWalk = 128;
 inline bool bwd_small_tiles(int D, const MaskDesc& m) { return fwd_small_tiles(D, m); }
 // The keys a block of the default backward owns (the dK/dV kernel's and the fused kernel's blocks).
@@ -94,16 +88,16 @@ __device__ __forceinline__ unsigned query_tile_longest_first(int n_tiles) { retu
 // longest first with the increasing order their walks do not wait for each other, and the grid
 // ends on short walks (the same model: 1.2%). Giving more heads that order starts their blocks
 // together on the same tiles, one waiting for the next (the model: 5.5% with the last two; an
-// earlier try with every head so measured 24% slower). Measured on one H200 against the
-// decreasing order, the backward of dense causal at D = 128: T = 16384 with 16 heads -3.3%, with
-// 6 heads -9%, T = 32768 with 8 heads -1.7%, T = 65536 with 6 heads -1.9% (the model: -5.7,
-// -14, -5.8, -3.9%; it leaves out the clock, which rises as SMs fall idle at the end).
+// earlier try with every head in that order was slower still). Measured against the decreasing
+// order, the backward of dense causal at D = 128 gains less than the model predicts, since the
+// model leaves out the clock, which rises as SMs fall idle at the end (bench/RESULTS.md,
+// Attention block order).
 // Heads fastest, the H blocks of one key block run side by side, so what they read per key
 // rather than per head (the rotary angles of k's norm backward in dK's store) comes from DRAM
 // once and from L2 for the others; that is the order on masks with a window or documents, whose
 // walks are short (bwd_heads_fastest). Without, the blocks of one head side by side share its Q
-// and dO in L2: dense causal (T = 16384, 16 heads, D = 128) took 10.8 ms forward + backward
-// heads fastest against 8.65 (one H200).
+// and dO in L2, which heads fastest loses on dense causal (bench/RESULTS.md, Attention block
+// order).
 inline bool bwd_heads_fastest(const MaskDesc& m) { return m.window > 0 || m.doc_ids != nullptr; }
 struct KeyBlock {
   int kb, h;

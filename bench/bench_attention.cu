@@ -3,8 +3,8 @@
 //   bench_attention [OUT.json] [--T 65536] [--heads 6] [--head-dim 128]
 //                   [--causal 1] [--window W] [--window-mask uni|bi] [--window-granularity token|block]
 //                   [--docs 0|1] [--prefix P] [--name NAME] [--no-doc-spans]
-// With no mask flag it runs the table of masks in bench/RESULTS.md at the given shape (by
-// default the speedrun's: T = 65536, 6 heads of 128); with any mask flag, that one mask.
+// With no mask flag it runs its table of masks (table() below) at the given shape (by default
+// the speedrun's: T = 65536, 6 heads of 128); with any mask flag, that one mask.
 // Inputs are random (bench/fill.cuh, unit variance). Times with CUDA events (3 warm-up calls,
 // median of 20, three input sets rotated so that L2 does not hold the inputs), and reports
 // useful TFLOP/s counting only kept pairs (mask.h kept_pairs): forward 4 D pairs H, backward

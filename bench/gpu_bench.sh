@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The benchmarks, on any machine with an NVIDIA GPU: builds, then runs the parts asked for and
 # prints a short summary last; every log goes to a new folder.
-#   attention  build/bench/bench_attention (every mask of the table in bench/RESULTS.md at the
-#              speedrun's shape, 6 heads of 128, and at the same width in 12 heads of 64) and,
+#   attention  build/bench/bench_attention (every mask of its table at the speedrun's shape,
+#              6 heads of 128, and at the same width in 12 heads of 64) and,
 #              where PyTorch is installed, bench/compare_flex.py on the same GPU right after it:
 #              FlexAttention and cuDNN on the same shapes and masks
 #   step       the training step at the speedrun's size on one GPU, window fixed at 8 blocks,

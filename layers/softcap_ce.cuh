@@ -16,12 +16,12 @@
 // block of 1024 threads a row, two blocks an SM. Where the row fits (2V bytes, two an SM: V up to
 // about 56000 on Hopper) each thread first copies its 16-byte chunks of z into shared memory with
 // cp.async, all of them in flight at once without holding registers, and g stays there; HBM
-// sees one read of z and one write of dz, at its bandwidth (one 16384 x 50304 chunk on one H200:
-// 0.783 ms, 4.2 TB/s). Otherwise g goes where dz goes and pass 2 reads it back from L2 (the 2 x
-// 132 rows in flight, 26 MB, stay there): 1.033 ms, with one load of 16 bytes in flight a thread
-// (32 registers, 2048 threads an SM). (Before both, the kernel recomputed e, r and q in its second
-// pass from a second read of z, which missed L2 with four rows of 512 threads an SM: 1.24 ms,
-// bound by HBM and the special-function unit at once.) 16-byte accesses when V % 8 == 0.
+// sees one read of z and one write of dz, at its bandwidth. Otherwise g goes where dz goes and
+// pass 2 reads it back from L2 (the 2 x 132 rows in flight, 26 MB, stay there), with one load of
+// 16 bytes in flight a thread (32 registers, 2048 threads an SM). (Before both, the kernel
+// recomputed e, r and q in its second pass from a second read of z, which missed L2 with four
+// rows of 512 threads an SM, bound by HBM and the special-function unit at once; the three
+// measured: bench/RESULTS.md, The cross-entropy pass.) 16-byte accesses when V % 8 == 0.
 // A target of kIgnoreTarget (-1) is a prediction left out of the loss (prefix-LM: a target the
 // position can see): its loss is 0 and its dz row 0. Other targets outside [0, V) are reported
 // through bad_target (set to 1), not read; their row's loss is NaN and its dz is left as it was.

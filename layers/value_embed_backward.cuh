@@ -27,9 +27,8 @@ constexpr int kVebThreads = 96;  // a block: 8 columns a thread, C = 768 in one 
 // The chain a block waits through is its index entries, then the table row, the gradient row
 // and the first position's dv and v_lin, which are all loaded at once (the gradient row is read
 // before the positions' loop, not after it), then the store. Registers capped at 56 (12 blocks
-// an SM, the positions' loop not unrolled): on one H200, 65536 positions of uniform tokens, C =
-// 768, 0.200 ms against 0.212 for the unprefetched kernel at 64 registers (10 blocks an SM);
-// unrolling the loop or capping at 40 registers (spills) made it slower.
+// an SM, the positions' loop not unrolled): faster than the unprefetched kernel at 64 registers
+// (10 blocks an SM); unrolling the loop or capping at 40 registers (spills) made it slower.
 __global__ void __launch_bounds__(kVebThreads, 12)
     value_embed_backward_chunk_kernel(bf16* __restrict__ dv, const bf16* __restrict__ v_lin, const bf16* __restrict__ table,
                                       TokenIndexView ix, float* __restrict__ dtable, int C, const float* __restrict__ c,

@@ -45,9 +45,9 @@ const Tensor& Layout::t(const std::string& name) const {
 
 // The random values come in chunks of kInitChunk values, each from its own generator seeded by
 // (seed, tensor index, chunk index), so that they are the same whatever the number of threads
-// that fill them (OpenMP). 394M values at the speedrun's size, 2 cores: 9.5-15 s from one
-// sequential generator (std::mt19937_64, most of the trainer's start-up), 4.3-6.1 s this way,
-// 1.7-4.8 s of which is the first touch of the vector's 3.2 GB.
+// that fill them (OpenMP). At the speedrun's size (394M values) one sequential generator
+// (std::mt19937_64) was most of the trainer's start-up; this way the cores share the work, and
+// much of what is left is the first touch of the vector's 3.2 GB.
 namespace {
 constexpr size_t kInitChunk = size_t(1) << 16;
 

@@ -7,7 +7,7 @@ markdown table and two PNG plots (validation loss with a +-1 std band; step-time
 Works for any flag: a variant is just a name. --loss-only leaves the times out, for runs that
 shared a GPU.
 
-    python3 scripts/ab_report.py --logs-dir logs/mask --out docs/mask_ablation
+    python3 scripts/ab_report.py --logs-dir logs/mask/causal --out results/mask_ablation/causal
         (logs named VARIANT_gN_rI.txt, as scripts/ab_run.py writes them)
     python3 scripts/ab_report.py --group 'uni@8=logs/a/*.txt' --group 'bi@8=logs/b/*.txt' --out DIR
 """

@@ -48,6 +48,7 @@ run ablation-tools "$PYTHON" tests/test_ablation_tools.py
 run schedule-model "$PYTHON" tests/test_schedule_model.py
 run torch-peer "$PYTHON" tests/test_torch_peer.py ./train_gpt
 run standalone "$PYTHON" tests/test_standalone.py
+run layout "$PYTHON" tests/test_layout.py
 run hostile "$PYTHON" tests/test_hostile.py "$BUILD"
 echo "tests: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -5,7 +5,7 @@
   - whole short runs of the tiny shape, compiled, in both numerics, beside train_gpt's tiny preset
     on the same shards: step 0 reads ln(50304) (the head starts at zero), the loss falls, and the
     final validation loss is within 0.1 of train_gpt's (different initial draws: a check against
-    gross defects; the learning comparison at the speedrun's size is docs/learning_gap.md's).
+    gross defects; the learning comparison at the speedrun's size is in results/learning_gap/).
 
     python3 tests/test_torch_peer_gpu.py TRAIN_GLOB VAL_GLOB TRAIN_GPT
 """

@@ -10,7 +10,9 @@ of scripts/synthetic_shards.py:
     under torchrun's variables too: a rank count that does not divide the batch, bad variables,
     and on the ranks but 0 no message at all (rank 0 gives it);
   - synthetic shards: the format, the manifest (train_gpt --check-data reads them), the document
-    lengths, a refused non-empty folder.
+    lengths, a refused non-empty folder;
+  - peer/peer_compare.sh's variables refused out of range (exit 2, naming the variable), before
+    anything is built or written.
 
     python3 tests/test_torch_peer.py [TRAIN_GPT]
 """
@@ -322,5 +324,22 @@ with tempfile.TemporaryDirectory() as tmp:
     check("synthetic shards: the refused folder is untouched", len(os.listdir(out)) == 4)
     r = subprocess.run(SYNTH + [os.path.join(tmp, "x"), "--mean-doc", "0"], capture_output=True, text=True, timeout=60)
     check("synthetic shards: --mean-doc 0 refused", r.returncode == 2 and "--mean-doc" in r.stderr)
+
+    # --- peer_compare.sh: each variable in range, GPUS a list of counts dividing the batch of 8
+    compare = ["bash", os.path.join(root, "peer", "peer_compare.sh")]
+    never = os.path.join(tmp, "compare_logs")
+    for var, value, needle in (("GPUS", "3", "GPUS: 3 does not divide the batch of 8"), ("GPUS", "0", "GPUS must be from 1 to 8"),
+                               ("GPUS", "1,,2", "GPUS must be a whole number"), ("GPUS", "16", "GPUS must be from 1 to 8"),
+                               ("GPUS", "1,1", "GPUS: 1 is listed twice"), ("GPUS", "1,2,", "GPUS must be a whole number"),
+                               ("GPUS", "two", "GPUS must be a whole number"), ("STEPS", "11", "STEPS must be from 12"),
+                               ("STEPS", "100001", "STEPS must be from 12 to 100000"),
+                               ("RECORD_MS", "0", "RECORD_MS must be from 1 to 1000000"),
+                               ("RECORD_MS", "1.5", "RECORD_MS must be a whole number")):
+        env = dict(os.environ, LOG_DIR=never)
+        env[var] = value
+        r = subprocess.run(compare, capture_output=True, text=True, timeout=60, env=env)
+        check(f"peer_compare.sh {var}={value} refused (exit 2), naming it, nothing written",
+              r.returncode == 2 and needle in r.stderr and not os.path.exists(never) and len(r.stderr.strip().splitlines()) == 1,
+              f"rc {r.returncode}: {r.stderr[-300:]}")
 
 finish("torch-peer")

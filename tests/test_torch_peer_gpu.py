@@ -117,9 +117,10 @@ with tempfile.TemporaryDirectory() as tmp:
             # The same data, weights and schedule as on one GPU; what differs is the order in which
             # gradients are summed (the micro-steps on each rank, then DDP's all-reduce of its buckets)
             # and the compiled graph (split at DDP's buckets). Under the record's numerics the
-            # embeddings and scalars are bf16 parameters updated in bf16, so a last-bit difference
-            # in a gradient can move a weight by one bf16 step (2^-8 relative), and such differences
-            # grow from step to step: 2e-2 relative over the first 10 steps holds them with room,
+            # embeddings and scalars are bf16 parameters updated in bf16, their gradients averaged
+            # over the ranks in bf16 (DDP reduces in the gradient's type, as in the record), so a
+            # difference in a gradient can move a weight by one bf16 step (2^-8 relative), and such
+            # differences grow from step to step: 2e-2 relative over the first 10 steps is the room allowed them,
             # while a wrong gradient scale, a missing all-reduce or a skipped Muon update moves the
             # loss by far more within a few steps. (train_gpt's own 1-vs-2 GPU test, fp32 masters,
             # holds 1% over 20 steps.)

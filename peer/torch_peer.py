@@ -16,9 +16,19 @@ Numerics (--numerics):
   fp32    train_gpt's: every parameter and all optimiser state in fp32, cast to bf16 for use.
 Everything else is computed identically in both.
 
+Several GPUs, as the record's trainer runs on them: one process a GPU under torchrun,
+    torchrun --standalone --nproc_per_node 2 peer/torch_peer.py --log-file logs/peer_2gpu.txt
+The global batch stays --seqs-per-step sequences whatever the count N (which must divide it): each
+rank runs N-th of them as micro-steps, in train_gpt's order (README.md "Data order"), under DDP
+(gradients averaged over the ranks after the last micro-step); Muon's matrices are shared out over
+the ranks, each rank orthogonalising its own and the updates all-gathered, as the record's Muon
+does; validation is split round-robin and its loss summed over the ranks. Only rank 0 prints and
+writes the logs. A rank that fails prints its error, naming itself, and exits, which ends the job.
+Run without torchrun (or with one process) it is the one-GPU trainer, with no process group.
+
 The parts (all in this file, top to bottom): the shards and the data order, the block mask of a
-sequence, the model, Muon, the schedules, the training loop and its logs. It needs PyTorch 2.5 or
-newer with a CUDA GPU; train_gpt does not depend on it.
+sequence, the model, Muon, the schedules, the ranks, the training loop and its logs. It needs
+PyTorch 2.5 or newer with a CUDA GPU; train_gpt does not depend on it.
 """
 import argparse
 import glob
@@ -104,6 +114,19 @@ class TokenStream:
             self.tokens, self.loaded = read_shard(self.files[i], self.vocab), i
         start = (k - self.prefix[i]) * self.T
         return self.tokens[start:start + self.T + 1]
+
+
+def train_sequence(step, micro, rank, world, seqs_per_step):
+    """The training sequence of rank `rank` of `world` at micro-step `micro` of step `step` (0-based),
+    train_gpt's rule (data/dataloader.h): step s uses sequences seqs_per_step * s ... + seqs_per_step
+    - 1, whatever the world size; rank r at micro-step m takes seqs_per_step * s + m * world + r."""
+    return seqs_per_step * step + micro * world + rank
+
+
+def val_sequences(val_seqs, rank, world):
+    """The validation sequences a rank evaluates: the first val_seqs, round-robin (train_gpt's
+    data::val_sequences)."""
+    return range(rank, val_seqs, world)
 
 
 # ------------------------------------------------------------------------------ the mask
@@ -273,25 +296,92 @@ def newton_schulz(G, dtype="bfloat16"):
     return X.T if tall else X
 
 
+def muon_plan(numels, world):
+    """The record's share-out of Muon's matrices over `world` ranks, from their sizes (numel) in
+    parameter order: the matrices are grouped by size (groups in order of first appearance), the
+    i-th matrix of a group is orthogonalised on rank i % world, and a group's updates are exchanged
+    in rounds of `world` matrices (one all-gather each), round j holding the group's matrices
+    j * world ... j * world + world - 1. Returns [(numel, rounds)], each round a list of `world`
+    parameter indices, None where the group has run out (that rank sends zeros, unused); the
+    record asserted instead that each group divides evenly."""
+    groups = {}
+    for i, n in enumerate(numels):
+        groups.setdefault(n, []).append(i)
+    plan = []
+    for n, members in groups.items():
+        rounds = [members[b:b + world] for b in range(0, len(members), world)]
+        plan.append((n, [r + [None] * (world - len(r)) for r in rounds]))
+    return plan
+
+
+def muon_owned(plan, rank):
+    """The parameter indices that `rank` orthogonalises under `plan` (muon_plan's)."""
+    return [r[rank] for _, rounds in plan for r in rounds if r[rank] is not None]
+
+
 class Muon:
     """buf = m buf + (1 - m) g; u = (1 - m) g + m buf; W -= lr max(1, rows/cols)^0.5 NS(u) on the
-    [out][in] weight (rows/cols of nn.Linear's layout: 2 for the MLP's up-projection)."""
+    [out][in] weight (rows/cols of nn.Linear's layout: 2 for the MLP's up-projection).
+    With world > 1 (the process group up), as the record's Muon: each rank keeps the momentum of and
+    orthogonalises only its own matrices (muon_plan), the bf16 updates of each round are
+    all-gathered while the next round's are computed, and every rank applies every update, so the
+    weights stay identical on all ranks and equal, bit for bit, to what one rank would compute from
+    the same gradients."""
 
-    def __init__(self, params, orthogonalise):
+    def __init__(self, params, orthogonalise, rank=0, world=1):
         import torch
         self.params = list(params)
-        self.bufs = [torch.zeros_like(p) for p in self.params]
         self.ns = orthogonalise
+        self.rank, self.world = rank, world
+        if world == 1:
+            self.bufs = [torch.zeros_like(p) for p in self.params]
+            return
+        self.plan = muon_plan([p.numel() for p in self.params], world)
+        self.bufs = {i: torch.zeros_like(self.params[i]) for i in muon_owned(self.plan, rank)}
+        dev = self.params[0].device
+        self.gathered = {n: [torch.empty(n, device=dev, dtype=torch.bfloat16) for _ in range(world)] for n, _ in self.plan}
+        self.zeros = {n: torch.zeros(n, device=dev, dtype=torch.bfloat16) for n, _ in self.plan}
+
+    def orthogonalised(self, p, buf, momentum):
+        g = p.grad
+        buf.mul_(momentum).add_(g, alpha=1 - momentum)
+        u = g.mul(1 - momentum).add_(buf, alpha=momentum)
+        return self.ns(u)
+
+    @staticmethod
+    def scale(p):
+        return max(1.0, p.size(0) / p.size(1)) ** 0.5
 
     def step(self, lr, momentum):
         import torch
         with torch.no_grad():
-            for p, buf in zip(self.params, self.bufs):
-                g = p.grad
-                buf.mul_(momentum).add_(g, alpha=1 - momentum)
-                u = g.mul(1 - momentum).add_(buf, alpha=momentum)
-                scale = max(1.0, p.size(0) / p.size(1)) ** 0.5
-                p.add_(self.ns(u).to(p.dtype), alpha=-lr * scale)
+            if self.world == 1:
+                for p, buf in zip(self.params, self.bufs):
+                    p.add_(self.orthogonalised(p, buf, momentum).to(p.dtype), alpha=-lr * self.scale(p))
+                return
+            import torch.distributed as dist
+            pending = None
+
+            def apply(pending):
+                work, members, gathered = pending
+                work.wait()
+                for i, update in zip(members, gathered):
+                    if i is not None:
+                        p = self.params[i]
+                        p.add_(update.view_as(p).to(p.dtype), alpha=-lr * self.scale(p))
+
+            for n, rounds in self.plan:
+                for members in rounds:
+                    i = members[self.rank]
+                    if i is None:
+                        mine = self.zeros[n]
+                    else:
+                        mine = self.orthogonalised(self.params[i], self.bufs[i], momentum).flatten().to(torch.bfloat16)
+                    if pending:
+                        apply(pending)  # before the next all-gather reuses the buffers
+                    pending = (dist.all_gather(self.gathered[n], mine, async_op=True), members, self.gathered[n])
+            if pending:
+                apply(pending)
 
 
 # ------------------------------------------------------------------------------ schedules
@@ -317,11 +407,13 @@ def schedules(steps):
 # ------------------------------------------------------------------------------ logs
 class Log:
     """The record's step lines on stdout and in LOG, and JSON lines in LOG's .jsonl (train_gpt's
-    events: config, val, step, summary). Both files must be new."""
+    events: config, val, step, summary). Both files must be new. A quiet log (the ranks but 0)
+    neither prints nor writes."""
 
-    def __init__(self, path, run_id):
+    def __init__(self, path, run_id, quiet=False):
         self.txt = self.jsonl = None
-        if path:
+        self.quiet = quiet
+        if path and not quiet:
             side = self.refuse_existing(path)
             d = os.path.dirname(path)
             if d:
@@ -339,6 +431,8 @@ class Log:
         return side
 
     def line(self, text):
+        if self.quiet:
+            return
         print(text, flush=True)
         if self.txt:
             self.txt.write(text + "\n")
@@ -358,9 +452,48 @@ class Log:
         self.event(ev)
 
 
+# ------------------------------------------------------------------------------ the ranks
+class Ranks:
+    """This process's place in the job: rank, local_rank (its GPU on the host), world, local_world
+    (processes on this host), and up: whether the process group has been started."""
+
+    def __init__(self, rank=0, local_rank=0, world=1, local_world=1):
+        self.rank, self.local_rank, self.world, self.local_world = rank, local_rank, world, local_world
+        self.up = False
+
+
+def ranks_from_env(environ):
+    """torchrun's RANK, LOCAL_RANK, WORLD_SIZE and LOCAL_WORLD_SIZE; one process without WORLD_SIZE."""
+    if "WORLD_SIZE" not in environ:
+        return Ranks()
+    names = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+    got = {k: environ.get(k, environ["WORLD_SIZE"] if k == "LOCAL_WORLD_SIZE" else "") for k in names}
+    try:
+        rank, local_rank, world, local_world = (int(got[k]) for k in names)
+    except ValueError:
+        raise PeerError("RANK, LOCAL_RANK and WORLD_SIZE must be whole numbers (torchrun sets them): got "
+                        + ", ".join(f"{k}={got[k]!r}" for k in names[:3]))
+    if not (1 <= local_world <= world and 0 <= rank < world and 0 <= local_rank < local_world):
+        raise PeerError(f"RANK {rank}, LOCAL_RANK {local_rank}, WORLD_SIZE {world}, LOCAL_WORLD_SIZE {local_world}: "
+                        "not a rank of the job (torchrun sets them)")
+    return Ranks(rank, local_rank, world, local_world)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, silent on the ranks but 0 (each rank reads the same flags: one message is enough)."""
+
+    quiet = False
+
+    def error(self, message):
+        if self.quiet:
+            sys.exit(2)
+        super().error(message)
+
+
 # ------------------------------------------------------------------------------ training
-def parse_args(argv):
-    p = argparse.ArgumentParser(prog="torch_peer", description=__doc__.split("\n\n")[0])
+def parse_args(argv, world=1, quiet=False):
+    p = Parser(prog="torch_peer", description=__doc__.split("\n\n")[0])
+    p.quiet = quiet
     p.add_argument("--train-data", default="data/gcide/gcide_train_*.bin", help="glob of training shards")
     p.add_argument("--val-data", default="data/gcide/gcide_val_*.bin", help="glob of validation shards")
     p.add_argument("--vocab-size", type=int, default=50257, help="token ids must be below this")
@@ -380,6 +513,7 @@ def parse_args(argv):
     p.add_argument("--val-tokens", type=int, default=10485760)
     p.add_argument("--log-file", default="", help="the step lines (and JSON lines beside it); must not exist yet")
     p.add_argument("--compile", type=int, choices=[0, 1], default=1, help="1: torch.compile the model and Muon's iteration")
+    p.add_argument("--fault", default="", metavar="RANK:STEP", help="rank RANK fails at step STEP (from 1): the error path's test")
     a = p.parse_args(argv)
     for flag, v, lo in (("--layers", a.layers, 2), ("--width", a.width, 8), ("--heads", a.heads, 1), ("--hidden", a.hidden, 8),
                         ("--seq-len", a.seq_len, BLOCK), ("--seqs-per-step", a.seqs_per_step, 1), ("--steps", a.steps, 1),
@@ -397,11 +531,23 @@ def parse_args(argv):
         p.error(f"--vocab {a.vocab}: must hold --vocab-size {a.vocab_size}")
     if a.val_tokens < a.seq_len:
         p.error(f"--val-tokens {a.val_tokens}: less than one sequence of --seq-len {a.seq_len}")
+    if a.seqs_per_step % world:
+        ok = ", ".join(str(n) for n in range(1, a.seqs_per_step + 1) if a.seqs_per_step % n == 0)
+        p.error(f"--seqs-per-step {a.seqs_per_step}: the global batch of {a.seqs_per_step} sequences does not split over "
+                f"{world} GPUs (WORLD_SIZE); GPU counts that work: {ok}")
+    a.fault_at = None
+    if a.fault:
+        parts = a.fault.split(":")
+        if len(parts) != 2 or not all(x.isascii() and x.isdigit() for x in parts) or int(parts[0]) >= world or int(parts[1]) < 1:
+            p.error(f"--fault {a.fault}: want RANK:STEP, a rank below {world} and a step from 1")
+        a.fault_at = (int(parts[0]), int(parts[1]))
     return a
 
 
-def train(a):
-    # everything that needs no GPU is checked first: the shards, the log
+def train(a, ranks):
+    rank, world = ranks.rank, ranks.world
+    micro = a.seqs_per_step // world  # micro-steps of one sequence a rank runs each step
+    # everything that needs no GPU is checked first, the same on every rank: the shards, the log
     train_stream = TokenStream(a.train_data, "--train-data", a.seq_len, a.vocab_size, cycle=True)
     val_stream = TokenStream(a.val_data, "--val-data", a.seq_len, a.vocab_size, cycle=False)
     val_seqs = a.val_tokens // a.seq_len
@@ -409,6 +555,7 @@ def train(a):
         raise PeerError(f"--val-tokens {a.val_tokens}: {val_seqs} sequences asked, {a.val_data} holds {val_stream.prefix[-1]}")
     train_stream.sequence(0), val_stream.sequence(0)  # the first shards, read and checked whole
     Log.refuse_existing(a.log_file)
+    import contextlib
     try:
         import torch
         import torch.nn as nn
@@ -417,9 +564,21 @@ def train(a):
         raise PeerError(f"PyTorch is needed ({e}); train_gpt itself does not need it")
     if not torch.cuda.is_available():
         raise PeerError("no CUDA GPU visible to PyTorch")
-    dev = torch.device("cuda")
+    if world == 1:
+        dev = torch.device("cuda")
+    else:
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        if torch.cuda.device_count() < ranks.local_world:
+            raise PeerError(f"{ranks.local_world} processes on this host but {torch.cuda.device_count()} GPU(s) visible: "
+                            "one process a GPU")
+        dev = torch.device("cuda", ranks.local_rank)
+        torch.cuda.set_device(dev)
+        dist.init_process_group(backend="nccl", device_id=dev)
+        ranks.up = True
+        dist.barrier()  # every rank has checked that the log is new before rank 0 makes it
     run_id = hashlib.sha256(f"{time.time_ns()} {os.getpid()}".encode()).hexdigest()[:16]
-    log = Log(a.log_file, run_id)
+    log = Log(a.log_file, run_id, quiet=rank > 0)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch._dynamo.config.cache_size_limit = 64
 
@@ -433,18 +592,29 @@ def train(a):
     for g in groups:
         g["base_lr"] = g["lr"]
     adam = torch.optim.Adam(groups, betas=(0.8, 0.95), eps=1e-8, fused=True)
-    muon = Muon([p for b in model.blocks for p in b.matrices()], torch.compile(newton_schulz) if a.compile else newton_schulz)
-    fwd = torch.compile(model, fullgraph=True) if a.compile else model  # one graph, as the record's; a break is an error
+    muon = Muon([p for b in model.blocks for p in b.matrices()], torch.compile(newton_schulz) if a.compile else newton_schulz,
+                rank, world)
+    # one graph, as the record's; on one GPU a break is an error (under DDP the record's plain
+    # torch.compile: the model is the same, and the splits at the buckets are the backend's own)
+    fwd = torch.compile(model, fullgraph=world == 1) if a.compile else model
+    net = fwd
+    if world > 1:
+        # as the record: the compiled model inside DDP (whose default 25 MB buckets split the compiled
+        # graph, so that each bucket's all-reduce starts while the backward goes on), buffers not
+        # broadcast (the rotary tables are the same everywhere), gradients kept in the buckets.
+        # The constructor broadcasts rank 0's weights (all ranks drew the same from --seed).
+        net = DDP(fwd, device_ids=[ranks.local_rank], broadcast_buffers=False, gradient_as_bucket_view=True)
     lr_mult, momentum, window_sched = schedules(a.steps)
     n_params = sum(p.numel() for p in model.parameters())
     log.event({"event": "config", "trainer": "torch_peer", "run_id": run_id, "train_data": a.train_data, "val_data": a.val_data,
                "layers": a.layers, "width": a.width, "heads": a.heads, "hidden": a.hidden, "vocab": a.vocab, "seq_len": a.seq_len,
                "seqs_per_step": a.seqs_per_step, "steps": a.steps, "val_every": a.val_every, "val_tokens": a.val_tokens,
                "window_blocks": a.window_blocks, "window_mask": a.window_mask, "window_granularity": "block", "causal": 1,
-               "doc_mask": 1, "numerics": a.numerics, "seed": a.seed, "world_size": 1, "gpu": torch.cuda.get_device_name(),
+               "doc_mask": 1, "numerics": a.numerics, "seed": a.seed, "world_size": world, "gpu": torch.cuda.get_device_name(),
                "torch": torch.__version__, "compile": a.compile, "git_commit": os.environ.get("GIT_COMMIT", "")})
+    on = f", {world} GPUs ({micro} micro-steps of one sequence each)" if world > 1 else ""
     log.line(f"torch_peer: {torch.cuda.get_device_name()}, torch {torch.__version__}, {n_params} parameters, "
-             f"{a.steps} steps of {a.seq_len * a.seqs_per_step} tokens, numerics {a.numerics}")
+             f"{a.steps} steps of {a.seq_len * a.seqs_per_step} tokens, numerics {a.numerics}{on}")
 
     def batch(stream, k, window):
         seq = torch.from_numpy(stream.sequence(k).astype(np.int64)).to(dev, non_blocking=True)
@@ -457,8 +627,10 @@ def train(a):
     def validate(step, window):
         with torch.no_grad():
             total = torch.zeros((), device=dev)
-            for k in range(val_seqs):
+            for k in val_sequences(val_seqs, rank, world):
                 total += fwd(*batch(val_stream, k, window))
+        if world > 1:
+            dist.all_reduce(total)  # the sum over all ranks' sequences
         loss = (total / val_seqs).item()
         log.step(step, a.steps, train_ms, timed, val_loss=loss)
         if not math.isfinite(loss):
@@ -470,12 +642,18 @@ def train(a):
             validate(step, window)
         if step == a.steps:
             break
+        if a.fault_at == (rank, step + 1):
+            raise PeerError(f"injected fault at step {step + 1}")
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         loss = torch.zeros((), device=dev)
-        for m in range(a.seqs_per_step):
-            l = fwd(*batch(train_stream, a.seqs_per_step * step + m, window))
-            (l / a.seqs_per_step).backward()
+        for m in range(micro):
+            # the gradients are summed over the micro-steps here and averaged over the ranks by DDP
+            # in the last one's backward: each loss scaled by 1 / micro gives the mean over the batch
+            k = train_sequence(step, m, rank, world, a.seqs_per_step)
+            with net.no_sync() if world > 1 and m < micro - 1 else contextlib.nullcontext():
+                l = net(*batch(train_stream, k, window))
+                (l / micro).backward()
             loss += l.detach()
         for g in adam.param_groups:
             g["lr"] = g["base_lr"] * lr_mult(step)
@@ -484,6 +662,8 @@ def train(a):
         model.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
         ms = (time.perf_counter() - t0) * 1e3
+        if world > 1:
+            dist.all_reduce(loss)  # after the clock: the logged loss is the whole batch's, as on one GPU
         if first_step_done is None:
             first_step_done = time.time() - LAUNCHED
             log.line(f"torch_peer: start-up {first_step_done:.1f} s (launch to the end of the first training step: imports, "
@@ -506,12 +686,38 @@ def train(a):
     if timed:
         log.line(f"torch_peer: {timed} timed steps: median {summary['median_step_ms']:.1f} ms a step, "
                  f"{summary['tokens_per_s']:.0f} tokens/s")
-    log.line(f"torch_peer: done; peak GPU memory {peak:.0f} MiB allocated, {summary['peak_reserved_mib']:.0f} MiB reserved")
+    log.line(f"torch_peer: done; peak GPU memory {peak:.0f} MiB allocated, {summary['peak_reserved_mib']:.0f} MiB reserved"
+             + (" (rank 0's)" if world > 1 else ""))
+    if world > 1:
+        dist.destroy_process_group()
     return 0
 
 
 def main(argv):
-    return train(parse_args(argv))
+    ranks = ranks_from_env(os.environ)
+    a = parse_args(argv, ranks.world, quiet=ranks.rank > 0)
+    if ranks.world == 1:
+        return train(a, ranks)
+    try:
+        return train(a, ranks)
+    except Exception as e:
+        if not ranks.up:
+            # before the process group: the checks of the flags, shards and log are the same on every
+            # rank, so rank 0 says what is wrong and the others end quietly with it
+            if ranks.rank == 0 or not isinstance(e, (ToolError, OSError, ValueError)):
+                raise
+            return 1
+        # a rank's own failure, the process group up: say which rank and why, then leave at once;
+        # torchrun ends the other ranks (which may be waiting on this one in a collective)
+        if isinstance(e, ToolError):
+            what = str(e)
+        else:
+            import traceback
+            traceback.print_exc()
+            what = f"{type(e).__name__}: {e}".splitlines()[0]
+        print(f"torch_peer: error: rank {ranks.rank} of {ranks.world}: {what}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(1)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,11 @@
   - whole short runs of the tiny shape, compiled, in both numerics, beside train_gpt's tiny preset
     on the same shards: step 0 reads ln(50304) (the head starts at zero), the loss falls, and the
     final validation loss is within 0.1 of train_gpt's (different initial draws: a check against
-    gross defects; the learning comparison at the speedrun's size is in results/learning_gap/).
+    gross defects; the learning comparison at the speedrun's size is in results/learning_gap/);
+  - with two GPUs visible, the same run under torchrun on 2 ranks (DDP, Muon shared out, the
+    validation split): its losses equal the one-GPU run's within 2e-2 relative over the first 10
+    steps, rank 0 alone prints and writes one log; and a rank that fails (--fault) ends the job,
+    naming itself.
 
     python3 tests/test_torch_peer_gpu.py TRAIN_GLOB VAL_GLOB TRAIN_GPT
 """
@@ -15,6 +19,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 import torch
@@ -54,6 +59,16 @@ for case in range(12):
 print(f"FlexAttention with the peer's block masks: worst relative error {worst:.2e}")
 
 
+def losses(jsonl):
+    """{step: (train_loss, val_loss)} of a JSON log."""
+    out = {}
+    for e in map(json.loads, open(jsonl)):
+        if e.get("event") in ("step", "val"):
+            tl, vl = out.get(e["step"], (None, None))
+            out[e["step"]] = (e.get("train_loss", tl), e.get("val_loss", vl))
+    return out
+
+
 def final_val(jsonl):
     vals = [json.loads(l) for l in open(jsonl) if '"val"' in l]
     return vals[0]["val_loss"], vals[-1]["val_loss"]
@@ -77,4 +92,58 @@ with tempfile.TemporaryDirectory() as tmp:
         check(f"peer ({numerics}) step 0 reads ln(50304) ({v0:.5f})", abs(v0 - math.log(50304)) < 2e-3)
         check(f"peer ({numerics}) final validation loss {v:.4f} within 0.1 of train_gpt's {tg:.4f}", abs(v - tg) < 0.1)
         print(f"tiny, 30 steps: train_gpt {tg0:.4f} -> {tg:.4f}; peer ({numerics}) {v0:.4f} -> {v:.4f}")
+
+    # ------------------------------------------------------------------ two GPUs, under torchrun
+    if torch.cuda.device_count() >= 2:
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                    os.path.join(root, "peer", "torch_peer.py"), "--numerics", "record"]
+        env = dict(os.environ)
+        env.setdefault("NCCL_NVLS_ENABLE", "0")
+        d2 = os.path.join(tmp, "g2")
+        os.mkdir(d2)
+        r = subprocess.run(torchrun + ["--log-file", os.path.join(d2, "peer_g2.txt")] + tiny, capture_output=True, text=True,
+                           timeout=900, env=env)
+        one_path = os.path.join(tmp, "peer_record.jsonl")
+        if check("2 GPUs: the peer runs under torchrun (exit 0)", r.returncode == 0 and os.path.exists(one_path),
+                 (r.stdout + r.stderr)[-2000:]):
+            one, two = losses(one_path), losses(os.path.join(d2, "peer_g2.jsonl"))
+            check("2 GPUs: one log, written by rank 0 alone", sorted(os.listdir(d2)) == ["peer_g2.jsonl", "peer_g2.txt"],
+                  str(os.listdir(d2)))
+            printed = [l for l in r.stdout.splitlines() if l.startswith("step:")]
+            check("2 GPUs: each step line printed once (rank 0 alone prints)", len(printed) == len(set(printed)) == 30 + 4
+                  and r.stdout.count("torch_peer: done") == 1 and r.stdout.count("run_id:") == 1, r.stdout[-1500:])
+            config = next(json.loads(l) for l in open(os.path.join(d2, "peer_g2.jsonl")) if '"config"' in l)
+            check("2 GPUs: the log's configuration says world_size 2", config.get("world_size") == 2, str(config)[:300])
+            # The same data, weights and schedule as on one GPU; what differs is the order in which
+            # gradients are summed (the micro-steps on each rank, then DDP's all-reduce of its buckets)
+            # and the compiled graph (split at DDP's buckets). Under the record's numerics the
+            # embeddings and scalars are bf16 parameters updated in bf16, their gradients averaged
+            # over the ranks in bf16 (DDP reduces in the gradient's type, as in the record), so a
+            # difference in a gradient can move a weight by one bf16 step (2^-8 relative), and such
+            # differences grow from step to step: 2e-2 relative over the first 10 steps is the room allowed them,
+            # while a wrong gradient scale, a missing all-reduce or a skipped Muon update moves the
+            # loss by far more within a few steps. (train_gpt's own 1-vs-2 GPU test, fp32 masters,
+            # holds 1% over 20 steps.)
+            def rel(k, i):  # i: 0 the training loss, 1 the validation loss
+                a, b = one.get(k, (None, None))[i], two.get(k, (None, None))[i]
+                return math.inf if a is None or b is None else abs(b - a) / abs(a)
+            first = [rel(k, 0) for k in range(1, 11)] + [rel(10, 1)]
+            every = [rel(k, 0) for k in range(1, 31)] + [rel(k, 1) for k in (0, 10, 20, 30)]
+            print(f"1 vs 2 GPUs (record numerics): steps 1-10 max rel diff {max(first):.2e}, all 30 steps {max(every):.2e}; "
+                  f"final validation {one.get(30, (0, 0))[1]} vs {two.get(30, (0, 0))[1]}")
+            check("2 GPUs: training losses of steps 1-10 and the step-10 validation loss within 2e-2 relative of one GPU's",
+                  max(first) <= 2e-2, str(first))
+            v0 = two.get(0, (0, 0))[1]
+            check(f"2 GPUs: step 0 validation reads ln(50304) ({v0})", abs(v0 - math.log(50304)) < 2e-3)
+        # a rank that fails: the job ends (no hang), non-zero, the failing rank named
+        t0 = time.time()
+        try:
+            r = subprocess.run(torchrun + ["--fault", "1:3"] + tiny, capture_output=True, text=True, timeout=600, env=env)
+            rc, out = r.returncode, r.stdout + r.stderr
+        except subprocess.TimeoutExpired as e:
+            rc, out = None, f"still running after 600 s: {e}"
+        check(f"2 GPUs, rank 1 fails at step 3: the job ends (exit {rc}, {time.time() - t0:.0f} s), naming rank 1",
+              rc not in (0, None) and "torch_peer: error: rank 1 of 2: injected fault at step 3" in out, out[-2500:])
+    else:
+        print("note: fewer than two GPUs: the peer's data-parallel checks were skipped")
 finish("torch-peer-gpu")

@@ -10,7 +10,7 @@
 //
 // One log is one run: the files are created new (an existing LOG or its .jsonl is refused, so
 // two runs are never appended into one), and the text log's first line names the run,
-//     run_id:5f0c2a9e81b7d3c4 train_gpt <commit>
+//     run_id:<16 hex digits> train_gpt <commit>
 // with the same id in the configuration event, so that a log put together from two runs by hand
 // is recognised as such by scripts/speedrun_logs.py.
 #pragma once

@@ -3,7 +3,7 @@
 //    short tails skipped and cycling (or an error past the end without cycling);
 //  - for world sizes 1, 2, 4, 8 a step uses the same 8 sequences, no two ranks share one;
 //  - validation is split over ranks without overlap or loss;
-//  - a corrupt shard is named when loaded;
+//  - a corrupt shard is named when loaded, and so is one replaced during the run;
 //  - the log's lines are the record's format, and scripts/speedrun_logs.py reads them back;
 //  - a log is created new (never appended to), names its run, and a failed write is an error.
 #include <fcntl.h>
@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -109,6 +110,58 @@ int main() {
       CHECK(false, "missing shard not found");
     } catch (const shard::ShardError& e) {
       CHECK(std::string(e.what()).find("missing.bin") != std::string::npos, "%s", e.what());
+    }
+  }
+
+  // a shard replaced during a run is checked again when it is loaded: a shorter or longer one is
+  // refused, naming it (its sequences were counted from the first), never read past its end
+  {
+    auto shard_of = [&](const std::string& name, int n, int seed) {
+      std::vector<uint16_t> t(n);
+      for (int j = 0; j < n; j++) t[j] = (uint16_t)((seed * 7919 + j * 31) % 50000);
+      shard::write_shard(dir + "/" + name, t);
+      return t;
+    };
+    shard_of("swap_a.bin", 1000, 1);
+    const auto b0 = shard_of("swap_b.bin", 500, 2);
+    data::TokenStream sw({dir + "/swap_a.bin", dir + "/swap_b.bin"}, L, 50257, true);  // 15 + 7 sequences
+    sw.sequence(0, buf.data());  // swap_a loaded
+    auto refused = [&](uint64_t k, const char* what, const char* name) {
+      try {
+        sw.sequence(k, buf.data());
+        CHECK(false, "%s: sequence %llu read without an error", what, (unsigned long long)k);
+      } catch (const shard::ShardError& e) {
+        CHECK(std::string(e.what()).find(name) != std::string::npos && std::string(e.what()).find("replaced") != std::string::npos,
+              "%s: %s", what, e.what());
+      }
+    };
+    shard_of("swap_b.bin", 100, 3);
+    refused(21, "a shorter shard", "swap_b.bin");
+    refused(21, "a shorter shard, asked again", "swap_b.bin");
+    shard_of("swap_b.bin", 5000, 4);
+    refused(15, "a longer shard", "swap_b.bin");
+    const auto b1 = shard_of("swap_b.bin", 500, 5);  // the same size: read, checked, its new contents
+    sw.sequence(21, buf.data());
+    CHECK(std::equal(buf.begin(), buf.end(), b1.begin() + 6 * L) && !std::equal(buf.begin(), buf.end(), b0.begin() + 6 * L),
+          "a same-size replacement is read whole");
+    shard_of("swap_a.bin", 200, 6);  // the first shard, replaced while the second is loaded
+    refused(22 + 3, "the first shard, shorter, on the next pass", "swap_a.bin");
+    std::vector<uint16_t> bad(1000, 7);
+    bad[999] = 60000;
+    shard::write_shard(dir + "/swap_a.bin", bad);
+    try {
+      sw.sequence(0, buf.data());
+      CHECK(false, "a replaced shard's bad token id not found");
+    } catch (const shard::ShardError& e) {
+      CHECK(std::string(e.what()).find("swap_a.bin") != std::string::npos && std::string(e.what()).find("60000") != std::string::npos,
+            "%s", e.what());
+    }
+    std::filesystem::remove(dir + "/swap_a.bin");
+    try {
+      sw.sequence(0, buf.data());
+      CHECK(false, "a removed shard not found");
+    } catch (const shard::ShardError& e) {
+      CHECK(std::string(e.what()).find("swap_a.bin") != std::string::npos, "%s", e.what());
     }
   }
 

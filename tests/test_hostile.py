@@ -553,6 +553,18 @@ case("prefix_parity.sh into a LOG_DIR that exists", ["bash", os.path.join(ROOT, 
 case("flex_uni_bi.py --window-blocks 0", [sys.executable, os.path.join(ROOT, "ablations", "flex_uni_bi.py"), "--window-blocks", "0"], 2,
      ["--window-blocks"])
 
+# ------------------------------------------------------------------------------------ train_gpt: a loss with nothing to score
+# with --prefix-tokens P, a sequence whose documents all fit inside their prefixes keeps no target;
+# a run where no validation (or training) sequence keeps one is refused before it starts
+short_docs = np.where(np.arange(64 * 4 + 1) % 4 == 0, 50256, 300).astype(np.uint16)  # documents of 4 tokens
+SHORT_DOCS = write_shard(path("short_docs.bin"), short_docs)
+case("train_gpt --prefix-tokens 8, every validation document inside the prefix: refused, not val_loss 0",
+     [TRAIN, "--train-data", GOOD_TRAIN, "--val-data", SHORT_DOCS, "--seq-len", "64", "--val-tokens", "192", "--prefix-tokens", "8"], 2,
+     ["--prefix-tokens", "validation", "short_docs.bin"])
+case("train_gpt --prefix-tokens 8, every training document inside the prefix: refused",
+     [TRAIN, "--train-data", SHORT_DOCS, "--val-data", GOOD_VAL, "--seq-len", "64", "--val-tokens", "64", "--prefix-tokens", "8",
+      "--steps", "3", "--seqs-per-step", "1"], 2, ["--prefix-tokens", "training", "short_docs.bin"])
+
 print("\nWhat was tried and how it ended:")
 for line in summary:
     print("  " + line)

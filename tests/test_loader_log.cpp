@@ -4,6 +4,8 @@
 //  - for world sizes 1, 2, 4, 8 a step uses the same 8 sequences, no two ranks share one;
 //  - validation is split over ranks without overlap or loss;
 //  - a corrupt shard is named when loaded, and so is one replaced during the run;
+//  - the reported mean losses count only sequences that keep a target, and a stream that keeps
+//    none is found;
 //  - the log's lines are the record's format, and scripts/speedrun_logs.py reads them back;
 //  - a log is created new (never appended to), names its run, and a failed write is an error.
 #include <fcntl.h>
@@ -19,11 +21,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
 #include <sstream>
 
 #include "data/dataloader.h"
 #include "tests/check.h"
+#include "train/loss_mean.h"
 #include "train/options.h"
 #include "train/run_log.h"
 
@@ -163,6 +167,51 @@ int main() {
     } catch (const shard::ShardError& e) {
       CHECK(std::string(e.what()).find("swap_a.bin") != std::string::npos, "%s", e.what());
     }
+  }
+
+  // the reported means (train/loss_mean.h): over the sequences that keep a target; with every
+  // sequence keeping one, the plain mean to the bit; none keeping one: empty, never 0
+  {
+    std::mt19937 r(3);
+    std::vector<double> losses(37);
+    for (double& l : losses) l = 2.0 + (r() % 100000) * 1e-5;
+    train::LossMean all;
+    all.add(losses, std::vector<int>(losses.size(), 64));
+    double old_sum = 0;  // the plain mean as it was always computed: the sum in order, over the count
+    for (double l : losses) old_sum += l;
+    CHECK(all.mean() == old_sum / (double)losses.size() && all.parts[1] == 37, "every sequence kept: not the plain mean");
+    train::LossMean some;
+    some.add(std::vector<double>{3.0, 0.0, 5.0, 0.0}, std::vector<int>{10, 0, 1, 0});
+    CHECK(some.mean() == 4.0 && some.parts[1] == 2, "sequences without a target pulled the mean: %g", some.mean());
+    train::LossMean none;
+    none.add(std::vector<double>{0.0, 0.0}, std::vector<int>{0, 0});
+    CHECK(none.empty() && std::isnan(none.mean()), "no sequence kept a target, yet a mean of %g", none.mean());
+    try {
+      none.add(std::vector<double>{1.0}, std::vector<int>{});
+      CHECK(false, "losses and sequences of different counts accepted");
+    } catch (const std::logic_error&) {
+    }
+    // a stream whose documents all fit inside the prefix keeps no target; one longer document does
+    std::vector<uint16_t> shortdocs(64 * 6 + 1);
+    for (size_t j = 0; j < shortdocs.size(); j++) shortdocs[j] = j % 4 == 0 ? 50256 : 100 + j % 4;  // documents of 4 tokens
+    shard::write_shard(dir + "/short_docs.bin", shortdocs);
+    data::TokenStream sd({dir + "/short_docs.bin"}, L, 50257, false);
+    model::MaskConfig m;
+    m.documents = true;
+    m.prefix = 8;
+    CHECK(train::first_sequence_keeping_targets(sd, 0, sd.sequences_per_pass(), m) == sd.sequences_per_pass(),
+          "documents of 4 tokens inside a prefix of 8 keep a target");
+    m.prefix = 3;
+    CHECK(train::first_sequence_keeping_targets(sd, 0, sd.sequences_per_pass(), m) == 0, "a prefix of 3: each document's third target is kept");
+    m.prefix = 8;
+    for (int j = 3 * L + 1; j < 3 * L + 20; j++) shortdocs[j] = 7;  // sequence 3 holds a document of 20 tokens
+    shard::write_shard(dir + "/short_docs.bin", shortdocs);
+    data::TokenStream sd2({dir + "/short_docs.bin"}, L, 50257, false);
+    CHECK(train::first_sequence_keeping_targets(sd2, 0, sd2.sequences_per_pass(), m) == 3, "the sequence with a long document not found");
+    CHECK(train::first_sequence_keeping_targets(sd2, 4, sd2.sequences_per_pass(), m) == sd2.sequences_per_pass(),
+          "the search looked before its start");
+    m.documents = false;  // one document a sequence: prefix < T always leaves targets
+    CHECK(train::first_sequence_keeping_targets(sd, 0, sd.sequences_per_pass(), m) == 0, "without the document mask");
   }
 
   // the run log

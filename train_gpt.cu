@@ -363,7 +363,15 @@ class Trainer {
     start_step_ = o.resume.empty() ? 0 : load_checkpoint(o, resume_from_, model_, opt_);
     last_checkpoint_ = o.resume.empty() ? "none" : o.resume;
     const std::string run_id = train::RunLog::new_run_id();
-    log_.emplace(o.log_file, ctx.rank == 0, run_id, kGitCommit);  // once the run can start: a failure before leaves no log
+    // once the run can start: a failure before leaves neither a log nor a checkpoint folder
+    const std::vector<std::string> made = !o.checkpoint_dir.empty() && ctx.rank == 0 ? train::make_checkpoint_dir(o.checkpoint_dir)
+                                                                                     : std::vector<std::string>{};
+    try {
+      log_.emplace(o.log_file, ctx.rank == 0, run_id, kGitCommit);
+    } catch (...) {
+      train::remove_made_dirs(made);
+      throw;
+    }
     log_->config(train::config_json(o, run_id, ctx.world, prop_.name, kGitCommit));
     log_->note("train_gpt: " + std::string(prop_.name) + " x " + std::to_string(ctx.world) + ", " + std::to_string(model_.layout().size()) +
               " parameters, " + std::to_string(o.steps) + " steps of " + std::to_string((long long)o.seq_len * o.seqs_per_step) +
@@ -481,17 +489,17 @@ class Trainer {
 
  private:
   // What is checked before the GPU is touched (then the shards, by Data): --resume's file, read
-  // and checked against the flags (returned), and the checkpoint folder, made by rank 0.
-  static train::Checkpoint before_the_gpu(const Options& o, const dist::Context& ctx) {
+  // and checked against the flags, its step and the size of its weights (returned). The
+  // checkpoint folder is made at the end of the constructor, once the run can start.
+  static train::Checkpoint before_the_gpu(const Options& o, const dist::Context&) {
     train::Checkpoint ck;
     if (!o.resume.empty()) {
       ck = train::read_checkpoint(o.resume);
       train::check_same_config(ck, train::fingerprint(o), o.resume);
-    }
-    if (!o.checkpoint_dir.empty() && ctx.rank == 0) {
-      std::error_code ec;
-      std::filesystem::create_directories(o.checkpoint_dir, ec);
-      if (ec) throw std::runtime_error(o.checkpoint_dir + ": cannot create the checkpoint directory (--checkpoint-dir): " + ec.message());
+      if (ck.step < 0 || ck.step > o.steps) throw train::CheckpointError(o.resume + ": step " + std::to_string(ck.step) + " outside the run");
+      auto master = ck.blobs.find("master");
+      if (master == ck.blobs.end() || master->second.size() != model::Layout(model_config(o)).size())
+        throw train::CheckpointError(o.resume + ": blob master is missing or of another size");
     }
     return ck;
   }
@@ -576,11 +584,13 @@ int main(int argc, char** argv) {
   const int rc = train::parse_options(argc, argv, ctx.world, ctx.rank, &o);
   if (rc >= 0) return finish(rc, true);
   // what exists on disk is rank 0's to judge (it alone writes logs and checkpoints); a refusal
-  // there ends every rank
+  // there ends every rank. The log and the checkpoint folder are tried for writing now (and made
+  // only once the run can start), so that neither is found unwritable after training has begun.
   if (ctx.rank == 0 && !o.check_data) {
     std::string why = o.log_file.empty() ? "" : train::RunLog::refuse_existing(o.log_file);
     const char* flag = "--log-file";
     if (why.empty() && !o.checkpoint_dir.empty()) why = used_checkpoint_dir(o.checkpoint_dir, o.resume), flag = "--checkpoint-dir";
+    if (why.empty() && !o.checkpoint_dir.empty()) why = train::unwritable_checkpoint_dir(o.checkpoint_dir);  // made once the run can start
     if (!why.empty()) {
       std::fprintf(stderr, "train_gpt: %s: %s\n", flag, why.c_str());
       return finish(2);

@@ -565,6 +565,83 @@ case("train_gpt --prefix-tokens 8, every training document inside the prefix: re
      [TRAIN, "--train-data", SHORT_DOCS, "--val-data", GOOD_VAL, "--seq-len", "64", "--val-tokens", "64", "--prefix-tokens", "8",
       "--steps", "3", "--seqs-per-step", "1"], 2, ["--prefix-tokens", "training", "short_docs.bin"])
 
+# ------------------------------------------------------------------------------------ train_gpt: refused at start-up, not later
+# the checkpoint folder is made only once the run can start, and the log and checkpoint folder are
+# tried for writing before anything else: nothing is left behind by a refusal, and an unwritable
+# one is named before training instead of at its first checkpoint
+
+
+def unwritable_dir():
+    """An existing folder where no file can be made, even by root (a read-only file system), or None."""
+    if os.geteuid() != 0:
+        d = path("readonly")
+        os.makedirs(d, exist_ok=True)
+        os.chmod(d, 0o555)
+        return d
+    for d in ("/sys/kernel", "/proc/self"):
+        try:
+            open(os.path.join(d, "train_gpt_probe"), "w").close()
+        except OSError:
+            return d
+        os.remove(os.path.join(d, "train_gpt_probe"))
+    return None
+
+
+NEW_CKPT = path("ck_new", "deeper")
+case("train_gpt --checkpoint-dir NEW, refused for its data: no folder left behind",
+     [TRAIN, "--train-data", shards["truncated"][0], "--val-data", GOOD_VAL, "--seq-len", "64", "--val-tokens", "64",
+      "--checkpoint-dir", NEW_CKPT], 1, ["truncated.bin"])
+check("train_gpt --checkpoint-dir NEW, refused for its data: neither the folder nor its parent made",
+      not os.path.exists(path("ck_new")), str(os.listdir(T)))
+EMPTY_CKPT = path("ck_empty")
+os.makedirs(EMPTY_CKPT)
+case("train_gpt --checkpoint-dir an empty folder, refused for its data: the folder stays empty",
+     [TRAIN, "--train-data", shards["bad magic"][0], "--val-data", GOOD_VAL, "--seq-len", "64", "--val-tokens", "64",
+      "--checkpoint-dir", EMPTY_CKPT], 1, ["magic.bin"], keep=[EMPTY_CKPT])
+check("train_gpt --checkpoint-dir an empty folder: no probe file left", os.listdir(EMPTY_CKPT) == [], str(os.listdir(EMPTY_CKPT)))
+if shutil.which("nvidia-smi") is None:
+    case("train_gpt --checkpoint-dir NEW without a GPU: no folder left behind", [TRAIN, *DATA, "--checkpoint-dir", NEW_CKPT], 1,
+         ["GPU"])
+    check("train_gpt --checkpoint-dir NEW without a GPU: the folder was not made", not os.path.exists(path("ck_new")))
+case("train_gpt --checkpoint-dir under a file", [TRAIN, *DATA, "--checkpoint-dir", os.path.join(A_FILE, "ck")], 2,
+     ["--checkpoint-dir", "a_file", "not a folder"], keep=[A_FILE])
+RO = unwritable_dir()
+if RO:
+    case("train_gpt --checkpoint-dir an unwritable folder: refused before training", [TRAIN, *DATA, "--checkpoint-dir", RO], 2,
+         ["--checkpoint-dir", RO])
+    case("train_gpt --checkpoint-dir a new folder inside an unwritable one", [TRAIN, *DATA, "--checkpoint-dir",
+                                                                              os.path.join(RO, "ck", "new")], 2, ["--checkpoint-dir", RO])
+    case("train_gpt --log-file in an unwritable folder: refused before training", [TRAIN, *DATA, "--log-file",
+                                                                                   os.path.join(RO, "run.txt")], 2, ["--log-file", "run.txt"])
+case("train_gpt --log-file with a name too long for the file system", [TRAIN, *DATA, "--log-file", path("x" * 300 + ".txt")], 2,
+     ["--log-file", "xxxx"])
+check("train_gpt --log-file refusals: no log or probe left", not [n for n in os.listdir(T) if n.startswith("x" * 20)])
+
+
+def fnv_ckpt(config, step, blobs):
+    """A checkpoint file (train/checkpoint.h) with a valid checksum."""
+    b = b"TGPTCKPT" + struct.pack("<IQ", 1, len(config)) + config.encode() + struct.pack("<qqI", step, 0, len(blobs))
+    for name, floats in blobs.items():
+        b += struct.pack("<I", len(name)) + name.encode() + struct.pack("<Q", len(floats)) + np.asarray(floats, "<f4").tobytes()
+    h = 1469598103934665603
+    for c in b:
+        h = ((h ^ c) * 1099511628211) % 2**64
+    return b + struct.pack("<Q", h)
+
+
+# the run's fingerprint, as the refusal of another configuration's checkpoint shows it
+open(path("ck_other.bin"), "wb").write(fnv_ckpt("another run", 1, {"master": [0.0]}))
+r = subprocess.run([TRAIN, *DATA, "--steps", "5", "--resume", path("ck_other.bin")], capture_output=True, text=True, cwd=ROOT)
+fp = next((ln.split("this run:", 1)[1].strip() for ln in r.stderr.splitlines() if "this run:" in ln), None)
+check("train_gpt --resume of another configuration: refused, showing this run's", r.returncode == 1 and fp, r.stderr)
+if fp:
+    open(path("ck_late.bin"), "wb").write(fnv_ckpt(fp, 9, {"master": [0.0] * 10}))
+    case("train_gpt --resume a checkpoint past the run's last step: refused before the GPU",
+         [TRAIN, *DATA, "--steps", "5", "--resume", path("ck_late.bin")], 1, ["ck_late.bin", "step 9 outside the run"])
+    open(path("ck_small.bin"), "wb").write(fnv_ckpt(fp, 2, {"master": [0.0] * 10}))
+    case("train_gpt --resume a checkpoint whose weights are of another size: refused before the GPU",
+         [TRAIN, *DATA, "--steps", "5", "--resume", path("ck_small.bin")], 1, ["ck_small.bin", "master"])
+
 print("\nWhat was tried and how it ended:")
 for line in summary:
     print("  " + line)

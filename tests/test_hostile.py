@@ -295,6 +295,15 @@ for name, flags, named in [
     ("--name with a slash", ["--name", "a/b"], "--name"),
     ("--name empty", ["--name", ""], "--name"),
     ("--name hidden", ["--name", ".x"], "--name"),
+    ("--name with a newline", ["--name", "a\nb"], "--name"),
+    ("--name with a tab", ["--name", "a\tb"], "--name"),
+    ("--name with a carriage return", ["--name", "ab\r"], "--name"),
+    ("--name with a space", ["--name", "a b"], "--name"),
+    ("--name with a glob character", ["--name", "a*"], "--name"),
+    ("--name with a backslash", ["--name", "a\\b"], "--name"),
+    ("--name starting with '-'", ["--name=-x"], "--name"),
+    ("--name of 300 characters", ["--name", "n" * 300], "--name"),
+    ("--name with an escape character", ["--name", "a\x1b[31mb"], "--name"),
     ("an unknown flag", ["--frobnicate"], "--frobnicate"),
 ]:
     case(f"prepare {name}", [PREPARE, "--text", docs[0], "--out-dir", path("p_" + str(abs(hash(name)))), *flags], 2, [named])

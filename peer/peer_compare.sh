@@ -13,8 +13,9 @@ set -u -o pipefail
 cd "$(dirname "$0")/.."
 STEPS=${STEPS:-30}; DATA=${DATA:-synthetic}; PYTHON_TORCH=${PYTHON_TORCH:-python3}; RECORD_MS=${RECORD_MS:-1102}
 LOG_DIR=${LOG_DIR:-logs/peer-$(date +%Y%m%d-%H%M%S)}
-case "$STEPS" in ''|*[!0-9]*) echo "peer_compare: STEPS must be a whole number" >&2; exit 2;; esac
-[ "$STEPS" -ge 12 ] || { echo "peer_compare: STEPS must be at least 12 (steps 1-10 are not timed)" >&2; exit 2; }
+. scripts/env_numbers.sh
+need_int peer_compare STEPS 12 1000000  # steps 1-10 are not timed
+need_int peer_compare RECORD_MS 1 10000000
 case "$DATA" in
   synthetic) TRAIN="data/synthetic/synth_train_*.bin"; VAL="data/synthetic/synth_val_*.bin";;
   gcide) TRAIN="data/gcide/gcide_train_*.bin"; VAL="data/gcide/gcide_val_*.bin";;

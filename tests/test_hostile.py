@@ -651,6 +651,31 @@ if fp:
     case("train_gpt --resume a checkpoint whose weights are of another size: refused before the GPU",
          [TRAIN, *DATA, "--steps", "5", "--resume", path("ck_small.bin")], 1, ["ck_small.bin", "master"])
 
+# ------------------------------------------------------------------------------------ shell scripts: numeric variables in range
+# every numeric variable is a whole number within a range: a 0 that would spin a loop (PARALLEL=0)
+# or a count so large that building the job list never ends is refused at once, naming it
+LC_ENV = dict(os.environ, LOG_DIR=path("lc2"), DATA=os.path.join(T, "sh"))
+HUGE = "9" * 25
+script_cases = [
+    ("learning_compare.sh", LC, LC_ENV, [("PARALLEL", "0"), ("PARALLEL", "100000"), ("RUNS", HUGE), ("RUNS", "0"), ("STEPS", "0"),
+                                         ("VAL_EVERY", "0"), ("VAL_TOKENS", HUGE), ("SEED0", "-1"), ("JOBS", "peer:5000")]),
+    ("mask_ablation.sh", ["bash", os.path.join(ROOT, "ablations", "mask_ablation.sh")], dict(os.environ, CAMPAIGN=path("camp3")),
+     [("RUNS", "0"), ("RUNS", HUGE), ("STEPS", "0"), ("NONCAUSAL", "2"), ("VAL_EVERY", "0"), ("VAL_TOKENS", "x")]),
+    ("prefix_ablation.sh", ["bash", os.path.join(ROOT, "ablations", "prefix_ablation.sh")], dict(os.environ, CAMPAIGN=path("camp4")),
+     [("PREFIX", "0"), ("RUNS", "0"), ("RUNS", HUGE), ("STEPS", "0")]),
+    ("prefix_parity.sh", ["bash", os.path.join(ROOT, "ablations", "prefix_parity.sh")], dict(os.environ, LOG_DIR=path("pp2")),
+     [("ROUNDS", "100000"), ("ROUNDS", HUGE)]),
+    ("peer_compare.sh", PC, dict(os.environ, LOG_DIR=path("pc2")), [("STEPS", HUGE), ("RECORD_MS", "abc"), ("RECORD_MS", "0")]),
+    ("compare_trees.sh", CT + [ROOT], dict(os.environ, LOG_DIR=path("ct2")), [("STEPS", "0"), ("STEPS", "5"), ("ROUNDS", "0"),
+                                                                                ("ROUNDS", HUGE)]),
+    ("gpu_bench.sh", GB, dict(os.environ, LOG_DIR=path("gb2")), [("STEPS", "0"), ("STEPS", HUGE), ("JOBS", "0"), ("JOBS", "abc")]),
+]
+for script, cmd, env, tries in script_cases:
+    for var, value in tries:
+        case(f"{script} {var}={value[:12]}{'...' if len(value) > 12 else ''}", cmd, 2, [var], env=dict(env, **{var: value}))
+check("numeric refusals of the shell scripts: nothing written",
+      not [p for p in ("lc2", "camp3", "camp4", "pp2", "pc2", "ct2", "gb2") if os.path.exists(path(p))])
+
 print("\nWhat was tried and how it ended:")
 for line in summary:
     print("  " + line)

@@ -676,6 +676,42 @@ for script, cmd, env, tries in script_cases:
 check("numeric refusals of the shell scripts: nothing written",
       not [p for p in ("lc2", "camp3", "camp4", "pp2", "pc2", "ct2", "gb2") if os.path.exists(path(p))])
 
+# ------------------------------------------------------------------------------------ synthetic_shards, fetch_fineweb: their files
+SS = [PY, os.path.join(S, "synthetic_shards.py")]
+for name, flags, named in [
+    ("--mean-doc inf", ["--mean-doc", "inf"], "--mean-doc"),
+    ("--mean-doc nan", ["--mean-doc", "nan"], "--mean-doc"),
+    ("--mean-doc 1e400", ["--mean-doc", "1e400"], "--mean-doc"),
+    ("--train-tokens 10^12", ["--train-tokens", str(10**12)], "--train-tokens"),
+    ("--val-tokens 10^30", ["--val-tokens", str(10**30)], "--val-tokens"),
+    ("--shard-tokens 2^40", ["--shard-tokens", str(2**40)], "--shard-tokens"),
+    ("--shard-tokens 2 (ten million shards)", ["--shard-tokens", "2"], "--shard-tokens"),
+    ("--seed -1", ["--seed", "-1"], "--seed"),
+    ("--seed 10^30", ["--seed", str(10**30)], "--seed"),
+]:
+    case(f"synthetic_shards {name}", SS + [path("ss_out"), *flags], 2, [named])
+check("synthetic_shards refusals: nothing written", not os.path.exists(path("ss_out")) and not os.path.exists(path(".ss_out.part")))
+SS_PART = path(".ss_busy.part")
+os.makedirs(SS_PART)
+open(os.path.join(SS_PART, "someone_elses.txt"), "w").write("not synthetic_shards' own\n")
+case("synthetic_shards with a .OUT.part folder already there: refused, the folder untouched",
+     SS + [path("ss_busy"), "--train-tokens", "1000", "--val-tokens", "100"], 1, [".ss_busy.part", "exists"], keep=[SS_PART])
+r = subprocess.run(SS + [path("ss_fine"), "--train-tokens", "3000", "--val-tokens", "200", "--shard-tokens", "1000"], capture_output=True,
+                   text=True)
+check("synthetic_shards on good values: the folder and its manifest, no staging folder left",
+      r.returncode == 0 and os.path.isfile(path("ss_fine", "manifest.tsv")) and not os.path.exists(path(".ss_fine.part")), r.stderr)
+FW_DIR = path("fw_parts")
+os.makedirs(FW_DIR)
+FW_PART = os.path.join(FW_DIR, "fineweb_val_000000.bin.part")
+FW_TARGET = path("fw_target.txt")
+open(FW_TARGET, "w").write("a file the link points at\n")
+for kind, make in [("a FIFO", lambda p: os.mkfifo(p)), ("a directory", lambda p: os.makedirs(p)),
+                   ("a symbolic link", lambda p: os.symlink(FW_TARGET, p))]:
+    make(FW_PART)
+    case(f"fetch_fineweb with NAME.part {kind}", FF + ["0", "--out-dir", FW_DIR, "--base-url", "http://127.0.0.1:9/none", "--timeout", "5"],
+         1, ["fineweb_val_000000.bin.part", kind], keep=[FW_TARGET])
+    (os.rmdir if os.path.isdir(FW_PART) and not os.path.islink(FW_PART) else os.remove)(FW_PART)
+
 print("\nWhat was tried and how it ended:")
 for line in summary:
     print("  " + line)

@@ -511,6 +511,22 @@ case("model_dump without a folder", [MD], 2, ["usage"])
 case("model_dump into a file", [MD, A_FILE], 2, ["a_file", "not a folder"], keep=[A_FILE])
 os.makedirs(path("dump_full"))
 case("model_dump on a full disk (file size limit)", [MD, path("dump_full")], 1, ["cannot write"], fsize=20000)
+check("model_dump on a full disk: the folder stays empty, no staging folder left",
+      os.listdir(path("dump_full")) == [] and not [n for n in os.listdir(T) if n.startswith(".dump_full")], str(os.listdir(T)))
+DUMP_USED = path("dump_used")
+os.makedirs(DUMP_USED)
+open(os.path.join(DUMP_USED, "manifest.json"), "w").write('{"an earlier dump": 1}\n')
+case("model_dump into a folder holding an earlier dump: refused, untouched", [MD, DUMP_USED], 2, ["dump_used", "not empty"],
+     keep=[DUMP_USED])
+os.symlink(path("dump_full"), path("dump_link"))
+case("model_dump into a link to a folder", [MD, path("dump_link")], 2, ["dump_link", "not a folder"])
+case("model_dump into a folder whose parent is missing", [MD, path("no_parent", "dump")], 2, ["no_parent"])
+case("model_dump into /", [MD, "/"], 2, ["'/'"])
+r = subprocess.run([MD, path("dump_new") + "/"], capture_output=True, text=True)
+check("model_dump into a new folder: every file there, no staging folder left",
+      r.returncode == 0 and sorted(os.listdir(path("dump_new"))) == ["grad.f64", "logits.f64", "manifest.json", "params.f64",
+                                                                     "params_after3.f64"]
+      and not [n for n in os.listdir(T) if n.startswith(".dump_new")], r.stdout + r.stderr)
 if shutil.which("nvidia-smi") is None:
     case("bench_attention without a GPU: a message, not a crash", [os.path.join(BUILD, "bench", "bench_attention"), path("b.json")], 1,
          ["bench_attention: error"])

@@ -33,6 +33,7 @@
 #include "model/config.h"
 #include "train/checkpoint.h"
 #include "train/dist.h"
+#include "train/loss_mean.h"
 #include "train/options.h"
 #include "train/run_log.h"
 // ----------------------------------------------------------------------------------- GPU
@@ -129,8 +130,12 @@ static double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
+static model::Config model_config(const Options& o);
+
 // The shards, before any GPU is touched: a bad shard is reported on any machine, and the
-// validation count is checked against the data before any list of that size is made.
+// validation count is checked against the data before any list of that size is made. With a
+// prefix, a run whose validation sequences (or training sequences) keep no target at all is
+// refused here: its loss would be undefined (a search that stops at the first sequence keeping one).
 struct Data {
   data::TokenStream train, val;
   std::vector<uint64_t> val_seqs;  // this rank's validation sequences
@@ -145,6 +150,17 @@ struct Data {
       throw CLI::ValidationError("--val-tokens", std::to_string(o.val_tokens) + " asks for more validation than " + o.val_data + " holds (" +
                                                      std::to_string(val.sequences_per_pass() * o.seq_len) + " tokens in whole sequences)");
     val_seqs = data::val_sequences(o.val_tokens, o.seq_len, ctx.world, ctx.rank);
+    const model::MaskConfig mask = model_config(o).mask;
+    const auto no_target = [&](const char* which, uint64_t n, const std::string& flags) {
+      return CLI::ValidationError("--prefix-tokens", std::to_string(o.prefix_tokens) + ": none of the " + std::to_string(n) + " " + which +
+                                                         " sequences (" + flags + ") keeps a target: every document there fits inside "
+                                                         "its prefix, so the loss is undefined; give a shorter prefix or longer documents");
+    };
+    if (::train::first_sequence_keeping_targets(val, 0, n_val, mask) == n_val)
+      throw no_target("validation", n_val, "--val-tokens " + std::to_string(o.val_tokens) + " of --val-data " + o.val_data);
+    const uint64_t n_train = std::min<uint64_t>((uint64_t)o.steps * o.seqs_per_step, train.sequences_per_pass());  // then they repeat
+    if (::train::first_sequence_keeping_targets(train, 0, n_train, mask) == n_train)
+      throw no_target("training", n_train, "the run's --steps x --seqs-per-step of --train-data " + o.train_data);
   }
 };
 
@@ -364,7 +380,15 @@ class Trainer {
     start_step_ = o.resume.empty() ? 0 : load_checkpoint(o, resume_from_, model_, opt_);
     last_checkpoint_ = o.resume.empty() ? "none" : o.resume;
     const std::string run_id = train::RunLog::new_run_id();
-    log_.emplace(o.log_file, ctx.rank == 0, run_id, kGitCommit);  // once the run can start: a failure before leaves no log
+    // once the run can start: a failure before leaves neither a log nor a checkpoint folder
+    const std::vector<std::string> made = !o.checkpoint_dir.empty() && ctx.rank == 0 ? train::make_checkpoint_dir(o.checkpoint_dir)
+                                                                                     : std::vector<std::string>{};
+    try {
+      log_.emplace(o.log_file, ctx.rank == 0, run_id, kGitCommit);
+    } catch (...) {
+      train::remove_made_dirs(made);
+      throw;
+    }
     log_->config(train::config_json(o, run_id, ctx.world, prop_.name, kGitCommit));
     log_->note("train_gpt: " + std::string(prop_.name) + " x " + std::to_string(ctx.world) + ", " + std::to_string(model_.layout().size()) +
               " parameters, " + std::to_string(o.steps) + " steps of " + std::to_string((long long)o.seq_len * o.seqs_per_step) +
@@ -384,28 +408,35 @@ class Trainer {
     return w;
   }
 
-  // validation: the mean loss over every rank's share of the validation sequences
+  // validation: the mean loss over every rank's share of the validation sequences that keep a
+  // target (train/loss_mean.h; all of them without a prefix)
   void validate(int step, int window) {
-    double vl[2] = {0, (double)data_.val_seqs.size()};
+    train::LossMean vl;
+    std::vector<int> kept;
     for (uint64_t k : data_.val_seqs) {
       reader_.load(data_.val, k, window, batch_);
+      kept.push_back(batch_.kept_targets);
       model_.enqueue_forward(batch_);  // the host reads the next sequence while the GPU runs this one
     }
-    for (double l : model_.take_losses()) vl[0] += l;  // in the sequences' order
-    dist::sum(ctx_, vl, 2);
-    log_->step(step, o_.steps, timing_.train_ms, vl[0] / vl[1]);
-    fail_if_not_finite("validation", vl[0] / vl[1], step);
+    vl.add(model_.take_losses(), kept);  // in the sequences' order
+    dist::sum(ctx_, vl.parts, 2);
+    if (vl.empty())  // refused at start-up (Data); here only if the shards changed since
+      throw std::runtime_error("validation at step " + std::to_string(step) + ": no validation sequence keeps a target (--prefix-tokens " +
+                               std::to_string(o_.prefix_tokens) + ", --val-data " + o_.val_data + ")");
+    log_->step(step, o_.steps, timing_.train_ms, vl.mean());
+    fail_if_not_finite("validation", vl.mean(), step);
   }
 
   // one optimisation step (0-based step): forward and backward of each micro-step's sequence (the
   // gradients of the last one averaged over the ranks while its backward runs), then the
   // optimiser; returns the step's loss, the mean of its sequences' mean losses over their kept
   // targets (all T without a prefix), as the record's cross-entropy per micro-step, averaged over
-  // micro-steps and ranks (a sequence that keeps no target adds nothing).
+  // the micro-steps and ranks whose sequence keeps a target (train/loss_mean.h: one that keeps
+  // none neither adds nor counts; a step where none does has no loss).
   // The host never waits for the GPU inside a step: each forward is enqueued with its losses read
   // back asynchronously (gpt::Model::enqueue_forward), each next sequence is read while the GPU
   // runs the one before, and the next step's first sequence while the GPU runs the optimiser.
-  double train_step(int step, int window) {
+  train::LossMean train_step(int step, int window) {
     sync("step " + std::to_string(step + 1));
     const bool timed = step >= 10;  // steps 11, 12, ... (1-based) are timed, as in the record
     gpt::Profiler& prof = model_.profiler();
@@ -413,12 +444,14 @@ class Trainer {
     const auto t0 = std::chrono::steady_clock::now();
     model_.zero_grad();
     opt_.begin_step(model_, mm_, step, sched_, dp_.get());
-    double tl[2] = {0, (double)micro()};
+    train::LossMean tl;
+    std::vector<int> kept;
     for (int m = 0; m < micro(); m++) {
       const bool last = m == micro() - 1;
       const uint64_t k = data_.schedule.sequence_index(step, m);
       if (m == 0 && next_step_ == step && next_.sequence == k && next_.window == window) std::swap(batch_, next_);
       else reader_.load(data_.train, k, window, batch_);
+      kept.push_back(batch_.kept_targets);
       if (timed) timing_.flops += flops_.sequence(o_, batch_), timing_.targets += batch_.kept_targets;
       model_.enqueue_forward(batch_, 1.f / ((float)std::max(batch_.kept_targets, 1) * o_.seqs_per_step));
       if (last) opt_.ready(o_.layers);  // the head's gradient is final
@@ -434,19 +467,22 @@ class Trainer {
       next_step_ = step + 1;
     }
     sync("optimizer step " + std::to_string(step + 1));
-    for (double l : model_.take_losses()) tl[0] += l;  // in the micro-steps' order
+    tl.add(model_.take_losses(), kept);  // in the micro-steps' order
     prof.collect();
     prof.on = false;  // validation is not profiled
     record_time(timed, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    dist::sum(ctx_, tl, 2);
-    return tl[0] / tl[1];
+    dist::sum(ctx_, tl.parts, 2);
+    return tl;
   }
 
   // after step done (1-based): its loss in the logs, the start-up time after the first, the
   // replica check, a checkpoint when due
-  void after_step(int done, double loss) {
-    fail_if_not_finite("training", loss, done);
-    log_->step(done, o_.steps, timing_.train_ms, NAN, loss);
+  void after_step(int done, const train::LossMean& loss) {
+    if (loss.empty())  // no loss to check or log: the step's line has none
+      log_->note("train_gpt: step " + std::to_string(done) + ": none of its sequences keeps a target (every document fits inside --prefix-tokens " +
+                 std::to_string(o_.prefix_tokens) + "); no training loss");
+    else fail_if_not_finite("training", loss.mean(), done);
+    log_->step(done, o_.steps, timing_.train_ms, NAN, loss.mean());
     if (done == start_step_ + 1) log_startup(*log_);
     if (o_.check_replicas) last_sum_ = check_replicas(ctx_, model_, opt_, dp_.get(), d_sum_, done);
     const bool due = (o_.checkpoint_every && done % o_.checkpoint_every == 0) || done == o_.steps;
@@ -469,17 +505,17 @@ class Trainer {
 
  private:
   // What is checked before the GPU is touched (then the shards, by Data): --resume's file, read
-  // and checked against the flags (returned), and the checkpoint folder, made by rank 0.
-  static train::Checkpoint before_the_gpu(const Options& o, const dist::Context& ctx) {
+  // and checked against the flags, its step and the size of its weights (returned). The
+  // checkpoint folder is made at the end of the constructor, once the run can start.
+  static train::Checkpoint before_the_gpu(const Options& o, const dist::Context&) {
     train::Checkpoint ck;
     if (!o.resume.empty()) {
       ck = train::read_checkpoint(o.resume);
       train::check_same_config(ck, train::fingerprint(o), o.resume);
-    }
-    if (!o.checkpoint_dir.empty() && ctx.rank == 0) {
-      std::error_code ec;
-      std::filesystem::create_directories(o.checkpoint_dir, ec);
-      if (ec) throw std::runtime_error(o.checkpoint_dir + ": cannot create the checkpoint directory (--checkpoint-dir): " + ec.message());
+      if (ck.step < 0 || ck.step > o.steps) throw train::CheckpointError(o.resume + ": step " + std::to_string(ck.step) + " outside the run");
+      auto master = ck.blobs.find("master");
+      if (master == ck.blobs.end() || master->second.size() != model::Layout(model_config(o)).size())
+        throw train::CheckpointError(o.resume + ": blob master is missing or of another size");
     }
     return ck;
   }
@@ -565,11 +601,13 @@ int main(int argc, char** argv) {
   const int rc = train::parse_options(argc, argv, ctx.world, ctx.rank, &o);
   if (rc >= 0) return finish(rc, true);
   // what exists on disk is rank 0's to judge (it alone writes logs and checkpoints); a refusal
-  // there ends every rank
+  // there ends every rank. The log and the checkpoint folder are tried for writing now (and made
+  // only once the run can start), so that neither is found unwritable after training has begun.
   if (ctx.rank == 0 && !o.check_data) {
     std::string why = o.log_file.empty() ? "" : train::RunLog::refuse_existing(o.log_file);
     const char* flag = "--log-file";
     if (why.empty() && !o.checkpoint_dir.empty()) why = used_checkpoint_dir(o.checkpoint_dir, o.resume), flag = "--checkpoint-dir";
+    if (why.empty() && !o.checkpoint_dir.empty()) why = train::unwritable_checkpoint_dir(o.checkpoint_dir);  // made once the run can start
     if (!why.empty()) {
       std::fprintf(stderr, "train_gpt: %s: %s\n", flag, why.c_str());
       return finish(2);

@@ -18,18 +18,23 @@ cd "$(dirname "$0")/.."
 LOG_DIR=${LOG_DIR:?set LOG_DIR to the comparison\'s folder}
 STEPS=${STEPS:-150}; VAL_EVERY=${VAL_EVERY:-25}; VAL_TOKENS=${VAL_TOKENS:-655360}; RUNS=${RUNS:-3}; SEED0=${SEED0:-0}
 DATA=${DATA:-gcide}; VARIANTS=${VARIANTS:-train_gpt peer}; PARALLEL=${PARALLEL:-3}; PYTHON_TORCH=${PYTHON_TORCH:-python3}
-for v in STEPS VAL_EVERY VAL_TOKENS RUNS SEED0 PARALLEL; do
-  case "${!v}" in ''|*[!0-9]*) echo "learning_compare: $v must be a whole number" >&2; exit 2;; esac
-done
+. scripts/env_numbers.sh
+need_int learning_compare STEPS 1 1000000; need_int learning_compare VAL_EVERY 1 1000000
+need_int learning_compare VAL_TOKENS 1 1099511627776; need_int learning_compare RUNS 1 1000
+need_int learning_compare SEED0 0 1000000000; need_int learning_compare PARALLEL 1 64
 [ "$DATA" = gcide ] && DATA=data/gcide/gcide
 ls $DATA"_train_"*.bin >/dev/null 2>&1 || { echo "learning_compare: DATA $DATA: no ${DATA}_train_*.bin (make data writes the GCIDE shards)" >&2; exit 2; }
 if [ -z "${JOBS:-}" ]; then
   JOBS=""; for i in $(seq 0 $((RUNS - 1))); do for v in $VARIANTS; do JOBS="$JOBS $v:$i"; done; done
 fi
+checked=""
 for job in $JOBS; do
   case "${job#*:}" in ''|*[!0-9]*) echo "learning_compare: JOBS: $job is not VARIANT:RUN" >&2; exit 2;; esac
   case ${job%%:*} in train_gpt|peer|peer_fp32) ;; *) echo "learning_compare: unknown variant in $job (VARIANTS, JOBS)" >&2; exit 2;; esac
+  RUN=${job#*:}; need_int "learning_compare: JOBS $job" RUN 0 999
+  checked="$checked ${job%%:*}:$RUN"
 done
+JOBS=$checked
 mkdir -p "$LOG_DIR/incomplete"
 common=(--train-data "${DATA}_train_*.bin" --val-data "${DATA}_val_*.bin" --steps "$STEPS" --val-every "$VAL_EVERY" --val-tokens "$VAL_TOKENS")
 one() {  # VARIANT I

@@ -23,6 +23,10 @@ PY=${PYTHON:-python3}
 PRESET=${PRESET:-default}
 NONCAUSAL=${NONCAUSAL:-1}
 case "$PRESET" in default|speedrun|tiny) ;; *) echo "mask_ablation: PRESET must be default, speedrun or tiny" >&2; exit 2;; esac
+. "$(dirname "$0")/../scripts/env_numbers.sh"
+need_int mask_ablation RUNS 1 1000; need_int mask_ablation STEPS 1 1000000; need_int mask_ablation NONCAUSAL 0 1
+[ -n "${VAL_EVERY:-}" ] && need_int mask_ablation VAL_EVERY 1 1000000
+[ -n "${VAL_TOKENS:-}" ] && need_int mask_ablation VAL_TOKENS 1 1099511627776
 COMMON=(--preset "$PRESET" --steps "$STEPS" --train-data "$TRAIN" --val-data "$VAL")
 [ -n "${VAL_EVERY:-}" ] && COMMON+=(--val-every "$VAL_EVERY")
 [ -n "${VAL_TOKENS:-}" ] && COMMON+=(--val-tokens "$VAL_TOKENS")

@@ -17,7 +17,8 @@ RUNS=${RUNS:-5}
 STEPS=${STEPS:-200}
 CAMPAIGN=${CAMPAIGN:-logs/prefix}
 PY=${PYTHON:-python3}
-case "$PREFIX$RUNS$STEPS" in *[!0-9]*) echo "prefix_ablation: PREFIX, RUNS and STEPS must be whole numbers" >&2; exit 2;; esac
+. "$(dirname "$0")/../scripts/env_numbers.sh"
+need_int prefix_ablation PREFIX 1 1048575; need_int prefix_ablation RUNS 1 1000; need_int prefix_ablation STEPS 1 1000000
 $PY scripts/ab_run.py --campaign "$CAMPAIGN" --gpus 1 --runs "$RUNS" \
   --variant causal="--prefix-tokens $PREFIX --prefix-attention 0" --variant prefix="--prefix-tokens $PREFIX" -- \
   --preset default --steps "$STEPS" --train-data "$TRAIN" --val-data "$VAL"

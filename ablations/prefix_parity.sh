@@ -13,7 +13,8 @@ set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-6}
 LOG_DIR=${LOG_DIR:-logs/prefix-parity-$(date +%Y%m%d-%H%M%S)}
-case "$ROUNDS" in ''|*[!0-9]*|0) echo "prefix_parity: ROUNDS must be a whole number of at least 1" >&2; exit 2;; esac
+. scripts/env_numbers.sh
+need_int prefix_parity ROUNDS 1 1000
 [ -e "$LOG_DIR" ] && { echo "prefix_parity: $LOG_DIR exists: name a new LOG_DIR" >&2; exit 2; }
 mkdir -p "$LOG_DIR"
 echo "== build ($(date +%T))"

@@ -13,7 +13,9 @@ STEPS=${STEPS:-20}; ROUNDS=${ROUNDS:-2}
 LOG_DIR=${LOG_DIR:-logs/compare-$(date +%Y%m%d-%H%M%S)}
 TRAIN_DATA=${TRAIN_DATA:-$PWD/data/gcide/gcide_train_*.bin}
 VAL_DATA=${VAL_DATA:-$PWD/data/gcide/gcide_val_*.bin}
-case "$STEPS$ROUNDS" in *[!0-9]*) echo "compare_trees: STEPS and ROUNDS must be whole numbers" >&2; exit 2;; esac
+. scripts/env_numbers.sh
+need_int compare_trees STEPS 12 1000000  # steps 1-10 are not timed
+need_int compare_trees ROUNDS 1 1000
 [ -e "$LOG_DIR" ] && { echo "compare_trees: $LOG_DIR exists: name a new LOG_DIR" >&2; exit 2; }
 mkdir -p "$LOG_DIR"
 LOG_DIR=$(cd "$LOG_DIR" && pwd)

@@ -24,7 +24,9 @@ LOG_DIR=${LOG_DIR:-logs/bench-$(date +%Y%m%d-%H%M%S)}
 TRAIN_DATA=${TRAIN_DATA:-data/gcide/gcide_train_*.bin}
 VAL_DATA=${VAL_DATA:-data/gcide/gcide_val_*.bin}
 JOBS=${JOBS:-$(nproc)}
-case "$STEPS" in ''|*[!0-9]*) echo "gpu_bench: STEPS must be a whole number, got '$STEPS'" >&2; exit 2;; esac
+. scripts/env_numbers.sh
+need_int gpu_bench STEPS 12 1000000  # steps 1-10 are not timed
+need_int gpu_bench JOBS 1 1024
 for p in $PARTS; do
   case "$p" in attention|step|default) ;; *) echo "gpu_bench: unknown part '$p' in PARTS (attention, step, default)" >&2; exit 2;; esac
 done

@@ -21,6 +21,7 @@ TokenStream::TokenStream(std::vector<std::string> files, int seq_len, int vocab_
       throw;
     }
     std::fclose(fp);
+    tokens_at_start_.push_back(n);
     prefix_.push_back(prefix_.back() + (n >= (size_t)seq_len + 1 ? (n - 1) / seq_len : 0));
   }
   if (prefix_.back() == 0)
@@ -28,8 +29,18 @@ TokenStream::TokenStream(std::vector<std::string> files, int seq_len, int vocab_
                             (files_.empty() ? std::string("no files") : files_.front() + "...") + ")");
   // the first shard whole (every id checked) now, so that the common faults show before training
   const int first = (int)(std::upper_bound(prefix_.begin(), prefix_.end(), 0) - prefix_.begin()) - 1;
-  tokens_ = shard::read_shard(files_[first], vocab_);
-  loaded_ = first;
+  load(first);
+}
+
+void TokenStream::load(int file) {
+  loaded_ = -1;  // nothing usable is loaded until the new shard has passed every check
+  tokens_ = shard::read_shard(files_[file], vocab_);
+  if (tokens_.size() != tokens_at_start_[file])
+    throw shard::ShardError(files_[file] + ": now holds " + std::to_string(tokens_.size()) + " tokens, but " +
+                            std::to_string(tokens_at_start_[file]) +
+                            " when the run started: the shard was replaced during the run (its sequences were counted from the "
+                            "first); restore it, or start a new run on the new data");
+  loaded_ = file;
 }
 
 void TokenStream::sequence(uint64_t k, uint16_t* out) {
@@ -41,11 +52,11 @@ void TokenStream::sequence(uint64_t k, uint16_t* out) {
     k %= total;
   }
   const int file = (int)(std::upper_bound(prefix_.begin(), prefix_.end(), k) - prefix_.begin()) - 1;
-  if (file != loaded_) {
-    tokens_ = shard::read_shard(files_[file], vocab_);
-    loaded_ = file;
-  }
+  if (file != loaded_) load(file);
   const uint64_t start = (k - prefix_[file]) * (uint64_t)seq_len_;
+  if (start + (uint64_t)seq_len_ + 1 > tokens_.size())  // cannot happen after load()'s check; never read past the shard
+    throw shard::ShardError(files_[file] + ": sequence " + std::to_string(k) + " lies past the shard's " +
+                            std::to_string(tokens_.size()) + " tokens");
   std::memcpy(out, tokens_.data() + start, ((size_t)seq_len_ + 1) * sizeof(uint16_t));
 }
 

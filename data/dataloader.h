@@ -8,8 +8,10 @@
 // so the set of sequences in a step does not depend on the world size, no two ranks share a
 // sequence, and resuming at step s needs nothing but s. Validation takes the first
 // val_tokens / seq_len sequences of the validation stream (no cycling), split round-robin over
-// ranks. Shards are checked (header, size, every token id) when first loaded; all headers are
-// checked when the loader is built, and the first shard that holds a sequence is loaded whole.
+// ranks. Shards are checked (header, size, every token id) whenever they are loaded; all headers
+// are checked when the loader is built, and the first shard that holds a sequence is loaded whole.
+// A shard whose token count differs from the one seen when the loader was built (replaced during
+// a run) is refused, naming the file: the sequence positions were fixed from that count.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -30,10 +32,12 @@ class TokenStream {
  private:
   std::vector<std::string> files_;
   std::vector<uint64_t> prefix_;  // prefix_[i] = sequences in files_[0..i)
+  std::vector<size_t> tokens_at_start_;  // each file's token count when the loader was built
   int seq_len_, vocab_;
   bool cycle_;
   int loaded_ = -1;
   std::vector<uint16_t> tokens_;
+  void load(int file);  // reads files_[file] whole, checked again
 };
 
 struct TrainSchedule {

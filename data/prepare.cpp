@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -67,13 +68,38 @@ static fs::path check_out_dir(const std::string& out_dir) {
   return out;
 }
 
+// The shard name prefix becomes file names, glob patterns (--train-data NAME_train_*.bin) and
+// manifest lines: letters, digits, '.', '_', '-' and '+' only (no '/', space, tab, newline or other
+// control character, no glob or shell character), not starting with '.' or '-', and short
+// enough for a file name.
+static void check_name(const std::string& name) {
+  const char* why = nullptr;
+  if (name.empty()) why = "is empty";
+  else if (name.size() > 200) why = "is longer than 200 characters";
+  else if (name[0] == '.' || name[0] == '-') why = "starts with '.' or '-'";
+  else
+    for (unsigned char c : name)
+      if (!(c < 128 && std::isalnum(c)) && c != '.' && c != '_' && c != '-' && c != '+') {
+        why = "holds a character other than letters, digits, '.', '_', '-' and '+'";
+        break;
+      }
+  if (!why) return;
+  std::string shown;  // control characters made visible
+  for (unsigned char c : name.substr(0, 80)) {
+    char b[8];
+    if (c < 32 || c == 127) std::snprintf(b, sizeof(b), "\\x%02x", c), shown += b;
+    else shown += (char)c;
+  }
+  throw CLI::ValidationError("--name", "'" + shown + (name.size() > 80 ? "...'" : "'") + " " + why + " (it names the shard files)");
+}
+
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"prepare: tokenize a corpus into llm.c / modded-nanogpt token shards"};
   app.add_option("--text", o.text_files, "text files to tokenize, one document per file (default: the GCIDE dictionary, one entry per document)");
   app.add_option("--gcide-dir", o.gcide_dir, "directory holding gcide.index and gcide.dict.dz")->capture_default_str();
   app.add_option("--out-dir", o.out_dir, "new (or empty) folder for the shards")->capture_default_str();
-  app.add_option("--name", o.name, "shard name prefix: NAME_val_000000.bin, NAME_train_000001.bin, ...")->capture_default_str();
+  app.add_option("--name", o.name, "shard name prefix (letters, digits, . _ - +): NAME_val_000000.bin, NAME_train_000001.bin, ...")->capture_default_str();
   app.add_option("--vocab-dir", o.vocab_dir, "directory with GPT-2's encoder.json and vocab.bpe")->capture_default_str();
   cli::integer<size_t>(app, "--shard-tokens", o.shard_tokens, 64, (size_t)INT32_MAX, "tokens per shard")->capture_default_str();
   cli::integer<unsigned>(app, "--threads", o.threads, 0, 256, "tokenizer threads (0: one per core)")->capture_default_str();
@@ -82,8 +108,7 @@ int main(int argc, char** argv) {
   fs::path out;
   try {
     app.parse(argc, argv);
-    if (o.name.empty() || o.name.find('/') != std::string::npos || o.name[0] == '.')
-      throw CLI::ValidationError("--name", "'" + o.name + "' must be a plain file name prefix (no '/', not starting with '.')");
+    check_name(o.name);
     out = check_out_dir(o.out_dir);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;

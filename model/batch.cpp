@@ -26,16 +26,10 @@ void Batch::build(const std::vector<int>& inputs, const std::vector<int>& next, 
   attn::doc_ids_from_tokens(tokens.data(), n, doc_ids.data(), mask.bos);
   kept_pairs = attn::kept_pairs(attn::make_bounds(attention_mask(mask, window, doc_ids.data()), n));
   kept_targets = n;
-  if (mask.prefix <= 0) return;
-  int start = 0;  // the first position of position i's document
-  for (int i = 0; i < n; i++) {
-    if (mask.documents && tokens[i] == mask.bos) start = i;
-    const long long offset = mask.documents && next[i] == mask.bos ? 0 : (long long)i + 1 - start;
-    if (offset < mask.prefix) {
-      targets[i] = kIgnoreTarget;
-      kept_targets--;
-    }
-  }
+  for_each_dropped_target(n, [&](int i) { return tokens[i]; }, [&](int i) { return next[i]; }, mask, [&](int i) {
+    targets[i] = kIgnoreTarget;
+    kept_targets--;
+  });
 }
 
 void Batch::build(const uint16_t* seq, const MaskConfig& mask, uint64_t sequence_) {

@@ -52,6 +52,27 @@ struct Batch {
   void build(const uint16_t* seq, const MaskConfig& mask, uint64_t sequence = 0);
 };
 
+// The prefix-LM loss rule above on a sequence of n positions, inputs in(i) and next tokens next(i):
+// calls drop(i) for each position whose target is dropped. The one place the rule is written.
+template <class In, class Next, class Drop>
+inline void for_each_dropped_target(int n, In in, Next next, const MaskConfig& mask, Drop drop) {
+  if (mask.prefix <= 0) return;
+  int start = 0;  // the first position of position i's document
+  for (int i = 0; i < n; i++) {
+    if (mask.documents && in(i) == mask.bos) start = i;
+    const long long offset = mask.documents && next(i) == mask.bos ? 0 : (long long)i + 1 - start;
+    if (offset < mask.prefix) drop(i);
+  }
+}
+
+// Batch::kept_targets of a sequence of T + 1 stream tokens without building the batch (cheap:
+// for checking that a stream keeps any target at all).
+inline int kept_targets(const uint16_t* seq, int T, const MaskConfig& mask) {
+  int kept = T;
+  for_each_dropped_target(T, [&](int i) { return (int)seq[i]; }, [&](int i) { return (int)seq[i + 1]; }, mask, [&](int) { kept--; });
+  return kept;
+}
+
 // The attention kernels' description of the mask at one step (its window), with the document
 // ids at doc_ids (device or host memory, as the caller needs; unused without documents) and,
 // for the kernels, their spans (attention.h doc_spans; device memory, optional).

@@ -47,10 +47,27 @@ def check_shard(path):
     return n
 
 
+def part_size(part):
+    """The size of an earlier download's NAME.part, 0 when there is none; anything but a regular
+    file there (a FIFO would block the download, a folder cannot be written, a symbolic link would
+    write wherever it points) is refused, naming it."""
+    import stat
+
+    try:
+        st = os.lstat(part)
+    except FileNotFoundError:
+        return 0
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a symbolic link" if stat.S_ISLNK(st.st_mode) else "a directory" if stat.S_ISDIR(st.st_mode)
+                else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file")
+        raise ShardError(f"{part}: is {kind}, not a partial download; remove it and run again")
+    return st.st_size
+
+
 def download(url, dst, timeout, log):
     """Fetches url into dst.part (resuming it) and returns that path; dst itself is not touched."""
     part = dst + ".part"
-    have = os.path.getsize(part) if os.path.exists(part) else 0
+    have = part_size(part)
     req = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
     try:
         resp = urllib.request.urlopen(req, timeout=timeout)
@@ -64,9 +81,9 @@ def download(url, dst, timeout, log):
             have = 0
         total = resp.headers.get("Content-Length")
         total = int(total) + have if total is not None else None
-        mode = "ab" if have else "wb"
         got = have
-        with open(part, mode) as f:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | (os.O_APPEND if have else os.O_TRUNC)
+        with os.fdopen(os.open(part, flags, 0o644), "ab" if have else "wb") as f:  # never through a link, never blocking on a FIFO
             while True:
                 chunk = resp.read(1 << 20)
                 if not chunk:

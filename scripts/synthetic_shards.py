@@ -9,8 +9,9 @@ because they decide how many attention tiles the document mask cuts and skips.
 
 The format and the manifest are `build/prepare`'s (docs/formats.md): synth_val_000000.bin, then
 synth_train_000001.bin ... of at most --shard-tokens tokens, and manifest.tsv. OUT_DIR must be new
-or empty; the shards are written into a hidden folder beside it that is renamed into place at the
-end, so an interrupted run leaves nothing half-written.
+or empty; the shards are written into a hidden folder beside it (.OUT_DIR.part, made new: one that
+exists is refused, never removed) that is renamed into place at the end, so an interrupted run leaves
+nothing half-written.
 """
 import argparse
 import hashlib
@@ -24,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tool_errors import ToolError, run  # noqa: E402
 
 MAGIC, VERSION, BOS, VOCAB = 20240520, 1, 50256, 50257
+MAX_SHARD, MAX_TOTAL, MAX_SHARDS = 200_000_000, 20_000_000_000, 10_000  # tokens in a shard (built in memory), in all; shards
 
 
 def documents(rng, n, mean_doc):
@@ -55,17 +57,23 @@ def main(argv):
     p.add_argument("--mean-doc", type=float, default=1000.0, help="mean document length in tokens")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
-    for flag, v in (("--train-tokens", a.train_tokens), ("--val-tokens", a.val_tokens), ("--shard-tokens", a.shard_tokens),
-                    ("--mean-doc", a.mean_doc)):
-        if not v >= 2:
-            p.error(f"{flag} {v}: must be at least 2")
+    # a shard is built whole in memory (a few copies of it), so one is at most MAX_SHARD tokens
+    for flag, v, lo, hi in (("--train-tokens", a.train_tokens, 2, MAX_TOTAL), ("--val-tokens", a.val_tokens, 2, MAX_SHARD),
+                            ("--shard-tokens", a.shard_tokens, 2, MAX_SHARD), ("--mean-doc", a.mean_doc, 2, 10_000_000),
+                            ("--seed", a.seed, 0, 2**63 - 1)):
+        if not lo <= v <= hi:  # false for nan too
+            p.error(f"{flag} {v}: must be from {lo} to {hi}")
+    if -(-a.train_tokens // a.shard_tokens) > MAX_SHARDS:
+        p.error(f"--shard-tokens {a.shard_tokens}: --train-tokens {a.train_tokens} would make more than {MAX_SHARDS} shards")
     out = a.out_dir.rstrip("/") or "/"
     if os.path.lexists(out) and (not os.path.isdir(out) or os.listdir(out)):
         raise ToolError(f"{out}: exists and is not an empty folder: name a new one")
     tmp = os.path.join(os.path.dirname(os.path.abspath(out)), "." + os.path.basename(out) + ".part")
-    if os.path.lexists(tmp):
-        shutil.rmtree(tmp)
-    os.makedirs(tmp)
+    try:  # made new: a folder of that name is not this run's to remove
+        os.mkdir(tmp)
+    except FileExistsError:
+        raise ToolError(f"{tmp}: exists (the staging folder of an interrupted run, or something else): "
+                        "remove it, or name another OUT_DIR") from None
     rng = np.random.default_rng(a.seed)
     rows = []
     try:

@@ -1,6 +1,6 @@
 // Checkpoint files (train/checkpoint.h): round trip to the bit, atomic replacement, and each
 // fault named: missing file, not a checkpoint, truncation, a flipped byte (checksum), trailing
-// bytes, another configuration.
+// bytes, another configuration; the checkpoint folder checked, made and unmade.
 #include <sys/stat.h>
 
 #include <cmath>
@@ -99,6 +99,46 @@ int main() {
   if (mkfifo(fifo.c_str(), 0600) == 0) {
     e = err_of(fifo);
     CHECK(has(e, "pipe.ckpt") && has(e, "FIFO"), "%s", e.c_str());
+  }
+
+  // the checkpoint folder: checked without making anything, made once, unmade while empty
+  {
+    namespace fs = std::filesystem;
+    const std::string nested = dir + "/runs/a/b/";
+    CHECK(train::unwritable_checkpoint_dir(nested) == "" && !fs::exists(dir + "/runs"), "checking a new folder made something");
+    const auto made = train::make_checkpoint_dir(nested);
+    CHECK(made.size() == 3 && fs::is_directory(dir + "/runs/a/b") && made.front() == dir + "/runs", "made %zu folders", made.size());
+    CHECK(train::make_checkpoint_dir(nested).empty(), "an existing folder reported as made");
+    CHECK(train::unwritable_checkpoint_dir(nested) == "" && fs::is_empty(dir + "/runs/a/b"), "the probe file was left behind");
+    std::ofstream(dir + "/runs/a/keep.txt") << "x";
+    train::remove_made_dirs(made);  // b goes; a holds a file now and stays, and so does runs
+    CHECK(!fs::exists(dir + "/runs/a/b") && fs::exists(dir + "/runs/a/keep.txt"), "removed too much or too little");
+    std::string e = train::unwritable_checkpoint_dir(dir + "/runs/a/keep.txt/sub");
+    CHECK(has(e, "keep.txt exists and is not a folder"), "%s", e.c_str());
+    e = train::unwritable_checkpoint_dir(dir + "/runs/a/keep.txt");
+    CHECK(has(e, "keep.txt exists and is not a folder"), "%s", e.c_str());
+    try {
+      train::make_checkpoint_dir(dir + "/runs/a/keep.txt/sub");
+      CHECK(false, "a folder under a file was made");
+    } catch (const train::CheckpointError& ce) {
+      CHECK(has(ce.what(), "--checkpoint-dir"), "%s", ce.what());
+    }
+    const std::string ro = dir + "/ro";
+    fs::create_directory(ro);
+    fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);
+    auto can_create = [](const std::string& d) {
+      std::FILE* f = std::fopen((d + "/probe").c_str(), "w");
+      if (f) std::fclose(f), std::remove((d + "/probe").c_str());
+      return f != nullptr;
+    };
+    const std::string unwritable = can_create(ro) ? "/sys/kernel" : ro;  // root writes anyway: then a read-only mount
+    if (fs::is_directory(unwritable) && !can_create(unwritable)) {
+      e = train::unwritable_checkpoint_dir(unwritable);
+      CHECK(has(e, ("cannot write checkpoints in " + unwritable).c_str()), "%s", e.c_str());
+      e = train::unwritable_checkpoint_dir(unwritable + "/new/deeper");
+      CHECK(has(e, ("cannot write checkpoints under " + unwritable).c_str()), "%s", e.c_str());
+    }
+    fs::permissions(ro, fs::perms::owner_all);
   }
   std::filesystem::remove_all(dir);
   return test_summary("checkpoint");

@@ -295,6 +295,15 @@ for name, flags, named in [
     ("--name with a slash", ["--name", "a/b"], "--name"),
     ("--name empty", ["--name", ""], "--name"),
     ("--name hidden", ["--name", ".x"], "--name"),
+    ("--name with a newline", ["--name", "a\nb"], "--name"),
+    ("--name with a tab", ["--name", "a\tb"], "--name"),
+    ("--name with a carriage return", ["--name", "ab\r"], "--name"),
+    ("--name with a space", ["--name", "a b"], "--name"),
+    ("--name with a glob character", ["--name", "a*"], "--name"),
+    ("--name with a backslash", ["--name", "a\\b"], "--name"),
+    ("--name starting with '-'", ["--name=-x"], "--name"),
+    ("--name of 300 characters", ["--name", "n" * 300], "--name"),
+    ("--name with an escape character", ["--name", "a\x1b[31mb"], "--name"),
     ("an unknown flag", ["--frobnicate"], "--frobnicate"),
 ]:
     case(f"prepare {name}", [PREPARE, "--text", docs[0], "--out-dir", path("p_" + str(abs(hash(name)))), *flags], 2, [named])
@@ -502,6 +511,22 @@ case("model_dump without a folder", [MD], 2, ["usage"])
 case("model_dump into a file", [MD, A_FILE], 2, ["a_file", "not a folder"], keep=[A_FILE])
 os.makedirs(path("dump_full"))
 case("model_dump on a full disk (file size limit)", [MD, path("dump_full")], 1, ["cannot write"], fsize=20000)
+check("model_dump on a full disk: the folder stays empty, no staging folder left",
+      os.listdir(path("dump_full")) == [] and not [n for n in os.listdir(T) if n.startswith(".dump_full")], str(os.listdir(T)))
+DUMP_USED = path("dump_used")
+os.makedirs(DUMP_USED)
+open(os.path.join(DUMP_USED, "manifest.json"), "w").write('{"an earlier dump": 1}\n')
+case("model_dump into a folder holding an earlier dump: refused, untouched", [MD, DUMP_USED], 2, ["dump_used", "not empty"],
+     keep=[DUMP_USED])
+os.symlink(path("dump_full"), path("dump_link"))
+case("model_dump into a link to a folder", [MD, path("dump_link")], 2, ["dump_link", "not a folder"])
+case("model_dump into a folder whose parent is missing", [MD, path("no_parent", "dump")], 2, ["no_parent"])
+case("model_dump into /", [MD, "/"], 2, ["'/'"])
+r = subprocess.run([MD, path("dump_new") + "/"], capture_output=True, text=True)
+check("model_dump into a new folder: every file there, no staging folder left",
+      r.returncode == 0 and sorted(os.listdir(path("dump_new"))) == ["grad.f64", "logits.f64", "manifest.json", "params.f64",
+                                                                     "params_after3.f64"]
+      and not [n for n in os.listdir(T) if n.startswith(".dump_new")], r.stdout + r.stderr)
 if shutil.which("nvidia-smi") is None:
     case("bench_attention without a GPU: a message, not a crash", [os.path.join(BUILD, "bench", "bench_attention"), path("b.json")], 1,
          ["bench_attention: error"])
@@ -552,6 +577,156 @@ case("prefix_parity.sh into a LOG_DIR that exists", ["bash", os.path.join(ROOT, 
      env=dict(os.environ, LOG_DIR=T), keep=[A_FILE])
 case("flex_uni_bi.py --window-blocks 0", [sys.executable, os.path.join(ROOT, "ablations", "flex_uni_bi.py"), "--window-blocks", "0"], 2,
      ["--window-blocks"])
+
+# ------------------------------------------------------------------------------------ train_gpt: a loss with nothing to score
+# with --prefix-tokens P, a sequence whose documents all fit inside their prefixes keeps no target;
+# a run where no validation (or training) sequence keeps one is refused before it starts
+short_docs = np.where(np.arange(64 * 4 + 1) % 4 == 0, 50256, 300).astype(np.uint16)  # documents of 4 tokens
+SHORT_DOCS = write_shard(path("short_docs.bin"), short_docs)
+case("train_gpt --prefix-tokens 8, every validation document inside the prefix: refused, not val_loss 0",
+     [TRAIN, "--train-data", GOOD_TRAIN, "--val-data", SHORT_DOCS, "--seq-len", "64", "--val-tokens", "192", "--prefix-tokens", "8"], 2,
+     ["--prefix-tokens", "validation", "short_docs.bin"])
+case("train_gpt --prefix-tokens 8, every training document inside the prefix: refused",
+     [TRAIN, "--train-data", SHORT_DOCS, "--val-data", GOOD_VAL, "--seq-len", "64", "--val-tokens", "64", "--prefix-tokens", "8",
+      "--steps", "3", "--seqs-per-step", "1"], 2, ["--prefix-tokens", "training", "short_docs.bin"])
+
+# ------------------------------------------------------------------------------------ train_gpt: refused at start-up, not later
+# the checkpoint folder is made only once the run can start, and the log and checkpoint folder are
+# tried for writing before anything else: nothing is left behind by a refusal, and an unwritable
+# one is named before training instead of at its first checkpoint
+
+
+def unwritable_dir():
+    """An existing folder where no file can be made, even by root (a read-only file system), or None."""
+    if os.geteuid() != 0:
+        d = path("readonly")
+        os.makedirs(d, exist_ok=True)
+        os.chmod(d, 0o555)
+        return d
+    for d in ("/sys/kernel", "/proc/self"):
+        try:
+            open(os.path.join(d, "train_gpt_probe"), "w").close()
+        except OSError:
+            return d
+        os.remove(os.path.join(d, "train_gpt_probe"))
+    return None
+
+
+NEW_CKPT = path("ck_new", "deeper")
+case("train_gpt --checkpoint-dir NEW, refused for its data: no folder left behind",
+     [TRAIN, "--train-data", shards["truncated"][0], "--val-data", GOOD_VAL, "--seq-len", "64", "--val-tokens", "64",
+      "--checkpoint-dir", NEW_CKPT], 1, ["truncated.bin"])
+check("train_gpt --checkpoint-dir NEW, refused for its data: neither the folder nor its parent made",
+      not os.path.exists(path("ck_new")), str(os.listdir(T)))
+EMPTY_CKPT = path("ck_empty")
+os.makedirs(EMPTY_CKPT)
+case("train_gpt --checkpoint-dir an empty folder, refused for its data: the folder stays empty",
+     [TRAIN, "--train-data", shards["bad magic"][0], "--val-data", GOOD_VAL, "--seq-len", "64", "--val-tokens", "64",
+      "--checkpoint-dir", EMPTY_CKPT], 1, ["magic.bin"], keep=[EMPTY_CKPT])
+check("train_gpt --checkpoint-dir an empty folder: no probe file left", os.listdir(EMPTY_CKPT) == [], str(os.listdir(EMPTY_CKPT)))
+if shutil.which("nvidia-smi") is None:
+    case("train_gpt --checkpoint-dir NEW without a GPU: no folder left behind", [TRAIN, *DATA, "--checkpoint-dir", NEW_CKPT], 1,
+         ["GPU"])
+    check("train_gpt --checkpoint-dir NEW without a GPU: the folder was not made", not os.path.exists(path("ck_new")))
+case("train_gpt --checkpoint-dir under a file", [TRAIN, *DATA, "--checkpoint-dir", os.path.join(A_FILE, "ck")], 2,
+     ["--checkpoint-dir", "a_file", "not a folder"], keep=[A_FILE])
+RO = unwritable_dir()
+if RO:
+    case("train_gpt --checkpoint-dir an unwritable folder: refused before training", [TRAIN, *DATA, "--checkpoint-dir", RO], 2,
+         ["--checkpoint-dir", RO])
+    case("train_gpt --checkpoint-dir a new folder inside an unwritable one", [TRAIN, *DATA, "--checkpoint-dir",
+                                                                              os.path.join(RO, "ck", "new")], 2, ["--checkpoint-dir", RO])
+    case("train_gpt --log-file in an unwritable folder: refused before training", [TRAIN, *DATA, "--log-file",
+                                                                                   os.path.join(RO, "run.txt")], 2, ["--log-file", "run.txt"])
+case("train_gpt --log-file with a name too long for the file system", [TRAIN, *DATA, "--log-file", path("x" * 300 + ".txt")], 2,
+     ["--log-file", "xxxx"])
+check("train_gpt --log-file refusals: no log or probe left", not [n for n in os.listdir(T) if n.startswith("x" * 20)])
+
+
+def fnv_ckpt(config, step, blobs):
+    """A checkpoint file (train/checkpoint.h) with a valid checksum."""
+    b = b"TGPTCKPT" + struct.pack("<IQ", 1, len(config)) + config.encode() + struct.pack("<qqI", step, 0, len(blobs))
+    for name, floats in blobs.items():
+        b += struct.pack("<I", len(name)) + name.encode() + struct.pack("<Q", len(floats)) + np.asarray(floats, "<f4").tobytes()
+    h = 1469598103934665603
+    for c in b:
+        h = ((h ^ c) * 1099511628211) % 2**64
+    return b + struct.pack("<Q", h)
+
+
+# the run's fingerprint, as the refusal of another configuration's checkpoint shows it
+open(path("ck_other.bin"), "wb").write(fnv_ckpt("another run", 1, {"master": [0.0]}))
+r = subprocess.run([TRAIN, *DATA, "--steps", "5", "--resume", path("ck_other.bin")], capture_output=True, text=True, cwd=ROOT)
+fp = next((ln.split("this run:", 1)[1].strip() for ln in r.stderr.splitlines() if "this run:" in ln), None)
+check("train_gpt --resume of another configuration: refused, showing this run's", r.returncode == 1 and fp, r.stderr)
+if fp:
+    open(path("ck_late.bin"), "wb").write(fnv_ckpt(fp, 9, {"master": [0.0] * 10}))
+    case("train_gpt --resume a checkpoint past the run's last step: refused before the GPU",
+         [TRAIN, *DATA, "--steps", "5", "--resume", path("ck_late.bin")], 1, ["ck_late.bin", "step 9 outside the run"])
+    open(path("ck_small.bin"), "wb").write(fnv_ckpt(fp, 2, {"master": [0.0] * 10}))
+    case("train_gpt --resume a checkpoint whose weights are of another size: refused before the GPU",
+         [TRAIN, *DATA, "--steps", "5", "--resume", path("ck_small.bin")], 1, ["ck_small.bin", "master"])
+
+# ------------------------------------------------------------------------------------ shell scripts: numeric variables in range
+# every numeric variable is a whole number within a range: a 0 that would spin a loop (PARALLEL=0)
+# or a count so large that building the job list never ends is refused at once, naming it
+LC_ENV = dict(os.environ, LOG_DIR=path("lc2"), DATA=os.path.join(T, "sh"))
+HUGE = "9" * 25
+script_cases = [
+    ("learning_compare.sh", LC, LC_ENV, [("PARALLEL", "0"), ("PARALLEL", "100000"), ("RUNS", HUGE), ("RUNS", "0"), ("STEPS", "0"),
+                                         ("VAL_EVERY", "0"), ("VAL_TOKENS", HUGE), ("SEED0", "-1"), ("JOBS", "peer:5000")]),
+    ("mask_ablation.sh", ["bash", os.path.join(ROOT, "ablations", "mask_ablation.sh")], dict(os.environ, CAMPAIGN=path("camp3")),
+     [("RUNS", "0"), ("RUNS", HUGE), ("STEPS", "0"), ("NONCAUSAL", "2"), ("VAL_EVERY", "0"), ("VAL_TOKENS", "x")]),
+    ("prefix_ablation.sh", ["bash", os.path.join(ROOT, "ablations", "prefix_ablation.sh")], dict(os.environ, CAMPAIGN=path("camp4")),
+     [("PREFIX", "0"), ("RUNS", "0"), ("RUNS", HUGE), ("STEPS", "0")]),
+    ("prefix_parity.sh", ["bash", os.path.join(ROOT, "ablations", "prefix_parity.sh")], dict(os.environ, LOG_DIR=path("pp2")),
+     [("ROUNDS", "100000"), ("ROUNDS", HUGE)]),
+    ("peer_compare.sh", PC, dict(os.environ, LOG_DIR=path("pc2")), [("STEPS", HUGE), ("RECORD_MS", "abc"), ("RECORD_MS", "0")]),
+    ("compare_trees.sh", CT + [ROOT], dict(os.environ, LOG_DIR=path("ct2")), [("STEPS", "0"), ("STEPS", "5"), ("ROUNDS", "0"),
+                                                                                ("ROUNDS", HUGE)]),
+    ("gpu_bench.sh", GB, dict(os.environ, LOG_DIR=path("gb2")), [("STEPS", "0"), ("STEPS", HUGE), ("JOBS", "0"), ("JOBS", "abc")]),
+]
+for script, cmd, env, tries in script_cases:
+    for var, value in tries:
+        case(f"{script} {var}={value[:12]}{'...' if len(value) > 12 else ''}", cmd, 2, [var], env=dict(env, **{var: value}))
+check("numeric refusals of the shell scripts: nothing written",
+      not [p for p in ("lc2", "camp3", "camp4", "pp2", "pc2", "ct2", "gb2") if os.path.exists(path(p))])
+
+# ------------------------------------------------------------------------------------ synthetic_shards, fetch_fineweb: their files
+SS = [PY, os.path.join(S, "synthetic_shards.py")]
+for name, flags, named in [
+    ("--mean-doc inf", ["--mean-doc", "inf"], "--mean-doc"),
+    ("--mean-doc nan", ["--mean-doc", "nan"], "--mean-doc"),
+    ("--mean-doc 1e400", ["--mean-doc", "1e400"], "--mean-doc"),
+    ("--train-tokens 10^12", ["--train-tokens", str(10**12)], "--train-tokens"),
+    ("--val-tokens 10^30", ["--val-tokens", str(10**30)], "--val-tokens"),
+    ("--shard-tokens 2^40", ["--shard-tokens", str(2**40)], "--shard-tokens"),
+    ("--shard-tokens 2 (ten million shards)", ["--shard-tokens", "2"], "--shard-tokens"),
+    ("--seed -1", ["--seed", "-1"], "--seed"),
+    ("--seed 10^30", ["--seed", str(10**30)], "--seed"),
+]:
+    case(f"synthetic_shards {name}", SS + [path("ss_out"), *flags], 2, [named])
+check("synthetic_shards refusals: nothing written", not os.path.exists(path("ss_out")) and not os.path.exists(path(".ss_out.part")))
+SS_PART = path(".ss_busy.part")
+os.makedirs(SS_PART)
+open(os.path.join(SS_PART, "someone_elses.txt"), "w").write("not synthetic_shards' own\n")
+case("synthetic_shards with a .OUT.part folder already there: refused, the folder untouched",
+     SS + [path("ss_busy"), "--train-tokens", "1000", "--val-tokens", "100"], 1, [".ss_busy.part", "exists"], keep=[SS_PART])
+r = subprocess.run(SS + [path("ss_fine"), "--train-tokens", "3000", "--val-tokens", "200", "--shard-tokens", "1000"], capture_output=True,
+                   text=True)
+check("synthetic_shards on good values: the folder and its manifest, no staging folder left",
+      r.returncode == 0 and os.path.isfile(path("ss_fine", "manifest.tsv")) and not os.path.exists(path(".ss_fine.part")), r.stderr)
+FW_DIR = path("fw_parts")
+os.makedirs(FW_DIR)
+FW_PART = os.path.join(FW_DIR, "fineweb_val_000000.bin.part")
+FW_TARGET = path("fw_target.txt")
+open(FW_TARGET, "w").write("a file the link points at\n")
+for kind, make in [("a FIFO", lambda p: os.mkfifo(p)), ("a directory", lambda p: os.makedirs(p)),
+                   ("a symbolic link", lambda p: os.symlink(FW_TARGET, p))]:
+    make(FW_PART)
+    case(f"fetch_fineweb with NAME.part {kind}", FF + ["0", "--out-dir", FW_DIR, "--base-url", "http://127.0.0.1:9/none", "--timeout", "5"],
+         1, ["fineweb_val_000000.bin.part", kind], keep=[FW_TARGET])
+    (os.rmdir if os.path.isdir(FW_PART) and not os.path.islink(FW_PART) else os.remove)(FW_PART)
 
 print("\nWhat was tried and how it ended:")
 for line in summary:

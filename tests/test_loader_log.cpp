@@ -3,7 +3,9 @@
 //    short tails skipped and cycling (or an error past the end without cycling);
 //  - for world sizes 1, 2, 4, 8 a step uses the same 8 sequences, no two ranks share one;
 //  - validation is split over ranks without overlap or loss;
-//  - a corrupt shard is named when loaded;
+//  - a corrupt shard is named when loaded, and so is one replaced during the run;
+//  - the reported mean losses count only sequences that keep a target, and a stream that keeps
+//    none is found;
 //  - the log's lines are the record's format, and scripts/speedrun_logs.py reads them back;
 //  - a log is created new (never appended to), names its run, and a failed write is an error.
 #include <fcntl.h>
@@ -13,16 +15,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
 #include <sstream>
 
 #include "data/dataloader.h"
 #include "tests/check.h"
+#include "train/loss_mean.h"
 #include "train/options.h"
 #include "train/run_log.h"
 
@@ -110,6 +115,103 @@ int main() {
     } catch (const shard::ShardError& e) {
       CHECK(std::string(e.what()).find("missing.bin") != std::string::npos, "%s", e.what());
     }
+  }
+
+  // a shard replaced during a run is checked again when it is loaded: a shorter or longer one is
+  // refused, naming it (its sequences were counted from the first), never read past its end
+  {
+    auto shard_of = [&](const std::string& name, int n, int seed) {
+      std::vector<uint16_t> t(n);
+      for (int j = 0; j < n; j++) t[j] = (uint16_t)((seed * 7919 + j * 31) % 50000);
+      shard::write_shard(dir + "/" + name, t);
+      return t;
+    };
+    shard_of("swap_a.bin", 1000, 1);
+    const auto b0 = shard_of("swap_b.bin", 500, 2);
+    data::TokenStream sw({dir + "/swap_a.bin", dir + "/swap_b.bin"}, L, 50257, true);  // 15 + 7 sequences
+    sw.sequence(0, buf.data());  // swap_a loaded
+    auto refused = [&](uint64_t k, const char* what, const char* name) {
+      try {
+        sw.sequence(k, buf.data());
+        CHECK(false, "%s: sequence %llu read without an error", what, (unsigned long long)k);
+      } catch (const shard::ShardError& e) {
+        CHECK(std::string(e.what()).find(name) != std::string::npos && std::string(e.what()).find("replaced") != std::string::npos,
+              "%s: %s", what, e.what());
+      }
+    };
+    shard_of("swap_b.bin", 100, 3);
+    refused(21, "a shorter shard", "swap_b.bin");
+    refused(21, "a shorter shard, asked again", "swap_b.bin");
+    shard_of("swap_b.bin", 5000, 4);
+    refused(15, "a longer shard", "swap_b.bin");
+    const auto b1 = shard_of("swap_b.bin", 500, 5);  // the same size: read, checked, its new contents
+    sw.sequence(21, buf.data());
+    CHECK(std::equal(buf.begin(), buf.end(), b1.begin() + 6 * L) && !std::equal(buf.begin(), buf.end(), b0.begin() + 6 * L),
+          "a same-size replacement is read whole");
+    shard_of("swap_a.bin", 200, 6);  // the first shard, replaced while the second is loaded
+    refused(22 + 3, "the first shard, shorter, on the next pass", "swap_a.bin");
+    std::vector<uint16_t> bad(1000, 7);
+    bad[999] = 60000;
+    shard::write_shard(dir + "/swap_a.bin", bad);
+    try {
+      sw.sequence(0, buf.data());
+      CHECK(false, "a replaced shard's bad token id not found");
+    } catch (const shard::ShardError& e) {
+      CHECK(std::string(e.what()).find("swap_a.bin") != std::string::npos && std::string(e.what()).find("60000") != std::string::npos,
+            "%s", e.what());
+    }
+    std::filesystem::remove(dir + "/swap_a.bin");
+    try {
+      sw.sequence(0, buf.data());
+      CHECK(false, "a removed shard not found");
+    } catch (const shard::ShardError& e) {
+      CHECK(std::string(e.what()).find("swap_a.bin") != std::string::npos, "%s", e.what());
+    }
+  }
+
+  // the reported means (train/loss_mean.h): over the sequences that keep a target; with every
+  // sequence keeping one, the plain mean to the bit; none keeping one: empty, never 0
+  {
+    std::mt19937 r(3);
+    std::vector<double> losses(37);
+    for (double& l : losses) l = 2.0 + (r() % 100000) * 1e-5;
+    train::LossMean all;
+    all.add(losses, std::vector<int>(losses.size(), 64));
+    double old_sum = 0;  // the plain mean as it was always computed: the sum in order, over the count
+    for (double l : losses) old_sum += l;
+    CHECK(all.mean() == old_sum / (double)losses.size() && all.parts[1] == 37, "every sequence kept: not the plain mean");
+    train::LossMean some;
+    some.add(std::vector<double>{3.0, 0.0, 5.0, 0.0}, std::vector<int>{10, 0, 1, 0});
+    CHECK(some.mean() == 4.0 && some.parts[1] == 2, "sequences without a target pulled the mean: %g", some.mean());
+    train::LossMean none;
+    none.add(std::vector<double>{0.0, 0.0}, std::vector<int>{0, 0});
+    CHECK(none.empty() && std::isnan(none.mean()), "no sequence kept a target, yet a mean of %g", none.mean());
+    try {
+      none.add(std::vector<double>{1.0}, std::vector<int>{});
+      CHECK(false, "losses and sequences of different counts accepted");
+    } catch (const std::logic_error&) {
+    }
+    // a stream whose documents all fit inside the prefix keeps no target; one longer document does
+    std::vector<uint16_t> shortdocs(64 * 6 + 1);
+    for (size_t j = 0; j < shortdocs.size(); j++) shortdocs[j] = j % 4 == 0 ? 50256 : 100 + j % 4;  // documents of 4 tokens
+    shard::write_shard(dir + "/short_docs.bin", shortdocs);
+    data::TokenStream sd({dir + "/short_docs.bin"}, L, 50257, false);
+    model::MaskConfig m;
+    m.documents = true;
+    m.prefix = 8;
+    CHECK(train::first_sequence_keeping_targets(sd, 0, sd.sequences_per_pass(), m) == sd.sequences_per_pass(),
+          "documents of 4 tokens inside a prefix of 8 keep a target");
+    m.prefix = 3;
+    CHECK(train::first_sequence_keeping_targets(sd, 0, sd.sequences_per_pass(), m) == 0, "a prefix of 3: each document's third target is kept");
+    m.prefix = 8;
+    for (int j = 3 * L + 1; j < 3 * L + 20; j++) shortdocs[j] = 7;  // sequence 3 holds a document of 20 tokens
+    shard::write_shard(dir + "/short_docs.bin", shortdocs);
+    data::TokenStream sd2({dir + "/short_docs.bin"}, L, 50257, false);
+    CHECK(train::first_sequence_keeping_targets(sd2, 0, sd2.sequences_per_pass(), m) == 3, "the sequence with a long document not found");
+    CHECK(train::first_sequence_keeping_targets(sd2, 4, sd2.sequences_per_pass(), m) == sd2.sequences_per_pass(),
+          "the search looked before its start");
+    m.documents = false;  // one document a sequence: prefix < T always leaves targets
+    CHECK(train::first_sequence_keeping_targets(sd, 0, sd.sequences_per_pass(), m) == 0, "without the document mask");
   }
 
   // the run log

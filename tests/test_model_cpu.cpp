@@ -201,6 +201,24 @@ int main() {
     s.build(seq, m);
     CHECK(s.tokens == std::vector<int>({5, 6, 0, 7, 8, 9, 0, 4}) && s.kept_targets == 1 && s.targets[4] == 9,
           "a batch from T + 1 stream tokens");
+    CHECK(model::kept_targets(seq, 8, m) == 1, "kept_targets of T + 1 stream tokens, without a batch");
+    {  // the same count as the batch's on random sequences, prefixes and document settings
+      std::mt19937 r(9);
+      int differ = 0;
+      for (int c = 0; c < 200; c++) {
+        const int T = 1 + (int)(r() % 300);
+        std::vector<uint16_t> st(T + 1);
+        for (auto& t : st) t = r() % (1 + r() % 40) == 0 ? 0 : 1 + r() % 50;
+        model::MaskConfig mc;
+        mc.bos = 0;
+        mc.documents = r() % 2;
+        mc.prefix = (int)(r() % 3 == 0 ? 0 : r() % (T + 40));
+        model::Batch bb(T);
+        bb.build(st.data(), mc);
+        differ += model::kept_targets(st.data(), T, mc) != bb.kept_targets;
+      }
+      CHECK(differ == 0, "kept_targets differs from Batch::build's count in %d of 200 random sequences", differ);
+    }
 
     // the batch's kept attention pairs against a count of the fp64 reference's keep() over every
     // (q, k), on random documents, windows in tokens and blocks, uni and bi, with and without

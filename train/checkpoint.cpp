@@ -2,10 +2,14 @@
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include "common/files.h"
 
@@ -142,6 +146,59 @@ void check_same_config(const Checkpoint& c, const std::string& config, const std
   if (c.config != config)
     throw CheckpointError(path + ": checkpoint from another configuration; refusing to resume.\n  checkpoint: " + c.config +
                           "\n  this run:   " + config);
+}
+
+namespace {
+std::filesystem::path folder_path(const std::string& dir) {  // "a/b/" -> "a/b"
+  std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
+  if (!p.has_filename() && p.has_parent_path() && p != p.root_path()) p = p.parent_path();
+  return p.empty() ? std::filesystem::path(".") : p;
+}
+}  // namespace
+
+std::string unwritable_checkpoint_dir(const std::string& dir) {
+  if (dir.empty()) return "'' is not a folder name";
+  std::filesystem::path at = folder_path(dir);
+  struct stat st;
+  while (stat(at.c_str(), &st) != 0) {  // the nearest part of the path that exists
+    if (errno != ENOENT && errno != ENOTDIR) return at.string() + ": " + std::strerror(errno);
+    at = at.has_relative_path() && at.has_parent_path() ? at.parent_path() : std::filesystem::path(at.is_absolute() ? "/" : ".");
+  }
+  if (!S_ISDIR(st.st_mode)) return at.string() + " exists and is not a folder";
+  std::string probe = (at / ".train_gpt_probe_XXXXXX").string();
+  const int fd = mkstemp(&probe[0]);
+  if (fd < 0)
+    return "cannot write checkpoints " + std::string(at == folder_path(dir) ? "in " : "under ") + at.string() + " (" +
+           std::strerror(errno) + ")";
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return "";
+}
+
+std::vector<std::string> make_checkpoint_dir(const std::string& dir) {
+  std::vector<std::string> made;
+  std::filesystem::path p = folder_path(dir), sofar;
+  for (const auto& part : p) {
+    sofar /= part;
+    std::error_code ec;
+    if (std::filesystem::create_directory(sofar, ec)) made.push_back(sofar.string());
+    else if (ec) {
+      remove_made_dirs(made);
+      throw CheckpointError(dir + ": cannot create the checkpoint folder (--checkpoint-dir): " + ec.message());
+    }
+  }
+  if (!std::filesystem::is_directory(p)) {
+    remove_made_dirs(made);
+    throw CheckpointError(dir + ": the checkpoint folder (--checkpoint-dir) is not a folder");
+  }
+  return made;
+}
+
+void remove_made_dirs(const std::vector<std::string>& made) {
+  for (auto it = made.rbegin(); it != made.rend(); ++it) {
+    std::error_code ec;
+    std::filesystem::remove(*it, ec);  // an empty folder only: a non-empty one fails and stays
+  }
 }
 
 }  // namespace train

@@ -31,4 +31,15 @@ Checkpoint read_checkpoint(const std::string& path);
 // Throws CheckpointError unless c.config == config.
 void check_same_config(const Checkpoint& c, const std::string& config, const std::string& path);
 
+// The checkpoint folder, checked before a run starts and made only once it can start:
+// why checkpoints could not be written into dir, or "" when they can. dir, or where it does not
+// exist yet the nearest folder above it that does, must be a folder in which a file can be made
+// (tried with a probe file, removed at once: a read-only mount shows even to root). Leaves nothing.
+std::string unwritable_checkpoint_dir(const std::string& dir);
+// Makes dir and any missing folders above it; returns the folders it made, outermost first
+// (empty when dir existed). Throws CheckpointError naming dir.
+std::vector<std::string> make_checkpoint_dir(const std::string& dir);
+// Removes folders make_checkpoint_dir made, innermost first, while they are empty.
+void remove_made_dirs(const std::vector<std::string>& made);
+
 }  // namespace train

@@ -33,6 +33,15 @@ std::string RunLog::refuse_existing(const std::string& path) {
     if (files::exists(p))
       return p + " exists: every run writes logs of its own (a resumed run too), so that two runs are never read as one; "
                  "name a new --log-file";
+  // the files themselves, made and removed at once: a folder that only looks writable (a
+  // read-only mount seen by root) or a name the file system refuses shows now, not once the run
+  // has started
+  for (const std::string& p : {path, jsonl_path(path)}) {
+    const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) return p + ": cannot create the log (" + std::strerror(errno) + ")";
+    ::close(fd);
+    ::unlink(p.c_str());
+  }
   return "";
 }
 

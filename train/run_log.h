@@ -39,7 +39,8 @@ class RunLog {
   void event(const std::string& name, const std::vector<std::pair<std::string, double>>& fields);
   void note(const std::string& line);          // free text: stdout and the text log
   static std::string jsonl_path(const std::string& path);
-  // Empty when a run may write this log; otherwise why not (an existing file).
+  // Empty when a run may write this log; otherwise why not (an existing file, or one that cannot
+  // be created: each is tried, and removed at once).
   static std::string refuse_existing(const std::string& path);
   static std::string new_run_id();  // 16 hex digits, random
 

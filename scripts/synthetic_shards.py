@@ -18,10 +18,10 @@ import os
 import shutil
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tool_errors import ToolError, run  # noqa: E402
+from tool_errors import ToolError, require, run  # noqa: E402
+require("numpy")  # a message, not a traceback, without numpy
+import numpy as np  # noqa: E402
 
 MAGIC, VERSION, BOS, VOCAB = 20240520, 1, 50256, 50257
 

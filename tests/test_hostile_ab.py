@@ -205,7 +205,9 @@ for name, cmd, mods, named in [
     ("synthetic_shards", [PY, os.path.join(S, "synthetic_shards.py"), path("synth_nomod")], ("numpy",), "numpy"),
     ("torch_peer", [PY, os.path.join(ROOT, "peer", "torch_peer.py"), "--steps", "1"], ("numpy",), "numpy"),
     ("flex_uni_bi", [PY, os.path.join(ROOT, "ablations", "flex_uni_bi.py")], ("numpy",), "numpy"),
-    ("flex_uni_bi without PyTorch", [PY, os.path.join(ROOT, "ablations", "flex_uni_bi.py")], ("torch",), "PyTorch"),
+    # (it checks its flags before PyTorch; where numpy is missing too, numpy is named first)
+    ("flex_uni_bi without PyTorch", [PY, os.path.join(ROOT, "ablations", "flex_uni_bi.py")], ("torch",),
+     "numpy" if _missing(["numpy"]) else "PyTorch"),
     ("compare_flex without PyTorch", [PY, os.path.join(ROOT, "bench", "compare_flex.py"), tiny_log], ("torch",), "PyTorch"),
     ("gen_unicode_tables without regex", [PY, os.path.join(S, "gen_unicode_tables.py")], ("regex",), "regex"),
 ]:

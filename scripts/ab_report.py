@@ -507,8 +507,8 @@ def write_out(lines, used, by_gpus, values, out_dir, times):
                 os.remove(os.path.join(out_dir, name))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        if made:
-            shutil.rmtree(out_dir, ignore_errors=True) if not os.listdir(out_dir) else None
+        if made and not os.listdir(out_dir):  # a folder this run made, left empty: not left behind
+            os.rmdir(out_dir)
         raise
     shutil.rmtree(tmp, ignore_errors=True)
     return text

@@ -24,7 +24,9 @@ import os
 import statistics
 import sys
 
-import numpy as np
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from tool_errors import require; require("numpy")  # noqa: E402,E702 (a message, not a traceback, without numpy)
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "peer"))
 import torch_peer as peer  # noqa: E402

@@ -12,13 +12,16 @@ standard deviation, the ratio prefix / partner, and Welch's two-sided p (scripts
 A ratio of 1 or more is the prefix mask running at least as fast per useful FLOP.
 """
 import argparse
-import json
+import math
 import os
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from tool_errors import ToolError, load_json, regular_file, require, run  # noqa: E402
+
+require("scipy", "statsmodels")
 import ab_stats as st  # noqa: E402
-from tool_errors import ToolError, regular_file, run  # noqa: E402
 
 SHAPE = ("T", "H", "D")
 TERMS = ("causal", "window", "blocks", "bidir", "docs")
@@ -33,12 +36,13 @@ def read_rounds(paths):
             for n, line in enumerate(f, 1):
                 if not line.strip():
                     continue
+                c = load_json(line, f"{path}:{n}")
                 try:
-                    c = json.loads(line)
                     key = (tuple(c[k] for k in SHAPE), tuple(c[k] for k in TERMS), c.get("prefix", 0))
+                    hash(key)
                     tf, tfb = float(c["fwd_tflops"]), float(c["fwdbwd_tflops"])
-                except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-                    raise ToolError(f"{path}:{n}: not a case of bench_attention ({e})")
+                except (KeyError, TypeError, ValueError, AttributeError) as e:
+                    raise ToolError(f"{path}:{n}: not a case of bench_attention ({type(e).__name__}: {e})")
                 entry = cases.setdefault(key, {"name": c.get("case", "?"), "fwd": [], "fwdbwd": []})
                 entry["fwd"].append(tf)
                 entry["fwdbwd"].append(tfb)
@@ -54,16 +58,37 @@ def pairs(cases):
     return out
 
 
+def md(text):
+    """Text for a markdown table cell: '|' escaped, line breaks as spaces."""
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+
+
+def cell(v):
+    """Mean +- standard deviation over the rounds, or why there is none."""
+    bad = sum(not math.isfinite(x) for x in v)
+    if bad:
+        return f"n/a ({bad} of {len(v)} rounds not finite: a failed measurement)"
+    if len(v) < 2:
+        return f"{v[0]:.1f} (1 round: no spread)"
+    return f"{st.mean(v):.1f} +- {st.std(v):.1f}"
+
+
 def table(cases):
     lines = ["| T, heads, head dim | mask | partner | rounds | direction | prefix TF/s | partner TF/s | ratio | Welch p |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for shape, a, b in pairs(cases):
         for d, label in (("fwd", "forward"), ("fwdbwd", "forward + backward")):
             x, y = a[d], b[d]
-            p = st.welch(x, y)[2] if len(x) > 1 and len(y) > 1 else float("nan")
-            fmt = lambda v: f"{st.mean(v):.1f} +- {st.std(v):.1f}"  # noqa: E731
-            lines.append(f"| {shape[0]}, {shape[1]}, {shape[2]} | {a['name']} | {b['name']} | {min(len(x), len(y))} | {label} | "
-                         f"{fmt(x)} | {fmt(y)} | {st.mean(x) / st.mean(y):.4f} | {p:.3f} |")
+            finite = all(math.isfinite(v) for v in x + y)
+            ratio = f"{st.mean(x) / st.mean(y):.4f}" if finite and st.mean(y) > 0 else "n/a"
+            if not finite:
+                p = "n/a (not finite)"
+            elif len(x) > 1 and len(y) > 1:
+                p = f"{st.welch(x, y)[2]:.3f}"
+            else:
+                p = "n/a (1 round)"
+            lines.append(f"| {md(shape[0])}, {md(shape[1])}, {md(shape[2])} | {md(a['name'])} | {md(b['name'])} | "
+                         f"{min(len(x), len(y))} | {label} | {cell(x)} | {cell(y)} | {ratio} | {p} |")
     return lines
 
 
@@ -76,9 +101,18 @@ def main(argv):
     if not pairs(cases):
         raise ToolError("no prefix case with its partner in these files (bench_attention's table mode measures both)")
     text = "\n".join(table(cases)) + "\n"
-    if a.out:
-        with open(a.out, "x") as f:
-            f.write(text)
+    if a.out:  # written beside it, then linked into place: never a partial table, never over a file
+        if os.path.lexists(a.out):
+            raise ToolError(f"--out {a.out}: exists; name a new file")
+        fd, tmp = tempfile.mkstemp(prefix=".mask_pairs-", dir=os.path.dirname(os.path.abspath(a.out)))
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.link(tmp, a.out)
+        except FileExistsError:
+            raise ToolError(f"--out {a.out}: exists; name a new file")
+        finally:
+            os.unlink(tmp)
     sys.stdout.write(text)
     return 0
 

@@ -39,10 +39,10 @@ import os
 import sys
 import time
 
-import numpy as np
-
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
-from tool_errors import ToolError, run  # noqa: E402
+from tool_errors import ToolError, require, run  # noqa: E402
+require("numpy")  # a message, not a traceback, without numpy (PyTorch is checked where it is first needed)
+import numpy as np  # noqa: E402
 
 HEADER_INTS, MAGIC, VERSION, BOS = 256, 20240520, 1, 50256
 BLOCK = 128  # FlexAttention's block and the window's unit

@@ -1,11 +1,29 @@
 #!/usr/bin/env python3
 """Comparison report for an ablation: per variant and GPU count, the mean, standard deviation and
 95% confidence interval of final validation loss, training time and step average; Welch's t-test
-of each variant against the first; whether paired runs (same run index, hence same seed) give
-identical loss sequences; the validation loss at every validation step, with the same test; a
-markdown table and two PNG plots (validation loss with a +-1 std band; step-time distributions).
-Works for any flag: a variant is just a name. --loss-only leaves the times out, for runs that
-shared a GPU.
+of each variant against the first; the paired t-test and whether the loss sequences are identical
+for the runs of one seed; the validation loss at every validation step, with the same test; how
+many runs a side a difference would need; a markdown table and two PNG plots (validation loss
+with a +-1 std band; step times, one panel per GPU count, with each variant's difference from the
+first and its 95% confidence interval). Works for any flag: a variant is just a name. --loss-only
+leaves the times out, for runs that shared a GPU.
+
+A run is what its own logs say, not what its file is called: its run id, its configuration (the
+JSON lines beside the text log: flags, seed, GPU count), and the steps it logged. Before writing
+anything the report checks every log, and refuses (exit 1, one line per log at fault, nothing
+written) when
+  - a log is incomplete: a training step of 1..N missing, stopped before step N, or no
+    validation at step N (a diverged train_gpt run stops too: move such a log aside);
+  - its JSON lines are another run's (run id, steps, losses or times that disagree);
+  - two files hold one run (one run id, or the same text), or a group holds one seed twice;
+  - a run's configuration disagrees with its group's (another campaign's log: other steps, data,
+    validation tokens, GPU, commit, ...), its GPU count with the group's, or, with the campaign's
+    record (campaign.json), its flags with the variant's;
+  - with campaign.json, the variants differ in a setting that is none of their flags.
+Runs that completed with a loss that is not finite (diverged, NaN) are counted and named, and left
+out of the statistics. Runs of one GPU count are paired by the seed in their configuration (never
+by their file names). --allow-differ KEY accepts differing values of one configuration entry
+(named in the report).
 
     python3 scripts/ab_report.py --logs-dir logs/mask/causal --out results/mask_ablation/causal
         (logs named VARIANT_gN_rI.txt, as scripts/ab_run.py writes them)
@@ -13,45 +31,96 @@ shared a GPU.
 """
 import argparse
 import glob
+import hashlib
+import json
 import math
 import os
 import re
+import shlex
+import shutil
 import sys
+import tempfile
 from collections import OrderedDict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tool_errors import ToolError, load_json, regular_file, require, run as run_tool  # noqa: E402
+
+require("numpy", "scipy", "statsmodels")
 import ab_stats as st  # noqa: E402
 import speedrun_logs  # noqa: E402
-from tool_errors import ToolError, regular_file, run as run_tool  # noqa: E402
 
-NAME_RE = re.compile(r"^(?P<variant>.+)_g(?P<gpus>\d+)_r(?P<run>\d+)\.txt$")
+NAME_RE = re.compile(r"^(?P<variant>.+)_g(?P<gpus>\d{1,6})_r(?P<run>\d{1,9})\.txt$")
+from speedrun_logs import PER_RUN, flag_settings, same_value, setting  # noqa: E402
+OUTPUTS = ("report.md", "val_loss.png", "step_times.png")  # what a report writes into --out
 
 
+def md(text):
+    """Text for a markdown table cell: '|' escaped, line breaks as spaces."""
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+
+
+def one_line(text):
+    return str(text).replace("\r", " ").replace("\n", " ")
+
+
+def group_name(key):
+    return f"{key[0]}@{key[1]}"
+
+
+class Problems:
+    """Everything wrong with the logs, gathered so that one run of the report names all of it."""
+
+    def __init__(self):
+        self.lines = []
+
+    def add(self, text):
+        if text not in self.lines:
+            self.lines.append(one_line(text))
+
+    def stop_if_any(self):
+        if self.lines:
+            for line in self.lines[:-1]:
+                print(f"ab_report: error: {line}", file=sys.stderr)
+            more = f" ({len(self.lines)} problems, each on a line of its own; no report written)" if len(self.lines) > 1 else \
+                " (no report written)"
+            raise ToolError(self.lines[-1] + more)
+
+
+# ------------------------------------------------------------------------------------ the groups
 def discover(logs_dir):
-    """Groups VARIANT_gN_rI.txt logs; variants in the order of the runner's campaign.json (the
-    first is the baseline), else alphabetical."""
+    """Groups VARIANT_gN_rI.txt logs by variant and GPU count; variants in the order of the
+    runner's campaign.json (the first is the baseline), else alphabetical. Returns the groups and
+    the campaign record (None without one)."""
     if not os.path.isdir(logs_dir):
         raise ToolError(f"--logs-dir {logs_dir}: not a folder")
     found = {}
     for path in sorted(glob.glob(os.path.join(glob.escape(logs_dir), "*.txt"))):
         m = NAME_RE.match(os.path.basename(path))
         if m:
-            found.setdefault((m["variant"], int(m["gpus"])), []).append((int(m["run"]), path))
+            if int(m["gpus"]) < 1:
+                raise ToolError(f"{path}: a GPU count of {m['gpus']} in its name (VARIANT_gN_rI.txt wants N of 1 or more)")
+            found.setdefault((m["variant"], int(m["gpus"])), []).append(path)
     order = sorted({v for v, _ in found})
+    record = None
     manifest = os.path.join(logs_dir, "campaign.json")
     if os.path.exists(manifest):
-        import json
+        regular_file(manifest, "campaign record")
+        with open(manifest, encoding="utf-8", errors="replace") as f:
+            record = load_json(f.read(), manifest)
         try:
-            listed = [v[0] for v in json.load(open(regular_file(manifest, "campaign record")))["variants"]]
-        except (json.JSONDecodeError, KeyError, TypeError, IndexError) as e:
+            listed = [v[0] for v in record["variants"]]
+            if not all(isinstance(v, str) and isinstance(flags, str) for v, flags in record["variants"]) or \
+                    not all(isinstance(c, str) for c in record.get("common", [])):
+                raise TypeError("variants want [NAME, FLAGS] pairs of text, common a list of flags")
+        except (KeyError, TypeError, IndexError, ValueError) as e:
             raise ToolError(f"{manifest}: not a campaign record of scripts/ab_run.py ({e})")
         order = [v for v in listed if v in order] + [v for v in order if v not in listed]
     groups = OrderedDict()
     for gpus in sorted({g for _, g in found}):
         for v in order:
             if (v, gpus) in found:
-                groups[(v, gpus)] = sorted(found[(v, gpus)])
-    return groups
+                groups[(v, gpus)] = found[(v, gpus)]
+    return groups, record
 
 
 def from_patterns(specs):
@@ -61,7 +130,7 @@ def from_patterns(specs):
             raise ToolError(f"--group wants NAME@GPUS=PATTERN, got {spec!r}")
         name, pattern = spec.split("=", 1)
         variant, gpus = name.rsplit("@", 1)
-        if not variant or not gpus.isdigit() or int(gpus) < 1:
+        if not variant or not gpus.isdigit() or len(gpus) > 6 or int(gpus) < 1:
             raise ToolError(f"--group {spec!r}: want a non-empty NAME and a positive whole GPUS in NAME@GPUS")
         key = (variant, int(gpus))
         if key in groups:  # two groups of one name would be merged and one of them lost
@@ -69,39 +138,160 @@ def from_patterns(specs):
         files = sorted(glob.glob(pattern))
         if not files:
             raise ToolError(f"--group {spec!r}: pattern matches no file")
-        groups[key] = list(enumerate(files))
+        groups[key] = files
     return groups
 
 
+# ------------------------------------------------------------------------------------ the checks
+def show(v):
+    """A configuration value as the report prints it."""
+    return "(absent)" if v is _ABSENT else json.dumps(v) if not isinstance(v, str) or not v else v
+
+
+_ABSENT = object()
+
+
+def check_runs(runs, record, allow, problems):
+    """Refusals of section 1 of the docstring. runs: {group key: [Run]}. Returns the variant keys
+    (the configuration entries that differ between groups) and {group key: setting}."""
+    by_id, by_digest = {}, {}
+    for key, rs in runs.items():
+        g = group_name(key)
+        for r in rs:
+            state, why = r.state()
+            if state != "complete":
+                problems.add(f"{r.path}: incomplete: {why}; finish the campaign (scripts/ab_run.py resumes it) or move the "
+                             "log out of the report")
+            if r.run_id:
+                if r.run_id in by_id:
+                    problems.add(f"{r.path} and {by_id[r.run_id]} are one run (run id {r.run_id}): a run counts once; "
+                                 "remove the copy")
+                by_id.setdefault(r.run_id, r.path)
+            else:
+                with open(r.path, "rb") as f:
+                    digest = hashlib.sha256(f.read()).hexdigest()
+                if digest in by_digest:
+                    problems.add(f"{r.path} and {by_digest[digest]} are the same log: a run counts once; remove the copy")
+                by_digest.setdefault(digest, r.path)
+            if r.world_size is not None and r.world_size != key[1]:
+                problems.add(f"{r.path}: ran on {r.world_size} GPU(s) (world_size in its configuration), but is in the group "
+                             f"{g} of {key[1]} GPU(s)")
+        with_cfg = [r for r in rs if r.config]
+        if with_cfg and len(with_cfg) != len(rs):
+            bare = next(r for r in rs if not r.config)
+            problems.add(f"{bare.path}: no configuration (no JSON lines beside it), where {with_cfg[0].path} of the same group "
+                         f"{g} has one: its settings cannot be checked")
+            continue
+        seeds = {}
+        for r in rs:
+            if r.seed is not None:
+                if r.seed in seeds:
+                    problems.add(f"{r.path} and {seeds[r.seed]}: the group {g} holds seed {r.seed} twice (a run redone or "
+                                 "copied): runs are paired by seed and a seed counts once; move one aside")
+                seeds.setdefault(r.seed, r.path)
+        first = rs[0]
+        s0 = setting(first, allow)
+        for r in rs[1:]:
+            s = setting(r, allow)
+            diff = [k for k in sorted(set(s) | set(s0)) if s.get(k, _ABSENT) != s0.get(k, _ABSENT)]
+            if diff:
+                what = "; ".join(f"{k} {show(s.get(k, _ABSENT))} where {os.path.basename(first.path)} has "
+                                 f"{show(s0.get(k, _ABSENT))}" for k in diff[:3]) + ("; ..." if len(diff) > 3 else "")
+                problems.add(f"{r.path}: not a run of the group {g}'s configuration ({what}): a log of another campaign or "
+                             "setting? (--allow-differ KEY accepts a difference)")
+    settings = OrderedDict((key, {k: v for k, v in setting(rs[0], allow).items() if k != "world_size"})
+                           for key, rs in runs.items())
+    keys = sorted({k for s in settings.values() for k in s})
+    varying = [k for k in keys if len({json.dumps(s.get(k, "\0absent"), sort_keys=True) for s in settings.values()}) > 1]
+    # a variant is one configuration at every GPU count
+    by_variant = OrderedDict()
+    for (variant, gpus), s in settings.items():
+        by_variant.setdefault(variant, []).append((gpus, s))
+    for variant, items in by_variant.items():
+        g0, s0 = items[0]
+        for gpus, s in items[1:]:
+            diff = [k for k in keys if s.get(k, _ABSENT) != s0.get(k, _ABSENT)]
+            if diff:
+                k = diff[0]
+                problems.add(f"variant {variant}: {k} {show(s0.get(k, _ABSENT))} on {g0} GPU(s) but {show(s.get(k, _ABSENT))} "
+                             f"on {gpus} ({runs[(variant, gpus)][0].path}): a variant is one configuration at every GPU count")
+    if record is not None and all(r.config for rs in runs.values() for r in rs):
+        common = flag_settings(list(record.get("common", [])))
+        flags = {v: flag_settings(shlex.split(f)) if _splits(f) else {} for v, f in record["variants"]}
+        declared = {k for f in flags.values() for k in f}
+        for (variant, gpus), rs in runs.items():
+            if variant not in flags:
+                problems.add(f"{rs[0].path}: the variant {variant} is not in campaign.json's variants "
+                             f"({', '.join(flags)}): a log of another campaign")
+                continue
+            want = dict(common, **flags[variant])
+            for r in rs:
+                bad = [k for k, v in want.items() if k not in PER_RUN and k not in allow and k in r.config and
+                       not same_value(r.config[k], v)]
+                if bad:
+                    k = bad[0]
+                    problems.add(f"{r.path}: its configuration has {k} {show(r.config[k])}, but campaign.json runs the variant "
+                                 f"{variant} with --{k.replace('_', '-')} {want[k] if want[k] is not True else ''}".rstrip() +
+                                 ": a log of another variant or campaign")
+        for k in varying:
+            if k not in declared:
+                vals = "; ".join(f"{group_name(g)}: {show(s.get(k, _ABSENT))}" for g, s in settings.items())
+                problems.add(f"{k} differs between the variants ({vals}) but is none of the variants' flags in campaign.json: "
+                             "logs of another campaign? (--allow-differ KEY accepts it)")
+    return varying, settings
+
+
+def _splits(text):
+    try:
+        shlex.split(text)
+        return True
+    except ValueError:
+        return False
+
+
+# ------------------------------------------------------------------------------------ the report
 def fmt(x, digits=4):
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+    if x is None:
+        return "-"
+    if isinstance(x, float) and math.isnan(x):
+        return "n/a"
+    if isinstance(x, float) and math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:.{digits}f}"
 
 
-def loss_sequence(run):
-    """The losses to compare bit for bit: full precision from the JSON lines when the trainer
-    wrote them, else the printed values."""
-    side = os.path.splitext(run.path)[0] + ".jsonl"
-    if os.path.exists(side):
-        import json
-        seq = []
-        with open(side) as f:
-            for line in f:
-                ev = json.loads(line)
-                for key in ("train_loss", "val_loss"):
-                    if key in ev:
-                        seq.append((ev.get("step"), key, ev[key]))
-        if seq:
-            return seq
-    return [(s, "val", v) for s, v, _ in run.val] + [(s, "train", l) for s, _, _, l in run.train if not math.isnan(l)]
+def spread(xs, value, digits):
+    """A standard deviation or a confidence interval's half-width, or why there is none."""
+    if not xs:
+        return "n/a (no run)"
+    if len(xs) < 2:
+        return "n/a (1 run)"
+    return fmt(value, digits)
 
 
-def detectability(runs_by_group, values, metrics, by_gpus, differences):
+def seeds_text(seeds):
+    """1000-1004 for a run of consecutive seeds, else the list."""
+    s = sorted(seeds)
+    if not s:
+        return "none recorded"
+    if len(s) > 2 and s == list(range(s[0], s[0] + len(s))):
+        return f"{s[0]}-{s[-1]}"
+    return ", ".join(map(str, s))
+
+
+def runs_needed_text(n):
+    if isinstance(n, float) and math.isinf(n):
+        return f"more than {st.MAX_RUNS}"
+    return "-" if isinstance(n, float) and math.isnan(n) else str(n)
+
+
+def detectability(values, metrics, by_gpus, differences):
     """Rows of the section 'How much these runs can see', per metric and GPU count."""
     lines = ["", "How much these runs can see (two-sided test at the 5% level, 80% power, the noncentral t: "
              "statsmodels). Per group: its runs' standard deviation; the smallest true difference a comparison "
              "with the first variant can find with the runs at hand (pooled spread, the smaller count a side); "
              "what 15 runs a side would find at this spread; and the runs a side needed to find a difference of "
-             + " or ".join(f"{d:g}%" for d in differences) + " of the mean.", "",
+             + " or ".join(f"{d:g}%" for d in differences) + f" of the mean (the search stops at {st.MAX_RUNS}).", "",
              "| GPUs | variant | metric | runs | std | std (% of mean) | detectable now | detectable with 15 a side | "
              + " | ".join(f"runs for {d:g}%" for d in differences) + " |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | " + " | ".join("---" for _ in differences) + " |"]
@@ -116,21 +306,21 @@ def detectability(runs_by_group, values, metrics, by_gpus, differences):
                 pooled = st.pooled_std(xs, ys) if variant != base and len(ys) >= 2 else sd
                 now = st.detectable_difference(pooled, min(len(xs), len(ys)) if variant != base else len(xs))
                 at15 = st.detectable_difference(sd, 15)
-                pct = lambda v: f"{v:.{d}f} ({100 * v / abs(m):.2f}%)" if m and math.isfinite(v) else fmt(v, d)
-                need = [str(st.runs_needed(dd / 100 * abs(m), sd)) if sd > 0 and m else "-" for dd in differences]
-                lines.append(f"| {gpus} | {variant} | {name} | {len(xs)} | {fmt(sd, d + 1)} | "
-                             f"{100 * sd / abs(m):.3f}% | {pct(now)} | {pct(at15)} | " + " | ".join(need) + " |")
+                pct = lambda v: f"{v:.{d}f} ({100 * v / abs(m):.2f}%)" if m and math.isfinite(v) else fmt(v, d)  # noqa: E731
+                need = [runs_needed_text(st.runs_needed(dd / 100 * abs(m), sd)) if sd > 0 and m else "-" for dd in differences]
+                rel = f"{100 * sd / abs(m):.3f}%" if m else "n/a (mean 0)"
+                lines.append(f"| {gpus} | {md(variant)} | {name} | {len(xs)} | {fmt(sd, d + 1)} | {rel} | {pct(now)} | "
+                             f"{pct(at15)} | " + " | ".join(need) + " |")
     return lines
 
 
-def val_steps_table(runs, by_gpus):
-    """Validation loss at every step that all complete runs of a GPU count validated at: each
+def val_steps_table(used, by_gpus):
+    """Validation loss at every step that all used runs of a GPU count validated at: each
     variant's mean and standard deviation, and Welch's test of each variant against the first."""
     lines = ["", "Validation loss at each validation step (mean +- standard deviation over the runs; Welch's two-sided p "
              "of each variant against the first).", ""]
     for gpus, variants in by_gpus.items():
-        curves = {v: [dict((s, x) for s, x, _ in r.val) for _, r in runs[(v, gpus)] if r.complete and math.isfinite(r.final_val_loss)]
-                  for v in variants}
+        curves = {v: [dict((s, x) for s, x, _ in r.val) for r in used[(v, gpus)]] for v in variants}
         every = [set(c) for cs in curves.values() for c in cs]
         if not every:
             continue
@@ -138,51 +328,108 @@ def val_steps_table(runs, by_gpus):
         base = variants[0]
         if lines[-1]:
             lines.append("")
-        lines += [f"| GPUs | step | " + " | ".join(variants) + " | " + " | ".join(f"{v} - {base} (p)" for v in variants[1:]) + " |",
+        lines += ["| GPUs | step | " + " | ".join(md(v) for v in variants) + " | " +
+                  " | ".join(f"{md(v)} - {md(base)} (p)" for v in variants[1:]) + " |",
                   "|" + " --- |" * (2 + 2 * len(variants) - 1)]
         for s in steps:
             vals = {v: [c[s] for c in curves[v]] for v in variants}
-            cells = [f"{fmt(st.mean(x))} +- {fmt(st.std(x))}" if x else "-" for x in vals.values()]
+            cells = [(f"{fmt(st.mean(x))} +- {fmt(st.std(x))}" if len(x) > 1 else f"{fmt(x[0])} (1 run)") if x else "n/a (no run)"
+                     for x in vals.values()]
             diffs = []
             for v in variants[1:]:
                 x, y = vals[v], vals[base]
-                diffs.append(f"{fmt(st.mean(x) - st.mean(y))} ({fmt(st.welch(x, y)[2], 3)})" if x and y else "-")
+                p = st.welch(x, y)[2]
+                diffs.append(f"{fmt(st.mean(x) - st.mean(y))} ({fmt(p, 3) if not math.isnan(p) else 'n/a: 1 run'})" if x and y
+                             else "n/a (no run)")
             lines.append(f"| {gpus} | {s} | " + " | ".join(cells + diffs) + " |")
     return lines
 
 
-def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False):
-    os.makedirs(out_dir, exist_ok=True)
-    runs = OrderedDict((key, [(i, speedrun_logs.parse(p)) for i, p in items]) for key, items in groups.items())
+def holdings(runs, varying, settings, allow, record):
+    """What the report rests on: per group its seeds and run ids; the settings the variants differ
+    in; the settings every run shares."""
+    lines = ["", "What each group holds (seeds and run ids from the runs' own configurations; every log was checked: "
+             "complete, its JSON lines the same run's, no run or seed twice, one configuration per group).", "",
+             "| variant | GPUs | runs | seeds | run ids |", "| --- | --- | --- | --- | --- |"]
+    for (variant, gpus), rs in runs.items():
+        ids = ", ".join(r.run_id or "-" for r in rs) if any(r.run_id for r in rs) else "none recorded"
+        lines.append(f"| {md(variant)} | {gpus} | {len(rs)} | {md(seeds_text([r.seed for r in rs if r.seed is not None]))} | "
+                     f"{md(ids)} |")
+    lines.append("")
+    if varying:
+        lines.append("The variants differ in: " + "; ".join(
+            md(k) + " (" + ", ".join(f"{md(v)}: {md(show(settings[(v, g)].get(k, _ABSENT)))}"
+                                     for v, g in _first_per_variant(settings)) + ")" for k in varying) + ".")
+    else:
+        lines.append("The variants differ in none of their recorded settings.")
+    shared = [k for k in sorted({k for s in settings.values() for k in s}) if k not in varying]
+    if all(r.config for rs in runs.values() for r in rs):
+        s0 = next(iter(settings.values()))
+        lines.append("Shared by every run: " + ", ".join(f"{md(k)} {md(show(s0[k]))}" for k in shared) + ".")
+    else:
+        lines.append("Some logs record no configuration (no JSON lines beside them: modded-nanogpt's logs): of their "
+                     "settings only the step count is known and checked; their runs have no seed and are not paired.")
+    if allow:
+        lines.append("Allowed to differ (--allow-differ): " + ", ".join(md(a) for a in allow) + ".")
+    if record is not None:
+        lines.append("The variants' flags were checked against the campaign's record (campaign.json).")
+    return lines
+
+
+def _first_per_variant(settings):
+    seen, out = set(), []
+    for v, g in settings:
+        if v not in seen:
+            seen.add(v)
+            out.append((v, g))
+    return out
+
+
+def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False, record=None, allow=()):
+    problems = Problems()
+    runs = OrderedDict()
+    for key, paths in groups.items():
+        runs[key] = []
+        for p in paths:
+            try:
+                runs[key].append(speedrun_logs.parse(p))
+            except ToolError as e:  # speedrun_logs.LogError, or a file that cannot be read
+                problems.add(str(e))
+    problems.stop_if_any()
+    varying, settings = check_runs(runs, record, set(allow), problems)
+    problems.stop_if_any()
+
     metrics = [("final val loss", lambda r: r.final_val_loss, 4), ("train time (s)", lambda r: r.train_time_ms / 1e3, 2),
                ("step avg (ms)", lambda r: r.step_avg_ms, 2)]
     if loss_only:  # runs that shared a GPU, or otherwise not timed alone: their times say nothing
         metrics = metrics[:1]
-    lines = [f"# {title}", "", "Per variant and GPU count, over complete runs (mean, standard deviation, half-width of the 95% "
-             "confidence interval of the mean).", "",
-             "| variant | GPUs | runs (complete) | " + " | ".join(f"{m} mean | std | 95% CI" for m, _, _ in metrics) + " |",
+    title = one_line(title)
+    lines = [f"# {title}", "", "Per variant and GPU count, over the runs used (mean, standard deviation, half-width of the "
+             "95% confidence interval of the mean). A log that is incomplete, another run's, a copy or of another "
+             "configuration stops the report; a complete run whose loss is not finite (diverged) is counted and left out.", "",
+             "| variant | GPUs | runs (used) | " + " | ".join(f"{m} mean | std | 95% CI" for m, _, _ in metrics) + " |",
              "|" + " --- |" * (3 + 3 * len(metrics))]
-    values = {}
-    left_out = []  # runs not in the statistics, each named with the reason
+    values, used, left_out = {}, OrderedDict(), []
     for (variant, gpus), rs in runs.items():
         done = []
-        for i, r in rs:
-            if not r.complete:
-                left_out.append(f"| {variant} | {gpus} | {r.path} | incomplete: no final validation (stopped at step "
-                                f"{r.train[-1][0] if r.train else 0} of {r.total_steps}) |")
-            elif not all(math.isfinite(x) for x in ((r.final_val_loss,) if loss_only else (r.final_val_loss, r.train_time_ms, r.step_avg_ms))):
-                left_out.append(f"| {variant} | {gpus} | {r.path} | final val loss {r.final_val_loss}, train time "
-                                f"{r.train_time_ms} ms: not finite (diverged?) |")
+        for r in rs:
+            bad = [(n, v) for n, v in (("final val loss", r.final_val_loss), ("train time", r.train_time_ms),
+                                       ("step avg", r.step_avg_ms))[:1 if loss_only else 3] if not math.isfinite(v)]
+            if bad:
+                why = ", ".join(f"{n} {'NaN' if math.isnan(v) else v}" for n, v in bad)
+                left_out.append(f"| {md(variant)} | {gpus} | {md(r.path)} | diverged ({why}) |")
             else:
                 done.append(r)
-        row = [variant, str(gpus), f"{len(rs)} ({len(done)})"]
+        used[(variant, gpus)] = done
+        row = [md(variant), str(gpus), f"{len(rs)} ({len(done)})"]
         for name, get, d in metrics:
             xs = [get(r) for r in done]
             values[(variant, gpus, name)] = xs
-            row += [fmt(st.mean(xs), d) if xs else "-", fmt(st.std(xs), d) if xs else "-", fmt(st.ci95(xs), d) if xs else "-"]
+            row += [fmt(st.mean(xs), d) if xs else "n/a (no run)", spread(xs, st.std(xs) if xs else math.nan, d),
+                    spread(xs, st.ci95(xs) if xs else math.nan, d)]
         lines.append("| " + " | ".join(row) + " |")
     if not loss_only:
-        n_json = sum(r.times_from_json for rs in runs.values() for _, r in rs)
+        n_json = sum(r.times_from_json for rs in runs.values() for r in rs)
         n_all = sum(len(rs) for rs in runs.values())
         lines += ["", f"Times: {n_json} of {n_all} runs from their JSON lines (to the microsecond), the rest from the text "
                       "log (whole milliseconds)."]
@@ -190,7 +437,8 @@ def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False):
         lines += ["", f"**{len(left_out)} run(s) left out of the statistics:**", "", "| variant | GPUs | log | why |",
                   "| --- | --- | --- | --- |"] + left_out
         for row in left_out:
-            print("ab_report: warning: left out " + " ".join(c.strip() for c in row.strip("|").split("|")), file=sys.stderr)
+            print("ab_report: warning: left out " + " ".join(c.strip() for c in row.strip("|").split(" | ")), file=sys.stderr)
+    lines += holdings(runs, varying, settings, allow, record)
     lines += ["", "Welch's t-test of each variant against the first variant at the same GPU count (two-sided p).", "",
               "| GPUs | variant | vs | metric | difference of means | t | p |", "| --- | --- | --- | --- | --- | --- | --- |"]
     by_gpus = OrderedDict()
@@ -204,46 +452,83 @@ def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False):
                 x, y = values[(other, gpus, name)], values[(base, gpus, name)]
                 t, df, p = st.welch(x, y)
                 diff = st.mean(x) - st.mean(y) if x and y else math.nan
-                lines.append(f"| {gpus} | {other} | {base} | {name} | {fmt(diff, d)} | {fmt(t, 2)} | {fmt(p, 4)} |")
-            a = dict(runs[(base, gpus)])
-            b = dict(runs[(other, gpus)])
-            both = [i for i in sorted(set(a) & set(b)) if a[i].complete and b[i].complete]
+                p_text = fmt(p, 4) if len(x) > 1 and len(y) > 1 else "n/a (fewer than 2 runs a side)"
+                lines.append(f"| {gpus} | {md(other)} | {md(base)} | {name} | {fmt(diff, d)} | {fmt(t, 2)} | {p_text} |")
+            a = {r.seed: r for r in used[(base, gpus)] if r.seed is not None}
+            b = {r.seed: r for r in used[(other, gpus)] if r.seed is not None}
+            both = sorted(set(a) & set(b))
             if len(both) >= 2:
-                m, sd, t, df, p = st.paired([b[i].final_val_loss for i in both], [a[i].final_val_loss for i in both])
-                paired_rows.append(f"| {gpus} | {other} | {base} | {len(both)} | {fmt(m)} | {fmt(sd)} | {fmt(t, 2)} | {fmt(p, 4)} |")
-            for i in sorted(set(a) & set(b)):
-                same = loss_sequence(a[i]) == loss_sequence(b[i]) and bool(loss_sequence(a[i]))
-                identical_rows.append(f"| {gpus} | {base} vs {other} | {i} | {'yes' if same else 'no'} |")
-    lines += ["", "Final validation loss paired by run index (the same seed; a fair pairing only where one seed gives both "
-              "variants the same start, as in one trainer with a flag flipped): mean and standard deviation of the "
-              "differences, paired t-test (two-sided p).", "",
-              "| GPUs | variant | vs | pairs | mean difference | std of differences | t | p |",
+                m, sd, t, df, p = st.paired([b[s].final_val_loss for s in both], [a[s].final_val_loss for s in both])
+                paired_rows.append(f"| {gpus} | {md(other)} | {md(base)} | {len(both)} ({seeds_text(both)}) | {fmt(m)} | "
+                                   f"{fmt(sd)} | {fmt(t, 2)} | {fmt(p, 4)} |")
+            elif not a or not b:
+                paired_rows.append(f"| {gpus} | {md(other)} | {md(base)} | 0 (no seeds recorded) | n/a | n/a | n/a | n/a |")
+            else:
+                paired_rows.append(f"| {gpus} | {md(other)} | {md(base)} | {len(both)} | n/a (fewer than 2 pairs) | n/a | n/a | "
+                                   "n/a |")
+            for s in both:
+                seq_a, seq_b = a[s].loss_sequence(), b[s].loss_sequence()
+                same = seq_a == seq_b and bool(seq_a)
+                identical_rows.append(f"| {gpus} | {md(base)} vs {md(other)} | {s} | {md(a[s].run_id or '-')}, "
+                                      f"{md(b[s].run_id or '-')} | {'yes' if same else 'no'} |")
+    lines += ["", "Final validation loss paired by seed (from the runs' configurations; a fair pairing only where one "
+              "seed gives both variants the same start, as in one trainer with a flag flipped): mean and standard deviation "
+              "of the differences, paired t-test (two-sided p).", "",
+              "| GPUs | variant | vs | pairs (seeds) | mean difference | std of differences | t | p |",
               "| --- | --- | --- | --- | --- | --- | --- | --- |"] + paired_rows
-    lines += val_steps_table(runs, by_gpus)
-    lines += detectability(runs, values, metrics, by_gpus, differences)
-    lines += ["", "Loss sequences, paired by run index (same seed): identical to the bit?", "",
-              "| GPUs | variants | run | identical |", "| --- | --- | --- | --- |"] + identical_rows
-    plots = make_plots(runs, out_dir, times=not loss_only)
-    if plots:
-        lines += [""] + [f"![{name}]({name})" for name in plots]
-    text = "\n".join(lines) + "\n"
-    with open(os.path.join(out_dir, "report.md"), "w") as f:
-        f.write(text)
+    lines += val_steps_table(used, by_gpus)
+    lines += detectability(values, metrics, by_gpus, differences)
+    lines += ["", "Loss sequences, paired by seed: identical to the bit?", "",
+              "| GPUs | variants | seed | run ids | identical |", "| --- | --- | --- | --- | --- |"] + \
+        (identical_rows or ["| - | - | - | - | no pairs (no seed in both variants) |"])
+    return write_out(lines, used, by_gpus, values, out_dir, not loss_only)
+
+
+def write_out(lines, used, by_gpus, values, out_dir, times):
+    """Writes the report and its plots into a temporary folder inside out_dir and moves them into
+    place only when all are written; report files of an earlier report that this one does not
+    make are removed, so that the folder never mixes two reports."""
+    made = not os.path.isdir(out_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".ab_report-", dir=out_dir)
+    try:
+        plots, note = make_plots(used, by_gpus, values, tmp, times)
+        if note:
+            lines += ["", note]
+        if plots:
+            lines += [""] + [f"![{name}]({name})" for name in plots]
+        text = "\n".join(lines) + "\n"
+        with open(os.path.join(tmp, "report.md"), "w", encoding="utf-8") as f:
+            f.write(text)
+        for name in plots + ["report.md"]:
+            os.replace(os.path.join(tmp, name), os.path.join(out_dir, name))
+        for name in OUTPUTS:
+            if name not in plots and name != "report.md" and os.path.isfile(os.path.join(out_dir, name)):
+                os.remove(os.path.join(out_dir, name))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if made and not os.listdir(out_dir):  # a folder this run made, left empty: not left behind
+            os.rmdir(out_dir)
+        raise
+    shutil.rmtree(tmp, ignore_errors=True)
     return text
 
 
-def make_plots(runs, out_dir, times=True):
+def make_plots(used, by_gpus, values, out_dir, times=True):
+    """The plots (file names) and a note for the report when there are none."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         import numpy as np
-    except ImportError:
-        print("ab_report: matplotlib/numpy missing: no plots (scripts/setup.sh installs them)", file=sys.stderr)
-        return []
+    except ImportError as e:
+        msg = (f"no plots: matplotlib is missing from {sys.executable} ({e}); apt-get install python3-matplotlib "
+               "(scripts/setup.sh does), or run with /usr/bin/python3")
+        print(f"ab_report: warning: {msg}", file=sys.stderr)
+        return [], msg[0].upper() + msg[1:] + "."
     fig, ax = plt.subplots(figsize=(8, 5))
-    for (variant, gpus), rs in runs.items():
-        curves = [dict((s, v) for s, v, _ in r.val) for _, r in rs if r.val and all(math.isfinite(v) for _, v, _ in r.val)]
+    for (variant, gpus), rs in used.items():
+        curves = [dict((s, v) for s, v, _ in r.val) for r in rs if r.val and all(math.isfinite(v) for _, v, _ in r.val)]
         if not curves:
             continue
         steps = sorted(set.intersection(*(set(c) for c in curves)))
@@ -252,7 +537,7 @@ def make_plots(runs, out_dir, times=True):
         line, = ax.plot(steps, m, label=f"{variant}, {gpus} GPU ({len(curves)} runs)")
         ax.fill_between(steps, m - sd, m + sd, color=line.get_color(), alpha=0.2)
     ax.set_xlabel("step")
-    ax.set_ylabel("validation loss")
+    ax.set_ylabel("validation loss (mean, +-1 std band)")
     ax.set_yscale("log")
     ax.legend()
     ax.grid(alpha=0.3)
@@ -260,27 +545,44 @@ def make_plots(runs, out_dir, times=True):
     fig.savefig(os.path.join(out_dir, "val_loss.png"), dpi=110)
     plt.close(fig)
     if not times:
-        return ["val_loss.png"]
-    fig, ax = plt.subplots(figsize=(8, 5))
-    data, labels = [], []
-    for (variant, gpus), rs in runs.items():
-        times = [t for _, r in rs for t in r.step_times_ms() if math.isfinite(t)]
-        if times:
-            data.append(times)
-            labels.append(f"{variant}\n{gpus} GPU")
-    if data:
+        return ["val_loss.png"], ""
+    # one panel per GPU count, each on its own scale: per variant the single step times of all
+    # its runs (box) and each run's step average (dots); the title gives each variant's
+    # difference from the first in mean step average with its 95% confidence interval (Welch)
+    panels = [(g, vs) for g, vs in by_gpus.items() if any(r.step_times_ms() for v in vs for r in used[(v, g)])]
+    if not panels:
+        return ["val_loss.png"], ""
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(5.0, 4.2 * len(panels)), 5.2), squeeze=False)
+    for ax, (gpus, variants) in zip(axes[0], panels):
+        data, labels, avgs = [], [], []
+        for v in variants:
+            data.append([t for r in used[(v, gpus)] for t in r.step_times_ms() if math.isfinite(t)] or [math.nan])
+            avgs.append(values[(v, gpus, "step avg (ms)")])
+            labels.append(f"{v}\n({len(used[(v, gpus)])} runs)")
         ax.boxplot(data, showfliers=False)
+        for i, a in enumerate(avgs, 1):
+            ax.plot([i] * len(a), a, "o", color="black", markersize=4, alpha=0.7, label="a run's step average" if i == 1 else None)
         ax.set_xticks(range(1, len(labels) + 1), labels)
+        heads = []
+        base = avgs[0]
+        for v, a in zip(variants[1:], avgs[1:]):
+            d, half = st.welch_ci(a, base)
+            if math.isfinite(d) and math.isfinite(half) and st.mean(base):
+                heads.append(f"{v} - {variants[0]}: {d:+.2f} ms ({100 * d / st.mean(base):+.2f}%), 95% CI +-{half:.2f}")
+            else:
+                heads.append(f"{v} - {variants[0]}: n/a (fewer than 2 runs a side)")
+        ax.set_title(f"{gpus} GPU(s)" + ("\n" + "\n".join(heads) if heads else ""), fontsize=9)
         ax.set_ylabel("step time (ms), steps after the 10th")
         ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(os.path.join(out_dir, "step_times.png"), dpi=110)
+        ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "step_times.png"), dpi=110)
     plt.close(fig)
-    return ["val_loss.png", "step_times.png"] if data else ["val_loss.png"]
+    return ["val_loss.png", "step_times.png"], ""
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="ab_report", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--logs-dir", help="directory of VARIANT_gN_rI.txt logs")
     ap.add_argument("--group", action="append", default=[], help="NAME@GPUS=GLOB (repeatable)")
     ap.add_argument("--out", required=True, help="output directory for report.md and the plots")
@@ -289,18 +591,25 @@ def main(argv=None):
                     help="a difference, in %% of the mean, to say how many runs would find (repeatable; default 0.2 and 0.4)")
     ap.add_argument("--loss-only", action="store_true",
                     help="compare losses only: for runs that were not timed alone (several sharing a GPU)")
+    ap.add_argument("--allow-differ", action="append", default=[], metavar="KEY",
+                    help="a configuration entry (git_commit, gpu, ...) whose values may differ between runs of a group "
+                         "(repeatable; named in the report)")
     a = ap.parse_args(argv)
     if bool(a.logs_dir) == bool(a.group):
         ap.error("give exactly one of --logs-dir or --group")
-    groups = discover(a.logs_dir) if a.logs_dir else from_patterns(a.group)
-    if not groups:
-        raise ToolError(f"no logs named VARIANT_gN_rI.txt in {a.logs_dir}")
-    if os.path.exists(a.out) and not os.path.isdir(a.out):
-        raise ToolError(f"--out {a.out}: exists and is not a folder")
     diffs = a.difference or [0.2, 0.4]
     if any(not (math.isfinite(d) and 0 < d < 100) for d in diffs):
-        raise ToolError(f"--difference wants percentages between 0 and 100, got {diffs}")
-    print(build(groups, a.out, a.title, diffs, a.loss_only))
+        ap.error(f"--difference wants percentages between 0 and 100, got {diffs}")
+    if os.path.exists(a.out) and not os.path.isdir(a.out):
+        raise ToolError(f"--out {a.out}: exists and is not a folder")
+    record = None
+    if a.logs_dir:
+        groups, record = discover(a.logs_dir)
+    else:
+        groups = from_patterns(a.group)
+    if not groups:
+        raise ToolError(f"--logs-dir {a.logs_dir}: no logs named VARIANT_gN_rI.txt there")
+    print(build(groups, a.out, a.title, diffs, a.loss_only, record, a.allow_differ))
     return 0
 
 

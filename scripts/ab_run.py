@@ -8,10 +8,19 @@ skipped, so an interrupted campaign resumes where it stopped (a partial log is m
 CAMPAIGN/incomplete/ and its run started again).
 
 CAMPAIGN/campaign.json records what defines the runs: the variants and their flags, the common
-flags, the first seed, the trainer and the mpirun arguments. Resuming with any of these changed
-is refused (the old logs would be reported under the new flags) unless --start-over is given,
-which moves the old logs into CAMPAIGN/old-DATE-TIME/ first; nothing is deleted. More runs or
-other GPU counts only extend a campaign and are allowed.
+flags, the first seed, the trainer, the mpirun arguments, and the data (each shard's name and
+size, and the SHA-256 of the folder's manifest, for the --train-data and --val-data patterns of
+the flags). Resuming with any of these changed is refused (the old logs would be reported under
+the new flags) unless --start-over is given, which moves the old logs into CAMPAIGN/old-DATE-TIME/
+first; nothing is deleted. More runs or other GPU counts only extend a campaign and are allowed.
+
+A run is what its own log records, so a resume checks the logs too: a complete log is skipped
+only when its configuration (the JSON lines beside it) is the run planned there (its seed, its
+GPU count, the flags given); and every run of the campaign, old and new, must share every other
+setting its configuration records (the data, the validation tokens, the trainer's commit, the
+GPU, ...) but the variants' flags: a log copied in from elsewhere, or a trainer rebuilt or a
+default changed halfway, is refused with the log and the setting named. --allow-differ KEY
+accepts differing values of one setting.
 
     python3 scripts/ab_run.py --campaign logs/mask --gpus 1,2 --runs 5 \\
         --variant uni='--window-mask uni' --variant bi='--window-mask bi' -- --preset default --steps 200
@@ -20,6 +29,7 @@ Each run is: [mpirun -np N] TRAINER COMMON... VARIANT_FLAGS... --seed S --log-fi
 """
 import argparse
 import glob
+import hashlib
 import json
 import os
 import shlex
@@ -29,10 +39,32 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import speedrun_logs  # noqa: E402
-from tool_errors import ToolError, regular_file, run as run_tool  # noqa: E402
+from tool_errors import ToolError, load_json, regular_file, run as run_tool  # noqa: E402
 
 # what defines a campaign's runs: a change in any of these makes its old logs another experiment
 DEFINING = ("variants", "common", "seed0", "trainer", "mpirun_args")
+OPTIONAL = ("data",)  # recorded since; a record without it is of an earlier runner and not compared
+DATA_FLAGS = ("--train-data", "--val-data")
+
+
+def data_fingerprint(flags):
+    """{pattern: [[shard name, size], ..., ["manifest.tsv sha256", digest]]} for each data pattern
+    among the flags: what the runs read, cheap to take (no shard is read)."""
+    out = {}
+    for i, t in enumerate(flags):
+        name, eq, value = t.partition("=")
+        if name in DATA_FLAGS and (eq or i + 1 < len(flags)):
+            pattern = value if eq else flags[i + 1]
+            files = sorted(glob.glob(pattern))
+            entry = [[os.path.basename(f), os.path.getsize(f)] for f in files if os.path.isfile(f)]
+            for folder in sorted({os.path.dirname(f) for f in files}):
+                manifest = os.path.join(folder, "manifest.tsv")
+                if os.path.isfile(manifest):
+                    with open(manifest, "rb") as m:
+                        entry.append([os.path.join(os.path.basename(folder), "manifest.tsv sha256"),
+                                      hashlib.sha256(m.read()).hexdigest()])
+            out[pattern] = entry
+    return out
 
 
 def split(text, flag):
@@ -57,23 +89,37 @@ def check_record(campaign, manifest, start_over):
         old = None
     else:
         try:
-            old = json.load(open(regular_file(path, "campaign record")))
+            with open(regular_file(path, "campaign record"), encoding="utf-8", errors="replace") as f:
+                old = load_json(f.read(), path)
             if not isinstance(old, dict) or any(k not in old for k in DEFINING):
                 raise ValueError("want a JSON object with " + ", ".join(DEFINING))
-        except ValueError as e:
-            raise ToolError(f"{path}: not a campaign record ({e}); name a new --campaign, or give --start-over")
-    changed = [k for k in DEFINING if old is not None and json.loads(json.dumps(old.get(k))) != json.loads(json.dumps(manifest[k]))]
+        except (ValueError, ToolError) as e:
+            if not start_over:
+                raise ToolError(f"{path}: not a campaign record ({e}); name a new --campaign, or give --start-over")
+            old = None  # moved aside below with the logs
+    changed = [k for k in DEFINING + OPTIONAL if old is not None and (k in DEFINING or k in old) and
+               json.loads(json.dumps(old.get(k))) != json.loads(json.dumps(manifest[k]))]
     if old is not None and changed and not start_over:
-        detail = "; ".join(f"{k}: was {old.get(k)!r}, now {manifest[k]!r}" for k in changed)
+        detail = "; ".join(f"{k}: was {_short(old.get(k))}, now {_short(manifest[k])}" for k in changed)
         raise ToolError(f"{campaign} was run with other flags ({detail}); its logs would be reported under the new ones. "
                         "Run it with the old flags, name a new --campaign, or give --start-over to move the old logs aside")
-    if start_over and (old is not None or campaign_logs(campaign)):
+    if start_over and (os.path.exists(path) or campaign_logs(campaign)):
         aside = os.path.join(campaign, time.strftime("old-%Y%m%d-%H%M%S"))
-        os.makedirs(aside)
+        for k in range(2, 1000):  # a second --start-over within the second gets a folder of its own
+            try:
+                os.makedirs(aside)
+                break
+            except FileExistsError:
+                aside = os.path.join(campaign, time.strftime("old-%Y%m%d-%H%M%S") + f"-{k}")
         moved = campaign_logs(campaign) + ([path] if os.path.exists(path) else [])
         for f in moved:
             os.replace(f, os.path.join(aside, os.path.basename(f)))
         print(f"ab_run: --start-over: moved {len(moved)} file(s) into {aside}", flush=True)
+
+
+def _short(v, limit=300):
+    text = repr(v)
+    return text if len(text) <= limit else text[:limit] + "...]"
 
 
 def plan(args):
@@ -87,6 +133,43 @@ def plan(args):
                 cmd += ["--seed", str(args.seed0 + i), "--log-file", log]
                 runs.append((name, gpus, i, log, cmd))
     return runs
+
+
+def check_planned(run, name, gpus, seed, want, allow):
+    """Raises ToolError unless the complete log `run` is the run planned there: its configuration
+    names this seed and GPU count, and the flags' values."""
+    redo = "; --start-over moves the campaign's old logs aside, or move this log out of the folder"
+    if not run.config:
+        raise ToolError(f"{run.path}: complete, but no JSON lines beside it name its configuration: it cannot be told "
+                        f"to be this campaign's run{redo}")
+    if run.seed != seed:
+        raise ToolError(f"{run.path}: a run of seed {run.seed}, where this campaign runs seed {seed} (--seed0 + run index){redo}")
+    if run.world_size is not None and run.world_size != gpus:
+        raise ToolError(f"{run.path}: a run on {run.world_size} GPU(s), where this campaign runs {gpus} there{redo}")
+    for k, v in want.items():
+        if k in run.config and k not in speedrun_logs.PER_RUN and k not in allow and \
+                not speedrun_logs.same_value(run.config[k], v):
+            raise ToolError(f"{run.path}: its configuration has {k} {run.config[k]!r}, where this campaign runs variant {name} "
+                            f"with --{k.replace('_', '-')} {'' if v is True else v}".rstrip() + redo)
+
+
+def check_one_setting(done, variant_keys, allow):
+    """Raises ToolError unless the complete runs share every recorded setting but the variants'
+    flags and the GPU count. done: [(run, name)]."""
+    skip = set(variant_keys) | set(allow) | {"world_size"}
+    first = None
+    for run, _ in done:
+        s = {k: v for k, v in speedrun_logs.setting(run).items() if k not in skip}
+        if first is None:
+            first = (run, s)
+            continue
+        r0, s0 = first
+        diff = [k for k in sorted(set(s) | set(s0)) if s.get(k, "(absent)") != s0.get(k, "(absent)")]
+        if diff:
+            k = diff[0]
+            raise ToolError(f"{run.path}: {k} {s.get(k, '(absent)')!r}, where {r0.path} has {s0.get(k, '(absent)')!r}: the "
+                            "campaign's runs were made under different settings (data, validation tokens, the trainer's commit, "
+                            "the GPU, ...); --start-over to begin again, or --allow-differ " + k)
 
 
 def parse_or_none(log):
@@ -110,6 +193,8 @@ def main(argv=None):
     ap.add_argument("--dry-run", action="store_true", help="print the commands and what would be skipped")
     ap.add_argument("--start-over", action="store_true",
                     help="the campaign's flags changed: move its old logs into CAMPAIGN/old-DATE-TIME/ and run everything anew")
+    ap.add_argument("--allow-differ", action="append", default=[], metavar="KEY",
+                    help="a setting of the runs' configurations (git_commit, gpu, ...) that may differ between them (repeatable)")
     ap.add_argument("common", nargs="*", help="flags for every run (after --)")
     args = ap.parse_args(argv)
     try:
@@ -129,9 +214,16 @@ def main(argv=None):
     args.variant = variants
     if os.path.exists(args.campaign) and not os.path.isdir(args.campaign):
         raise ToolError(f"--campaign {args.campaign}: exists and is not a folder")
-    manifest = {"variants": variants, "gpus": args.gpus, "runs": args.runs, "seed0": args.seed0, "common": args.common,
-                "trainer": args.trainer, "mpirun_args": args.mpirun_args}
     runs = plan(args)  # checks the flags' quoting before anything is written
+    manifest = {"variants": variants, "gpus": args.gpus, "runs": args.runs, "seed0": args.seed0, "common": args.common,
+                "trainer": args.trainer, "mpirun_args": args.mpirun_args,
+                "data": data_fingerprint(args.common + [t for _, f in variants for t in split(f, "--variant")])}
+    common = speedrun_logs.flag_settings(args.common)
+    want = {}  # per variant, the flags of its runs: its own first (they are what a misplaced log gets wrong), then the common
+    for name, flags in variants:
+        own = speedrun_logs.flag_settings(split(flags, f"--variant {name}"))
+        want[name] = dict(own, **{k: v for k, v in common.items() if k not in own})
+    variant_keys = {k for name, flags in variants for k in speedrun_logs.flag_settings(split(flags, "--variant"))}
     if args.dry_run:
         if os.path.isdir(args.campaign) and not args.start_over:
             check_record(args.campaign, manifest, False)  # says what a real run would refuse
@@ -142,13 +234,17 @@ def main(argv=None):
         with open(record + ".tmp", "w") as f:  # the report reads the variant order here
             json.dump(manifest, f, indent=1)
         os.replace(record + ".tmp", record)
-    todo = []
+    todo, done = [], []
     for r in runs:
-        log = r[3]
-        if os.path.exists(log) and parse_or_none(log) is not None and parse_or_none(log).complete:
+        name, gpus, i, log, _ = r
+        parsed = parse_or_none(log) if os.path.exists(log) else None
+        if parsed is not None and parsed.complete:
+            check_planned(parsed, name, gpus, args.seed0 + i, want[name], args.allow_differ)
+            done.append((parsed, name))
             print(f"skip (complete): {log}")
         else:
             todo.append(r)
+    check_one_setting(done, variant_keys, args.allow_differ)
     print(f"ab_run: {len(runs)} runs, {len(runs) - len(todo)} complete, {len(todo)} to run", flush=True)
     for k, (name, gpus, i, log, cmd) in enumerate(todo, 1):
         print(f"[{k}/{len(todo)}] {name} on {gpus} GPU(s), run {i}: {shlex.join(cmd)}", flush=True)
@@ -166,11 +262,16 @@ def main(argv=None):
             rc = subprocess.call(cmd)
         except OSError as e:
             raise ToolError(f"cannot start {cmd[0]!r} (--trainer / mpirun): {e.strerror or e}")
-        finished = os.path.exists(log) and parse_or_none(log) is not None and parse_or_none(log).complete
-        if rc != 0 or not finished:
-            print(f"ab_run: error: run {log} failed (exit code {rc}); fix it and run the same command again to resume",
+        parsed = parse_or_none(log) if os.path.exists(log) else None
+        if rc != 0 or parsed is None or not parsed.complete:
+            why = f"exit code {rc}" if rc != 0 else "no log" if parsed is None and not os.path.exists(log) else \
+                "its log is not a complete run: " + (parsed.state()[1] if parsed is not None else "unreadable")
+            print(f"ab_run: error: run {log} failed ({why}); fix it and run the same command again to resume",
                   file=sys.stderr)
             return 1
+        check_planned(parsed, name, gpus, args.seed0 + i, want[name], args.allow_differ)
+        done.append((parsed, name))
+        check_one_setting(done, variant_keys, args.allow_differ)
         print(f"    done in {time.time() - t0:.0f} s", flush=True)
     return 0
 

@@ -5,15 +5,23 @@ t-test, the paired t-test (runs of one seed), and how much a comparison of n run
   detectable_difference(sd, n): the smallest true difference of means that a two-sided Welch /
       Student test at the 5% level finds with 80% power, with n runs a side and the runs' standard
       deviation sd (statsmodels TTestIndPower, the noncentral t distribution);
-  runs_needed(delta, sd): runs a side for that power against a true difference delta.
+  runs_needed(delta, sd): runs a side for that power against a true difference delta (math.inf
+      when more than MAX_RUNS would be needed: the search stops there).
 Debian: python3-scipy, python3-statsmodels (scripts/setup.sh installs them)."""
 import math
+import os
+import sys
 import warnings
 
-from scipy import optimize, stats
-from statsmodels.stats.power import TTestIndPower
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tool_errors import require  # noqa: E402
+
+require("scipy", "statsmodels")
+from scipy import optimize, stats  # noqa: E402
+from statsmodels.stats.power import TTestIndPower  # noqa: E402
 
 ALPHA, POWER = 0.05, 0.8
+MAX_RUNS = 1_000_000  # runs_needed looks no further: "more than a million runs" is the answer
 
 
 def mean(x):
@@ -56,6 +64,21 @@ def welch(x, y):
     res = stats.ttest_ind(x, y, equal_var=False)
     df = (vx + vy) ** 2 / ((vx ** 2 / (len(x) - 1) if vx else 0) + (vy ** 2 / (len(y) - 1) if vy else 0))
     return float(res.statistic), df, float(res.pvalue)
+
+
+def welch_ci(x, y):
+    """mean(x) - mean(y) and the half-width of its 95% confidence interval (Welch: the t quantile
+    at Welch's degrees of freedom); nan half-width for fewer than 2 values a side."""
+    if not x or not y:
+        return math.nan, math.nan
+    diff = mean(x) - mean(y)
+    if len(x) < 2 or len(y) < 2:
+        return diff, math.nan
+    vx, vy = std(x) ** 2 / len(x), std(y) ** 2 / len(y)
+    if vx + vy == 0:
+        return diff, 0.0
+    df = (vx + vy) ** 2 / ((vx ** 2 / (len(x) - 1)) + (vy ** 2 / (len(y) - 1)))
+    return diff, t_quantile(0.975, df) * math.sqrt(vx + vy)
 
 
 def paired(x, y):
@@ -101,12 +124,24 @@ def detectable_difference(sd, n, alpha=ALPHA, power=POWER):
 
 
 def runs_needed(delta, sd, alpha=ALPHA, power=POWER):
-    """Runs a side (at least 2) to find a true difference delta with this power at this level."""
-    if not (delta > 0 and sd > 0):
+    """Runs a side (at least 2) to find a true difference delta with this power at this level;
+    math.inf when more than MAX_RUNS would be needed. Power grows with n, so the answer is found
+    by doubling n and then bisecting: about 2 log2(n) evaluations of the power, whatever the
+    spread (a walk n by n would take millions when delta is small against sd)."""
+    if not (delta > 0 and sd > 0 and math.isfinite(delta) and math.isfinite(sd)):
         return math.nan
-    n = 2
-    while power_of(delta / sd, n, alpha) < power:
-        n = n * 2 if n < 1 << 20 and power_of(delta / sd, n * 2, alpha) < power else n + 1
-        if n > 1 << 24:
+    effect = delta / sd
+    if power_of(effect, 2, alpha) >= power:
+        return 2
+    lo, hi = 2, 4  # power(lo) < target
+    while power_of(effect, hi, alpha) < power:
+        if hi >= MAX_RUNS:
             return math.inf
-    return n
+        lo, hi = hi, min(2 * hi, MAX_RUNS)
+    while hi - lo > 1:  # power(lo) < target <= power(hi)
+        mid = (lo + hi) // 2
+        if power_of(effect, mid, alpha) < power:
+            lo = mid
+        else:
+            hi = mid
+    return hi

@@ -19,10 +19,10 @@ import os
 import shutil
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tool_errors import ToolError, run  # noqa: E402
+from tool_errors import ToolError, require, run  # noqa: E402
+require("numpy")  # a message, not a traceback, without numpy
+import numpy as np  # noqa: E402
 
 MAGIC, VERSION, BOS, VOCAB = 20240520, 1, 50256, 50257
 MAX_SHARD, MAX_TOTAL, MAX_SHARDS = 200_000_000, 20_000_000_000, 10_000  # tokens in a shard (built in memory), in all; shards

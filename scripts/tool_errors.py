@@ -1,12 +1,32 @@
 """How the project's Python tools end on bad input: a one-line message naming the file or flag
 and exit status 1 (2 for bad flags, from argparse), never a traceback. main() functions raise
 ToolError (or let OSError, ValueError and JSON errors through); run() turns them into that
-message. A closed or full standard output is an error too, not a silent loss."""
+message. A closed or full standard output is an error too, not a silent loss.
+
+require() comes before the imports a tool needs beyond the standard library: where the running
+python3 lacks one (another python3 first on PATH: pyenv, conda, a venv), the tool ends with one
+line naming the module and how to get it, not an import traceback. This module itself needs
+nothing outside the standard library."""
 import errno
 import json
 import os
 import stat
+import subprocess
 import sys
+
+# how to get each module the project's tools import; Debian's packages are what scripts/setup.sh
+# installs, PyTorch is for the GPU machine
+INSTALL = {
+    "numpy": "apt-get install python3-numpy",
+    "scipy": "apt-get install python3-scipy",
+    "statsmodels": "apt-get install python3-statsmodels",
+    "matplotlib": "apt-get install python3-matplotlib",
+    "regex": "apt-get install python3-regex",
+    "torch": "pip install torch (PyTorch 2.5 or newer, with CUDA)",
+    "tiktoken": "pip install tiktoken",
+}
+# an interpreter that scripts/setup.sh provisions with the Debian packages above
+PROVISIONED = "/usr/bin/python3"
 
 
 class ToolError(Exception):
@@ -26,6 +46,67 @@ def regular_file(path, what="file"):
         kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
         raise ToolError(f"{path}: the {what} is {kind}, not a regular file")
     return path
+
+
+def _missing(modules):
+    """(module, why) for each module that does not import here."""
+    out = []
+    for m in modules:
+        try:
+            __import__(m)
+        except ImportError as e:  # not installed, or installed for another python
+            out.append((m, str(e)))
+    return out
+
+
+def _provisioned_has(modules):
+    """Whether the provisioned interpreter (when it is not this one) imports every module."""
+    try:
+        if not os.path.isfile(PROVISIONED) or os.path.realpath(PROVISIONED) == os.path.realpath(sys.executable):
+            return False
+        r = subprocess.run([PROVISIONED, "-c", "import " + ", ".join(modules)], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+        return r.returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def require(*modules, prog=None, suite=None):
+    """Returns when every module imports; else prints one line (the missing modules, the python
+    that lacks them, how to install them or which python has them) and exits with status 1. A
+    test passes suite: its result line 'SUITE: 0 passed, 1 failed' follows, so that a test run
+    counts it as failed rather than passed or crashed."""
+    missing = _missing(modules)
+    if not missing:
+        return
+    prog = prog or suite or os.path.splitext(os.path.basename(sys.argv[0] or "python3"))[0]
+    names = [m for m, _ in missing]
+    what = "PyTorch (the module torch)" if names == ["torch"] else "the Python module" + ("s " if len(names) > 1 else " ") + \
+        ", ".join(names)
+    hows = []
+    if _provisioned_has(modules):
+        hows.append(f"run it with {PROVISIONED} (which has {', '.join(modules)})")
+    apt = [INSTALL[m].split()[-1] for m in names if INSTALL.get(m, "").startswith("apt-get")]
+    if apt:
+        hows.append("install: apt-get install " + " ".join(apt) + " (scripts/setup.sh does)")
+    hows += [f"install: {INSTALL[m]}" for m in names if m in INSTALL and not INSTALL[m].startswith("apt-get")]
+    hows += [f"install the Python module {m}" for m in names if m not in INSTALL]
+    print(f"{prog}: error: needs {what}, which {sys.executable} lacks ({missing[0][1]}); " + "; or ".join(hows),
+          file=sys.stderr, flush=True)
+    if suite:
+        print(f"{suite}: 0 passed, 1 failed", flush=True)
+    sys.exit(1)
+
+
+def load_json(text, where):
+    """json.loads, with a message naming `where` for bad JSON and for JSON nested too deeply for
+    the parser (which would otherwise end in a RecursionError)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ToolError(f"{where}: not JSON ({e})")
+    except RecursionError:
+        raise ToolError(f"{where}: JSON nested too deeply to read")
 
 
 def run(main, prog):
@@ -52,6 +133,9 @@ def run(main, prog):
         rc = 1
     except (ValueError, UnicodeDecodeError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
+        rc = 1
+    except RecursionError:  # JSON nested too deeply, read somewhere that did not name its file
+        print(f"{prog}: error: input nested too deeply to read", file=sys.stderr)
         rc = 1
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)

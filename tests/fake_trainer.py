@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Stands in for train_gpt in the runner's tests: writes a record-format log (and a JSON-lines
-file) whose losses depend on --seed and, unless --causal 1, on --window-mask. Exits 3 without
-finishing when the environment names its seed in FAKE_FAIL_SEED."""
+"""Stands in for train_gpt in the runner's tests: writes a record-format log and its JSON lines
+(a run id, the configuration, every step and validation) whose losses depend on --seed and,
+unless --causal 1, on --window-mask. Exits 3 without finishing when the environment names its
+seed in FAKE_FAIL_SEED. FAKE_COMMIT and FAKE_VAL_TOKENS stand for a rebuilt trainer or a changed
+default: they change what the configuration records, not the flags."""
 import argparse
 import json
 import os
@@ -13,19 +15,28 @@ ap.add_argument("--log-file", required=True)
 ap.add_argument("--window-mask", default="uni")
 ap.add_argument("--causal", type=int, default=1)
 ap.add_argument("--steps", type=int, default=20)
+ap.add_argument("--train-data", default="data/gcide/gcide_train_*.bin")
+ap.add_argument("--val-tokens", type=int, default=int(os.environ.get("FAKE_VAL_TOKENS", "65536")))
 a, _ = ap.parse_known_args()
 shift = 0.0 if a.causal else (0.01 if a.window_mask == "bi" else 0.0)
+run_id = os.urandom(8).hex()
 with open(a.log_file, "w") as f, open(os.path.splitext(a.log_file)[0] + ".jsonl", "w") as j:
-    j.write(json.dumps({"event": "config", "seed": a.seed, "window_mask": a.window_mask, "causal": a.causal}) + "\n")
+    f.write(f"run_id:{run_id} train_gpt fake\n")
+    j.write(json.dumps({"event": "config", "run_id": run_id, "steps": a.steps, "window_mask": a.window_mask, "causal": a.causal,
+                        "train_data": a.train_data, "val_tokens": a.val_tokens, "seed": a.seed,
+                        "world_size": int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1")),
+                        "git_commit": os.environ.get("FAKE_COMMIT", "abc1234")}) + "\n")
     t = 0
     for s in range(a.steps + 1):
         if s % 10 == 0:
             v = 5.0 / (1 + s) + 0.001 * a.seed + shift
             f.write(f"step:{s}/{a.steps} val_loss:{v:.4f} train_time:{t}ms step_avg:{t / max(s, 1):.2f}ms\n")
-            j.write(json.dumps({"event": "val", "step": s, "val_loss": v}) + "\n")
+            j.write(json.dumps({"event": "val", "step": s, "total_steps": a.steps, "train_time_ms": t, "val_loss": v}) + "\n")
         if s == a.steps:
             break
         if os.environ.get("FAKE_FAIL_SEED") == str(a.seed) and s == 5:
             sys.exit(3)
         t += 100 + (a.seed % 7) + (5 if a.window_mask == "bi" else 0)
-        f.write(f"step:{s + 1}/{a.steps} train_time:{t}ms step_avg:{t / (s + 1):.2f}ms\n")
+        loss = 6.0 / (2 + s) + 0.001 * a.seed + shift
+        f.write(f"step:{s + 1}/{a.steps} train_loss:{loss:.4f} train_time:{t}ms step_avg:{t / (s + 1):.2f}ms\n")
+        j.write(json.dumps({"event": "step", "step": s + 1, "total_steps": a.steps, "train_time_ms": t, "train_loss": loss}) + "\n")

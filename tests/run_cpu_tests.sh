@@ -4,6 +4,8 @@
 # crashes without printing one counts as one failure.
 set -u
 BUILD=${BUILD:-build}
+# a python3 with the tests' modules (another python3 may come first on PATH: pyenv, conda, a venv)
+PYTHON=${PYTHON:-$(for p in python3 /usr/bin/python3; do "$p" -c 'import numpy, scipy, statsmodels' 2>/dev/null && echo "$p" && break; done)}
 PYTHON=${PYTHON:-python3}
 VOCAB_DIR=${VOCAB_DIR:-data/gpt2}
 GCIDE_DIR=${GCIDE_DIR:-/usr/share/dictd}
@@ -50,5 +52,6 @@ run torch-peer "$PYTHON" tests/test_torch_peer.py ./train_gpt
 run standalone "$PYTHON" tests/test_standalone.py
 run layout "$PYTHON" tests/test_layout.py
 run hostile "$PYTHON" tests/test_hostile.py "$BUILD"
+run hostile-ab "$PYTHON" tests/test_hostile_ab.py
 echo "tests: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -17,6 +17,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 sys.path.insert(0, HERE)
+from tool_errors import require  # noqa: E402
+require("numpy", "scipy", "statsmodels", "matplotlib", suite="ablation-tools")
 import ab_stats as st  # noqa: E402
 import speedrun_logs  # noqa: E402
 from harness import check, finish  # noqa: E402
@@ -87,10 +89,31 @@ with tempfile.TemporaryDirectory() as d:
     with open(os.path.join(d, "one.jsonl"), "w") as f:
         f.write('{"event": "config", "run_id": "cccc"}\n{"event": "config", "run_id": "dddd"}\n')
     refused(one, "two configurations in the JSON lines: refused", "more than one run")
+    one_events = ('{"event": "val", "step": 0, "total_steps": 1, "train_time_ms": 0.0, "val_loss": 5.0}\n'
+                  '{"event": "step", "step": 1, "total_steps": 1, "train_time_ms": 1.2, "train_loss": 4.5}\n'
+                  '{"event": "val", "step": 1, "total_steps": 1, "train_time_ms": 1.2, "val_loss": 4.00004}\n')
     with open(os.path.join(d, "one.jsonl"), "w") as f:
-        f.write('{"event": "config", "run_id": "cccc"}\n')
+        f.write('{"event": "config", "run_id": "cccc"}\n' + one_events)
     r = speedrun_logs.parse(one)
     check("one run with its id: parsed, id read", r.run_id == "cccc" and r.complete and r.config.get("run_id") == "cccc")
+    check("one run: the losses at full precision from the JSON lines",
+          r.loss_sequence() == [(0, "val_loss", 5.0), (1, "train_loss", 4.5), (1, "val_loss", 4.00004)], str(r.loss_sequence()))
+    # JSON lines beside the log that are not its run's are refused, never used in its place
+    for name, jsonl, needle in [
+        ("another run id", '{"event": "config", "run_id": "dddd"}\n' + one_events, "dddd"),
+        ("no run id where the log names one", '{"event": "config"}\n' + one_events, "names no run"),
+        ("a step the log lacks", '{"event": "config", "run_id": "cccc"}\n' + one_events +
+         '{"event": "step", "step": 2, "total_steps": 1, "train_time_ms": 2.0, "train_loss": 4.0}\n', "step 2"),
+        ("a loss off by more than the text's rounding (5e-5)", '{"event": "config", "run_id": "cccc"}\n' +
+         one_events.replace("4.00004", "4.00006"), "step 1"),
+        ("a time off by more than the text's rounding (0.5 ms)", '{"event": "config", "run_id": "cccc"}\n' +
+         one_events.replace("1.2,", "1.51,"), "train_time"),
+        ("only the configuration", '{"event": "config", "run_id": "cccc"}\n', "not in"),
+        ("a configuration of other steps", '{"event": "config", "run_id": "cccc", "steps": 300}\n' + one_events, "300 steps"),
+    ]:
+        with open(os.path.join(d, "one.jsonl"), "w") as f:
+            f.write(jsonl)
+        refused(one, f"JSON lines beside the log with {name}: refused", "one.jsonl", needle)
     # step times to the microsecond from the JSON lines, where the text log rounds to whole ms:
     # steps 11, 12, 13 end at 1000.4, 2001.2, 3000.9 ms (printed 1000, 2001, 3001)
     times = os.path.join(d, "times.txt")
@@ -101,19 +124,34 @@ with tempfile.TemporaryDirectory() as d:
             t = ends.get(s, 0.0)
             f.write(f"step:{s}/13 train_time:{t:.0f}ms step_avg:{t / (s - 10) if s > 10 else float('nan'):.2f}ms\n")
         f.write("step:13/13 val_loss:4.0 train_time:3001ms step_avg:1000.30ms\n")
+    vals = (json.dumps({"event": "val", "step": 0, "train_time_ms": 0.0, "val_loss": 5.0}) + "\n" +
+            json.dumps({"event": "val", "step": 13, "train_time_ms": 3000.9, "val_loss": 4.0}) + "\n")
     with open(os.path.join(d, "times.jsonl"), "w") as f:
         f.write('{"event": "config"}\n' + "".join(json.dumps({"event": "step", "step": s, "train_time_ms": ends.get(s, 0.0)}) + "\n"
-                                                for s in range(1, 14)))
+                                                for s in range(1, 14)) + vals)
     r = speedrun_logs.parse(times)
     got = [round(x, 6) for x in r.step_times_ms()]
     check("step times from the JSON lines' full precision: 1000.8 and 999.7 ms (the text says 1001 and 1000)",
           r.times_from_json and got == [1000.8, 999.7] and abs(r.step_avg_ms - 3000.9 / 3) < 1e-9, f"{got} {r.step_avg_ms}")
-    with open(os.path.join(d, "times.jsonl"), "w") as f:  # times of another run: not used
+    with open(os.path.join(d, "times.jsonl"), "w") as f:  # times of another run: refused, not silently replaced
         f.write('{"event": "config"}\n' + "".join(json.dumps({"event": "step", "step": s, "train_time_ms": 5 * ends.get(s, 0.0)}) + "\n"
-                                                for s in range(1, 14)))
-    r = speedrun_logs.parse(times)
-    check("JSON times that disagree with the text log are not used", not r.times_from_json and r.step_times_ms() == [1001.0, 1000.0],
-          str(r.step_times_ms()))
+                                                for s in range(1, 14)) + vals)
+    refused(times, "JSON times that disagree with the text log: refused", "times.jsonl", "step 11")
+    # complete means every step 1..N: a log whose last validation is at the last step but which
+    # lacks a training step is not complete (its times would be an earlier step's)
+    holes = os.path.join(d, "holes.txt")
+    with open(holes, "w") as f:
+        f.write("step:0/4 val_loss:5.0 train_time:0ms step_avg:nanms\nstep:1/4 train_time:1ms step_avg:nanms\n"
+                "step:2/4 train_time:2ms step_avg:nanms\nstep:4/4 train_time:4ms step_avg:nanms\n"
+                "step:4/4 val_loss:4.0 train_time:4ms step_avg:nanms\n")
+    r = speedrun_logs.parse(holes)
+    check("a log with step 3 of 4 missing is not complete, and says so", not r.complete and "step 3 of 4 is missing" in r.state()[1],
+          str(r.state()))
+    with open(holes, "w") as f:
+        f.write("step:0/4 val_loss:5.0 train_time:0ms step_avg:nanms\nstep:1/4 train_time:1ms step_avg:nanms\n"
+                "step:2/4 train_time:2ms step_avg:nanms\n")
+    r = speedrun_logs.parse(holes)
+    check("a log stopped at step 2 of 4 is not complete", not r.complete and "stopped at step 2 of 4" in r.state()[1], str(r.state()))
 
 # the 2024-11-24 line form, with train_loss
 with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
@@ -208,6 +246,9 @@ with tempfile.TemporaryDirectory() as d:
     check("report written", r.returncode == 0 and rep.startswith("# test"), r.stderr)
     check("report: 3 complete runs per variant", rep.count("| 3 (3) |") == 2, rep)
     check("report: paired losses identical under causal", rep.count("| yes |") == 3, rep)
+    check("report: each group's seeds, from the runs' configurations", rep.count("| 3 | 1000-1002 |") == 2, rep)
+    check("report: what the variants differ in is named", "The variants differ in: window_mask (uni: uni, bi: bi)" in rep, rep)
+    check("report: pairs by seed", "| 1 | bi | uni | 3 (1000-1002) |" in rep and "| 1 | uni vs bi | 1002 |" in rep, rep)
     # final val = 5/21 + 0.001 * seed; seeds 1000..1002 -> mean 5/21 + 1.001
     check("report: mean final loss", f"{5 / 21 + 1.001:.4f}" in rep, rep)
     check("report: plots", os.path.exists(os.path.join(out, "val_loss.png")) and os.path.exists(os.path.join(out, "step_times.png")))
@@ -269,12 +310,18 @@ with tempfile.TemporaryDirectory() as d:
     nan_log = os.path.join(camp2, "bi_g1_r0.txt")
     text = open(nan_log).read().replace("step:20/20 val_loss:", "step:20/20 val_loss:nan ignored:")
     open(nan_log, "w").write(text)
+    nan_json = os.path.join(camp2, "bi_g1_r0.jsonl")  # train_gpt writes NaN as null
+    events = [json.loads(l) for l in open(nan_json)]
+    for ev in events:
+        if ev.get("event") == "val" and ev.get("step") == 20:
+            ev["val_loss"] = None
+    open(nan_json, "w").write("".join(json.dumps(ev) + "\n" for ev in events))
     r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_report.py"), "--logs-dir", camp2, "--out", rep_dir],
                        capture_output=True, text=True)
     rep = open(os.path.join(rep_dir, "report.md")).read() if os.path.exists(os.path.join(rep_dir, "report.md")) else ""
-    check("report: a NaN run is named in the report and on stderr, and left out of the statistics",
+    check("report: a NaN run is named in the report (diverged, NaN) and on stderr, and left out of the statistics",
           r.returncode == 0 and "left out of the statistics" in rep and "bi_g1_r0.txt" in rep and "bi_g1_r0.txt" in r.stderr and
-          "| bi | 1 | 3 (2) |" in rep, rep + r.stderr)
+          "| bi | 1 | 3 (2) |" in rep and "diverged (final val loss NaN)" in rep, rep + r.stderr)
 
 # ------------------------------------------------------------------ ablations/mask_pairs.py
 with tempfile.TemporaryDirectory() as d:

@@ -11,7 +11,9 @@ import sys
 import shutil
 import tempfile
 
-import numpy as np
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from tool_errors import require; require("numpy", "regex", suite="cli")  # noqa: E402,E702
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 from gpt2_reference import Reference  # noqa: E402

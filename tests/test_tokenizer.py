@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from tool_errors import require; require("regex", suite="tokenizer")  # noqa: E402,E702
 sys.path.insert(0, os.path.dirname(__file__))
 from gcide_entries import entries  # noqa: E402
 from gpt2_reference import Reference  # noqa: E402

@@ -21,8 +21,10 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-import torch
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from tool_errors import require; require("numpy", "torch", suite="torch-peer-gpu")  # noqa: E402,E702
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 from torch.nn.attention.flex_attention import flex_attention
 
 here = os.path.dirname(os.path.abspath(__file__))

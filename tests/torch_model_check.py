@@ -12,8 +12,10 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
-import torch
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from tool_errors import require; require("numpy", "torch", suite="torch-model")  # noqa: E402,E702
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import check, finish  # noqa: E402

@@ -11,10 +11,11 @@
 CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(shell command -v nvcc 2>/dev/null || echo $(CUDA_HOME)/bin/nvcc)
 CXX ?= g++
-PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import numpy' 2>/dev/null && echo $$p && break; done)
+# a python3 that has the tools' modules (scripts/setup.sh installs them for /usr/bin/python3)
+PYTHON ?= $(or $(shell for p in python3 /usr/bin/python3; do $$p -c 'import numpy, scipy, statsmodels, matplotlib, regex' 2>/dev/null && echo $$p && break; done),python3)
 GPU_ARCH ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80
 # a python3 that has PyTorch (the GPU machine's python3 does), for test-torch
-PYTHON_TORCH ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import torch' 2>/dev/null && echo $$p && break; done)
+PYTHON_TORCH ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import torch, numpy' 2>/dev/null && echo $$p && break; done)
 VOCAB_DIR ?= data/gpt2
 GCIDE_DIR ?= /usr/share/dictd
 # shards for the whole-run tests of test-gpu (the GCIDE shards of `make data`)

@@ -18,7 +18,11 @@ import sys
 import tempfile
 import time
 
-import numpy as np
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from tool_errors import require  # noqa: E402
+
+require("numpy", suite="hostile")
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import check, finish  # noqa: E402

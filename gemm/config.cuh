@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #include "common/tensor_core.cuh"
 
@@ -61,6 +62,15 @@ inline cudaLaunchConfig_t pair_config(unsigned clusters, cudaStream_t stream, cu
   cfg.gridDim = dim3(2 * clusters, 1, 1), cfg.blockDim = dim3(threads, 1, 1), cfg.dynamicSmemBytes = Shape::kSmem;
   cfg.stream = stream, cfg.attrs = pair, cfg.numAttrs = 1;
   return cfg;
+}
+
+// Whether a product's shape and operands suit the kernels: K and N multiples of 8 (16-byte rows
+// for the TMA), any M >= 0, every operand 16-byte aligned (a null one counts as aligned).
+inline bool operands_ok(int M, int N, int K, std::initializer_list<const void*> operands) {
+  if (M < 0 || N <= 0 || K <= 0 || N % 8 || K % 8) return false;
+  for (const void* p : operands)
+    if (reinterpret_cast<uintptr_t>(p) % 16) return false;
+  return true;
 }
 
 // The clusters of a kernel that fit the GPU at once (a GPC's SMs pair up; an odd one is left

@@ -114,9 +114,7 @@ __global__ void __launch_bounds__(kDeferredThreads, 1)
 template <class EPI>
 inline cudaError_t launch_deferred(const bf16* A, const bf16* B, bf16* out, int M, int N, int K, cudaStream_t stream,
                                    const typename EPI::Args& args) {
-  if (M < 0 || N <= 0 || K <= 0 || N % 8 || K % 8) return cudaErrorInvalidValue;
-  for (const void* p : {(const void*)A, (const void*)B, (const void*)out})
-    if (reinterpret_cast<uintptr_t>(p) % 16) return cudaErrorInvalidValue;
+  if (!operands_ok(M, N, K, {A, B, out})) return cudaErrorInvalidValue;
   if (M == 0) return cudaSuccess;
   auto kernel = gemm_deferred_kernel<EPI>;
   static int clusters = 0;

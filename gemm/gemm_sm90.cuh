@@ -116,9 +116,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <class EPI>
 inline cudaError_t launch(const bf16* A, const bf16* B, const bf16* R, bf16* out, int M, int N, int K, cudaStream_t stream,
                           typename EPI::Args args = {}) {
-  if (M < 0 || N <= 0 || K <= 0 || N % 8 || K % 8) return cudaErrorInvalidValue;
-  for (const void* p : {(const void*)A, (const void*)B, (const void*)R, (const void*)out})
-    if (reinterpret_cast<uintptr_t>(p) % 16) return cudaErrorInvalidValue;
+  if (!operands_ok(M, N, K, {A, B, R, out})) return cudaErrorInvalidValue;
   if (M == 0) return cudaSuccess;
   auto kernel = gemm_kernel<EPI>;
   static int clusters = 0;

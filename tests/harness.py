@@ -1,5 +1,7 @@
 """Tiny test harness shared by the Python test files: check() records a result; finish() prints
 'NAME: N passed, N failed' and exits non-zero on any failure."""
+import hashlib
+import os
 import sys
 
 _passed = 0
@@ -19,3 +21,17 @@ def check(name, ok, detail=""):
 def finish(suite):
     print(f"{suite}: {_passed} passed, {_failed} failed", flush=True)
     sys.exit(1 if _failed else 0)
+
+
+def digest_tree(paths):
+    """What is on disk at these paths (names and contents of files, recursively), to prove that a
+    refused command changed nothing."""
+    h = hashlib.sha256()
+    for p in paths:
+        for d, _, names in sorted(os.walk(p)) if os.path.isdir(p) else [(os.path.dirname(p), None, [os.path.basename(p)])]:
+            for n in sorted(names):
+                f = os.path.join(d, n)
+                h.update(f.encode())
+                if os.path.isfile(f) and not os.path.islink(f):
+                    h.update(open(f, "rb").read())
+    return h.hexdigest()

@@ -6,7 +6,6 @@ Needs no GPU: every case is refused before a GPU would be used. Prints one line 
 
     python3 tests/test_hostile.py BUILD_DIR
 """
-import hashlib
 import os
 import resource
 import shlex
@@ -25,7 +24,7 @@ require("numpy", suite="hostile")
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import check, finish  # noqa: E402
+from harness import check, digest_tree, finish  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build"))
@@ -38,19 +37,6 @@ S = os.path.join(ROOT, "scripts")
 T = tempfile.mkdtemp(prefix="hostile_")
 LIMIT_S = 60  # any case still running after this has hung
 summary = []
-
-
-def digest_tree(paths):
-    """What is on disk at these paths (contents of files, recursively), to prove nothing changed."""
-    h = hashlib.sha256()
-    for p in paths:
-        for d, _, names in sorted(os.walk(p)) if os.path.isdir(p) else [(os.path.dirname(p), None, [os.path.basename(p)])]:
-            for n in sorted(names):
-                f = os.path.join(d, n)
-                h.update(f.encode())
-                if os.path.isfile(f) and not os.path.islink(f):
-                    h.update(open(f, "rb").read())
-    return h.hexdigest()
 
 
 def case(name, cmd, want_rc, names, stdin=None, keep=(), fsize=None, stdout_path=None, env=None):

@@ -27,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from harness import check, finish  # noqa: E402
+from harness import check, digest_tree, finish  # noqa: E402
 from tool_errors import _missing  # noqa: E402
 
 PY = sys.executable
@@ -44,19 +44,6 @@ summary = []
 
 def path(*p):
     return os.path.join(T, *p)
-
-
-def digest_tree(paths):
-    """What is on disk at these paths (names and contents, recursively), to prove nothing changed."""
-    h = hashlib.sha256()
-    for p in paths:
-        for d, _, names in sorted(os.walk(p)) if os.path.isdir(p) else [(os.path.dirname(p), None, [os.path.basename(p)])]:
-            for n in sorted(names):
-                f = os.path.join(d, n)
-                h.update(f.encode())
-                if os.path.isfile(f) and not os.path.islink(f):
-                    h.update(open(f, "rb").read())
-    return h.hexdigest()
 
 
 def case(name, cmd, want_rc, names, keep=(), env=None, limit=LIMIT_S, absent=()):

@@ -40,7 +40,7 @@ ATTN_OBJS := $(BUILD)/attention/dispatch.o $(BUILD)/attention/doc_spans.o $(BUIL
              $(BUILD)/attention/attention_fwd_sm90.o $(BUILD)/attention/attention_bwd_sm90.o
 CPU_TESTS := $(BUILD)/tests/test_data $(BUILD)/tests/test_attention_cpu $(BUILD)/tests/test_model_cpu \
              $(BUILD)/tests/test_optimizer_cpu $(BUILD)/tests/test_loader_log $(BUILD)/tests/test_checkpoint \
-             $(BUILD)/tests/test_dist $(BUILD)/tests/test_grad_buckets $(BUILD)/tests/test_shard_plan
+             $(BUILD)/tests/test_dist $(BUILD)/tests/test_ready_point $(BUILD)/tests/test_shard_plan
 MODEL_OBJS := $(BUILD)/model/config.o $(BUILD)/model/batch.o
 MODEL_REF_OBJS := $(MODEL_OBJS) $(BUILD)/model/reference_model.o $(BUILD)/model/optimizer_reference.o $(BUILD)/attention/reference.o
 # one test binary a layer (tests/layers/NAME.cu)
@@ -111,7 +111,7 @@ $(BUILD)/tests/test_loader_log: $(BUILD)/tests/test_loader_log.o $(BUILD)/data/d
 $(BUILD)/tests/test_checkpoint: $(BUILD)/tests/test_checkpoint.o $(BUILD)/train/checkpoint.o
 	$(CXX) $^ -o $@
 
-$(BUILD)/tests/test_grad_buckets: $(BUILD)/tests/test_grad_buckets.o $(MODEL_OBJS)
+$(BUILD)/tests/test_ready_point: $(BUILD)/tests/test_ready_point.o $(MODEL_OBJS)
 	$(CXX) -fopenmp $^ -o $@
 
 $(BUILD)/tests/test_shard_plan: $(BUILD)/tests/test_shard_plan.o $(MODEL_OBJS)

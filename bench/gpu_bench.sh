@@ -77,7 +77,7 @@ cat "$LOG_DIR/gpu.txt"
 for f in "$LOG_DIR"/speedrun_g*.out "$LOG_DIR"/default.out; do
   [ -f "$f" ] || continue
   echo "-- $(basename "$f" .out)"
-  grep -E "train_gpt: [0-9]+ timed steps|val_loss|peak GPU memory|all-reduce|error" "$f" | tail -6
+  grep -E "train_gpt: [0-9]+ timed steps|val_loss|peak GPU memory|exchange|optimiser|error" "$f" | tail -6
 done
 [ -f "$LOG_DIR/speedrun_g1.out" ] && sed -n '/profile:/,/total/p' "$LOG_DIR/speedrun_g1.out"
 exit 0

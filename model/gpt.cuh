@@ -379,7 +379,7 @@ class Model {
   // Backward of the last forward (which must have had grad_scale != 0); adds into the gradients.
   // ready(i), when given, is called once layer i's gradients are final (enqueued on the compute
   // stream, in order L-1 .. 0), and ready(-1) at the end: the data-parallel exchange starts there
-  // (which tensors are final at which call: train/grad_buckets.h).
+  // (which tensors are final at which call: train/ready_point.h).
   void backward(const std::function<void(int)>& ready = {}) {
     const int T = T_, C = cfg_.width, H = cfg_.heads, Dh = cfg_.head_dim(), L = cfg_.layers, F = cfg_.hidden;
     prof_.mark(Profiler::kNormMix, "final norm backward");

@@ -35,7 +35,7 @@ run attention-cpu "$BUILD/tests/test_attention_cpu"
 run model-cpu "$BUILD/tests/test_model_cpu"
 run optimizer-cpu "$BUILD/tests/test_optimizer_cpu"
 run checkpoint "$BUILD/tests/test_checkpoint"
-run grad-buckets "$BUILD/tests/test_grad_buckets"
+run ready-point "$BUILD/tests/test_ready_point"
 run shard-plan "$BUILD/tests/test_shard_plan"
 run dist-1 "$BUILD/tests/test_dist"
 if command -v mpirun >/dev/null; then  # three processes on this machine, as root too

@@ -9,7 +9,7 @@
 // updated by every rank.
 //
 // Scheduling: the backward calls ready(point) once the gradients of that point's tensors are
-// final (train/grad_buckets.h: the head after the forward, layer i after its backward, the
+// final (train/ready_point.h: the head after the forward, layer i after its backward, the
 // embedding at the end). Each point's work is enqueued at once:
 //   the exchange of its gradients (train/data_parallel.cuh reduce, on the communication stream,
 //     after the compute stream's backward so far);

@@ -17,7 +17,7 @@
 // it updates; the masters of the rest are gathered only for a checkpoint or a replica check.
 //
 // The pieces are grouped by the point of the backward where their gradients are final
-// (train/grad_buckets.h ready_point), so that a point's exchange and update run while the
+// (train/ready_point.h ready_point), so that a point's exchange and update run while the
 // backward of the layers below still runs; with overlap off everything is at point -1.
 //
 // Bytes on the wire, a rank's share of what the ring algorithms send, for S bytes exchanged:
@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "model/config.h"
-#include "train/grad_buckets.h"
+#include "train/ready_point.h"
 
 namespace train {
 

@@ -6,6 +6,7 @@ Needs no GPU: every case is refused before a GPU would be used. Prints one line 
 
     python3 tests/test_hostile.py BUILD_DIR
 """
+import json
 import os
 import resource
 import shlex
@@ -206,6 +207,7 @@ flag_cases = [
     ("--checkpoint-every -1", ["--checkpoint-every", "-1"], "--checkpoint-every"),
     ("--profile -3", ["--profile", "-3"], "--profile"),
     ("--grad-sync sometimes", ["--grad-sync", "sometimes"], "--grad-sync"),
+    ("--grad-exchange fp8", ["--grad-exchange", "fp8"], "--grad-exchange"),
     ("--fault 1:2:explode", ["--fault", "1:2:explode"], "--fault"),
     ("--fault garbage", ["--fault", "garbage"], "--fault"),
     ("an unknown flag", ["--no-such-flag"], "--no-such-flag"),
@@ -717,6 +719,53 @@ for kind, make in [("a FIFO", lambda p: os.mkfifo(p)), ("a directory", lambda p:
     case(f"fetch_fineweb with NAME.part {kind}", FF + ["0", "--out-dir", FW_DIR, "--base-url", "http://127.0.0.1:9/none", "--timeout", "5"],
          1, ["fineweb_val_000000.bin.part", kind], keep=[FW_TARGET])
     (os.rmdir if os.path.isdir(FW_PART) and not os.path.islink(FW_PART) else os.remove)(FW_PART)
+
+# ------------------------------------------------------------------------------------ the scaling model and the collectives' bench
+SM = [PY, os.path.join(ROOT, "scripts", "scaling_model.py")]
+BWJ = path("bw.json")
+with open(BWJ, "w") as f:
+    json.dump({"ranks": 2, "results": [{"op": "reduce-scatter fp32", "busbw_GBs": 270.0}, {"op": "all-gather bf16", "busbw_GBs": 250.0}]}, f)
+ONE = path("one.jsonl")
+with open(ONE, "w") as f:
+    f.write(json.dumps({"event": "config", "vocab": 50304, "width": 768, "layers": 12, "hidden": 3072, "world_size": 1}) + "\n")
+    f.write(json.dumps({"event": "summary", "median_step_ms": 869.5, "optimizer_ms": 9.0}) + "\n")
+case("scaling_model: a good one-GPU log and bandwidth (forecast printed)", SM + ["--one", ONE, "--bandwidth", BWJ], 0, ["8 GPUs of one host"])
+case("scaling_model without --one", SM + ["--bandwidth", BWJ], 2, ["--one"])
+case("scaling_model --one missing", SM + ["--one", path("none.jsonl"), "--bandwidth", BWJ], 1, ["none.jsonl"])
+case("scaling_model --one a folder", SM + ["--one", T, "--bandwidth", BWJ], 1, ["directory"])
+case("scaling_model --one a FIFO", SM + ["--one", fifo(path("one.fifo")), "--bandwidth", BWJ], 1, ["FIFO"])
+NOSUM = path("nosummary.jsonl")
+with open(NOSUM, "w") as f:
+    f.write(json.dumps({"event": "config", "vocab": 8, "width": 8, "layers": 2, "hidden": 8}) + "\n")
+case("scaling_model --one without a summary (a run that stopped)", SM + ["--one", NOSUM, "--bandwidth", BWJ], 1, ["summary"])
+DEEP = path("deep.jsonl")
+with open(DEEP, "w") as f:
+    f.write("[" * 100000 + "]" * 100000 + "\n")
+case("scaling_model --one of JSON nested 100000 deep", SM + ["--one", DEEP, "--bandwidth", BWJ], 1, ["deep.jsonl"])
+case("scaling_model --bandwidth not the bench's JSON", SM + ["--one", ONE, "--bandwidth", ONE], 1, ["one.jsonl"])
+case("scaling_model --bandwidth twice for one rank count", SM + ["--one", ONE, "--bandwidth", BWJ, BWJ], 1, ["same rank count"])
+case("scaling_model --check with the one-GPU log itself: predicted exactly", SM + ["--one", ONE, "--bandwidth", BWJ, "--check", ONE], 0,
+     ["0.0%"])
+TWO = path("two.jsonl")
+with open(TWO, "w") as f:
+    f.write(json.dumps({"event": "config", "vocab": 50304, "width": 768, "layers": 12, "hidden": 3072, "world_size": 2}) + "\n")
+    f.write(json.dumps({"event": "summary", "median_step_ms": 439.3, "optimizer_ms": 5.3}) + "\n")
+case("scaling_model --one a 2-GPU run", SM + ["--one", TWO, "--bandwidth", BWJ], 1, ["--one takes a one-GPU run"])
+for links, why in (("abc", "not a number"), ("0", "zero"), ("inf", "infinite"), ("", "empty")):
+    case(f"scaling_model --links {why}", SM + ["--one", ONE, "--bandwidth", BWJ, "--links", links], 2, ["--links"])
+case("scaling_model --gpus-per-host 0", SM + ["--one", ONE, "--bandwidth", BWJ, "--gpus-per-host", "0"], 2, ["--gpus-per-host"])
+case("scaling_model --tolerance 5", SM + ["--one", ONE, "--bandwidth", BWJ, "--tolerance", "5"], 2, ["--tolerance"])
+OFF = path("off.jsonl")
+with open(OFF, "w") as f:
+    f.write(json.dumps({"event": "config", "vocab": 50304, "width": 768, "layers": 12, "hidden": 3072, "world_size": 2,
+                        "grad_sync": "end", "grad_exchange": "fp32"}) + "\n")
+    f.write(json.dumps({"event": "summary", "median_step_ms": 300.0, "optimizer_ms": 5.3}) + "\n")
+case("scaling_model --check a run the model misses by 30%: exit 1, saying so", SM + ["--one", ONE, "--bandwidth", BWJ, "--check", OFF], 1,
+     ["more than --tolerance"])
+CB = [PY, os.path.join(ROOT, "bench", "collective_bandwidth.py")]
+case("collective_bandwidth --mb 0", CB + ["--mb", "0"], 2, ["--mb"])
+case("collective_bandwidth --iters 0", CB + ["--iters", "0"], 2, ["--iters"])
+case("collective_bandwidth --json over an existing file", CB + ["--json", BWJ], 1, ["bw.json"], keep=[BWJ])
 
 print("\nWhat was tried and how it ended:")
 for line in summary:

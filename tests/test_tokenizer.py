@@ -18,7 +18,17 @@ from gpt2_reference import Reference  # noqa: E402
 from harness import check, finish  # noqa: E402
 from tokenizer_cases import CASES  # noqa: E402
 
+if len(sys.argv) < 3:
+    print("usage: python3 tests/test_tokenizer.py BUILD_DIR VOCAB_DIR [GCIDE_DIR]", file=sys.stderr)
+    print("tokenizer: 0 passed, 1 failed")
+    sys.exit(2)
 build, vocab = sys.argv[1], sys.argv[2]
+for need in (os.path.join(vocab, "encoder.json"), os.path.join(vocab, "vocab.bpe"), os.path.join(build, "tokenize")):
+    if not os.path.isfile(need):
+        print(f"test_tokenizer: {need}: no such file (VOCAB_DIR holds the GPT-2 vocabulary; BUILD_DIR the built tools: make)",
+              file=sys.stderr)
+        print("tokenizer: 0 passed, 1 failed")
+        sys.exit(1)
 gcide_dir = sys.argv[3] if len(sys.argv) > 3 else "/usr/share/dictd"
 here = os.path.dirname(os.path.abspath(__file__))
 

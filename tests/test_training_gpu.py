@@ -38,6 +38,10 @@ import time
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import check, finish  # noqa: E402
 
+if len(sys.argv) < 3:
+    print("usage: python3 tests/test_training_gpu.py TRAIN_PATTERN VAL_PATTERN [TRAINER]", file=sys.stderr)
+    print("training-gpu: 0 passed, 1 failed")
+    sys.exit(2)
 TRAIN_PAT, VAL_PAT = sys.argv[1], sys.argv[2]
 for what, pat in (("training", TRAIN_PAT), ("validation", VAL_PAT)):
     if not glob.glob(pat):

@@ -63,11 +63,15 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     if a.T < 128 or a.T % 128:
-        sys.exit(f"bwd_schedule_model: --T {a.T}: give a positive multiple of 128")
+        ap.error(f"--T {a.T}: give a positive multiple of 128")
     if not 1 <= a.heads <= 64 or a.T // 128 * a.heads > 20000:
-        sys.exit(f"bwd_schedule_model: --heads {a.heads}: give 1 to 64 heads, at most 20000 blocks in all")
-    if a.sms < 1 or a.overhead < 0 or a.delay < 0 or not 0 <= a.noise <= 0.9:
-        sys.exit("bwd_schedule_model: --sms must be positive, --overhead and --delay not negative, --noise 0 to 0.9")
+        ap.error(f"--heads {a.heads}: give 1 to 64 heads, at most 20000 blocks in all")
+    if not 1 <= a.sms <= 100000:
+        ap.error(f"--sms {a.sms}: give 1 to 100000")
+    if not (0 <= a.overhead <= 1e6 and 0 <= a.delay <= 1e6):  # (NaN fails both)
+        ap.error("--overhead and --delay: give 0 to 1000000 steps")
+    if not 0 <= a.noise <= 0.9:
+        ap.error(f"--noise {a.noise}: give 0 to 0.9")
     n_kb = a.T // 128
     kw = dict(sms=a.sms, overhead=a.overhead, delay=a.delay, noise=a.noise, seed=a.seed)
     dec, ris = simulate(n_kb, a.heads, False, **kw), simulate(n_kb, a.heads, True, **kw)

@@ -762,6 +762,10 @@ with open(OFF, "w") as f:
     f.write(json.dumps({"event": "summary", "median_step_ms": 300.0, "optimizer_ms": 5.3}) + "\n")
 case("scaling_model --check a run the model misses by 30%: exit 1, saying so", SM + ["--one", ONE, "--bandwidth", BWJ, "--check", OFF], 1,
      ["more than --tolerance"])
+BSM = [PY, os.path.join(ROOT, "bench", "bwd_schedule_model.py")]
+for args, flag in ((["--overhead", "inf"], "--overhead"), (["--delay", "nan"], "--delay"), (["--sms", "0"], "--sms"),
+                   (["--T", "-128"], "--T"), (["--noise", "nan"], "--noise")):
+    case(f"bwd_schedule_model {' '.join(args)}", BSM + args, 2, [flag])
 CB = [PY, os.path.join(ROOT, "bench", "collective_bandwidth.py")]
 case("collective_bandwidth --mb 0", CB + ["--mb", "0"], 2, ["--mb"])
 case("collective_bandwidth --iters 0", CB + ["--iters", "0"], 2, ["--iters"])

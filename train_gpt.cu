@@ -281,8 +281,10 @@ static void inject_fault(const Options& o, const dist::Context& ctx, int step) {
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // hang
 }
 
-// --check-replicas: the fp32 masters (each gathered from the rank that updates it) and their bf16
-// copies must be bit-identical on every rank.
+// --check-replicas: the fp32 masters (each gathered from the rank that updates it) and every
+// rank's bf16 weights must be bit-identical on every rank. What each rank updates alone reaches
+// the others through the exchange, so this catches a rank whose update, exchange or copy-back
+// went wrong, and the replicated scalars as each rank updated them.
 static uint64_t check_replicas(const dist::Context& ctx, gpt::Model& model, Optimizer& opt, train::DataParallel* dp,
                                unsigned long long* d_sum, int step) {
   opt.gather_masters(model, dp);

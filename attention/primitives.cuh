@@ -11,6 +11,8 @@ namespace attn {
 
 using namespace tc;
 
+// Writes this thread's two rows (row0 and row0 + 8, g = lane / 4 of a 16-row block) of a
+// C-layout accumulator with D columns as bf16 into head h of a [T, H, D] tensor, row r scaled
 // by scale[r]; rows at or past T are skipped.
 template <int D>
 __device__ __forceinline__ void store_rows(bf16* out, const float (&acc)[D / 8][4], int row0, int T, int H, int h, int lane,

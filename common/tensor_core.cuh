@@ -44,6 +44,4 @@ __device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&c0)[4], c
   a[3] = pack_bf16(c1[2], c1[3]);
 }
 
-// Writes this thread's two rows (row0 and row0 + 8, g = lane / 4 of a 16-row block) of a
-
 }  // namespace tc

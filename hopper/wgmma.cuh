@@ -29,10 +29,6 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
-#pragma once
-#include <cuda_bf16.h>
-
-#include <cstdint>
 
 #include "common/tensor_core.cuh"
 

@@ -75,6 +75,9 @@ class DataParallel {
     if (comm_) std::uncaught_exceptions() ? ncclCommAbort(comm_) : ncclCommDestroy(comm_);
     if (stream_) cudaStreamDestroy(stream_);
     for (void* p : {(void*)scratch_, (void*)gstage_, (void*)wstage_}) cudaFree(p);
+    for (cudaEvent_t e : {host_wait_, compute_done_, comm_done_}) cudaEventDestroy(e);
+    for (const std::vector<Timed>* list : {&reduce_, &gather_})
+      for (const Timed& t : *list) cudaEventDestroy(t.start), cudaEventDestroy(t.end);
   }
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -93,15 +96,15 @@ class DataParallel {
     cuda_check(cudaStreamWaitEvent(stream_, after, 0), "data parallel: stream wait");
     Timed& t = timed(&reduce_);
     cuda_check(cudaEventRecord(t.start, stream_), "data parallel: event");
-    size_t lo = n_, hi = 0;  // the point's range of the buffer (its tensors are adjacent)
-    for (const Piece& p : pieces) lo = std::min(lo, p.base), hi = std::max(hi, p.base + p.span);
-    const bool half = bf16_grads_ && hi > lo;
-    if (half) cuda_check(layers::cast_to_bf16(grads_ + lo, scratch_ + lo, hi - lo, stream_), "bf16 gradients");
+    // (each piece's own elements only: other tensors in between may still be written by the
+    // backward when the exchange runs beside it)
+    if (bf16_grads_)
+      for (const Piece& p : pieces) cuda_check(layers::cast_to_bf16(grads_ + p.base, scratch_ + p.base, p.span, stream_), "bf16 gradients");
     nccl_ok(ncclGroupStart(), "ncclGroupStart");
     for (const Piece& p : pieces) {
-      void* base = half ? (void*)(scratch_ + p.base) : (void*)(grads_ + p.base);
-      const ncclDataType_t type = half ? ncclBfloat16 : ncclFloat32;
-      const size_t elem = half ? sizeof(__nv_bfloat16) : sizeof(float);
+      void* base = bf16_grads_ ? (void*)(scratch_ + p.base) : (void*)(grads_ + p.base);
+      const ncclDataType_t type = bf16_grads_ ? ncclBfloat16 : ncclFloat32;
+      const size_t elem = bf16_grads_ ? sizeof(__nv_bfloat16) : sizeof(float);
       if (p.kind == Piece::kSlice) {
         const size_t q = p.span / ctx_.world;
         nccl_ok(ncclReduceScatter(base, (char*)base + ctx_.rank * q * elem, q, type, ncclSum, comm_, stream_), "ncclReduceScatter (gradients)");
@@ -112,8 +115,9 @@ class DataParallel {
       }
     }
     nccl_ok(ncclGroupEnd(), "ncclGroupEnd");
-    // (the parts of the range this rank does not update hold partial sums: nothing reads them)
-    if (half) cuda_check(layers::cast_to_fp32(scratch_ + lo, grads_ + lo, hi - lo, stream_), "bf16 gradients");
+    // (the parts of a piece this rank does not update hold partial sums: nothing reads them)
+    if (bf16_grads_)
+      for (const Piece& p : pieces) cuda_check(layers::cast_to_fp32(scratch_ + p.base, grads_ + p.base, p.span, stream_), "bf16 gradients");
     cuda_check(cudaEventRecord(t.end, stream_), "data parallel: event");
     return t.end;
   }
@@ -281,7 +285,7 @@ class DataParallel {
   cudaStream_t stream_ = nullptr;
   std::vector<Timed> reduce_, gather_;
   size_t used_reduce_ = 0, used_gather_ = 0;
-  cudaEvent_t host_wait_, compute_done_, comm_done_;
+  cudaEvent_t host_wait_ = nullptr, compute_done_ = nullptr, comm_done_ = nullptr;
   bool waited_ = false;
 };
 

@@ -5,8 +5,8 @@
 //
 // Sharding (train/shard_plan.h): each rank updates a 1/N share of the parameters and keeps only
 // that share's state: a slice of each embedding and of the head with its Adam moments, and whole
-// Muon matrices (matrix j is rank j % N's) with their momentum and Newton-Schulz. The scalars are
-// updated by every rank.
+// Muon matrices (the largest first, each to the least loaded rank) with their momentum and
+// Newton-Schulz. The scalars are updated by every rank.
 //
 // Scheduling: the backward calls ready(point) once the gradients of that point's tensors are
 // final (train/ready_point.h: the head after the forward, layer i after its backward, the
@@ -88,7 +88,7 @@ class Optimizer {
     for (float* p : {m_, v_, buf_}) cudaFree(p);
     for (layers::bf16* p : {X_, bA_, bAA_, bBX_}) cudaFree(p);
     for (auto& [point, w] : work_)
-      for (cudaEvent_t e : {w.grads, w.start, w.mid, w.end}) cudaEventDestroy(e);
+      for (cudaEvent_t e : {w.grads, w.start, w.mid, w.resume, w.end}) cudaEventDestroy(e);
     if (stream_) cudaStreamDestroy(stream_);
     cudaEventDestroy(done_);
     cudaEventDestroy(backward_done_);
@@ -133,6 +133,7 @@ class Optimizer {
       gpt::cuda_check(cudaEventRecord(w.mid, stream_), "optimizer event");
       dp_->gather_staged(w.matrices, w.mid);
       gpt::cuda_check(cudaStreamWaitEvent(stream_, sums, 0), "optimizer stream wait");
+      gpt::cuda_check(cudaEventRecord(w.resume, stream_), "optimizer event");  // (the wait is not the optimiser's time)
       if (w.adam)
         gpt::cuda_check(w.adam->step(mult_, adam_steps_, (float)hp_.beta1, (float)hp_.beta2, (float)hp_.adam_eps, stream_), "Adam's step");
     }
@@ -152,12 +153,18 @@ class Optimizer {
     float t = 0;
     return !dp_ && cudaEventElapsedTime(&t, backward_done_, done_) == cudaSuccess ? std::max(0.f, t) : 0.0;
   }
-  // After the step's host sync: the time the updates took on the optimiser's stream.
+  // After the step's host sync: the time the updates took on the optimiser's stream (staged,
+  // without its wait for the embeddings' sums between Muon and Adam).
   double update_ms() const {
     double ms = 0;
+    const bool staged = dp_ && plan_.staged;
     for (auto& [point, w] : work_) {
-      float t = 0;
-      if (cudaEventElapsedTime(&t, w.start, w.end) == cudaSuccess) ms += t;
+      float a = 0, b = 0;
+      if (staged) {
+        if (cudaEventElapsedTime(&a, w.start, w.mid) == cudaSuccess && cudaEventElapsedTime(&b, w.resume, w.end) == cudaSuccess) ms += a + b;
+      } else if (cudaEventElapsedTime(&a, w.start, w.end) == cudaSuccess) {
+        ms += a;
+      }
     }
     return ms;
   }
@@ -173,10 +180,13 @@ class Optimizer {
     ck.blobs["adam_v"] = gather_state(v_, false, dp);
     ck.blobs["muon_buf"] = gather_state(buf_, true, dp);
   }
-  // Every rank's fp32 masters gathered in place (each rank updates only its share of them).
+  // Every rank's fp32 masters gathered in place (each rank updates only its share of them); the
+  // host then waits for them under the exchange's deadline (--timeout), so that a peer that
+  // stops cannot hang this rank in a plain copy.
   void gather_masters(gpt::Model& model, DataParallel* dp) {
     if (!dp) return;
     for (auto& [point, pieces] : plan_.points) dp->gather_fp32(model.master(), pieces, true, true);
+    dp->sync("gathering the masters from their ranks");
   }
   // Each rank takes its share of a checkpoint's state (of any rank count).
   void load(const Checkpoint& ck, size_t n, const std::string& path) {
@@ -211,7 +221,7 @@ class Optimizer {
     std::unique_ptr<layers::AdamMulti> adam;
     std::unique_ptr<layers::MuonMulti> muon;
     std::vector<Piece> matrices, others;  // the point's pieces apart (the staged exchange)
-    cudaEvent_t grads, start, mid, end;
+    cudaEvent_t grads, start, mid, resume, end;
   };
   static constexpr size_t kBatchBytes = 64 << 20;  // of BX, at most (the rest is smaller)
 
@@ -244,7 +254,7 @@ class Optimizer {
       }
       if (!adam.empty()) w.adam = std::make_unique<layers::AdamMulti>(adam);
       if (!muon.empty()) w.muon = std::make_unique<layers::MuonMulti>(muon);
-      for (cudaEvent_t* e : {&w.grads, &w.start, &w.mid, &w.end}) gpt::cuda_check(cudaEventCreate(e), "optimizer event");
+      for (cudaEvent_t* e : {&w.grads, &w.start, &w.mid, &w.resume, &w.end}) gpt::cuda_check(cudaEventCreate(e), "optimizer event");
     }
   }
   // The layout-sized blob of a state array: each rank's pieces in place (Adam's, or Muon's when
@@ -261,8 +271,10 @@ class Optimizer {
           if (p.count && (p.kind == Piece::kMatrix) == muon)
             gpt::cuda_check(cudaMemcpy(full + p.offset, state + p.state, p.count * sizeof(float), cudaMemcpyDeviceToDevice),
                             "checkpoint: optimizer state");
-      if (dp)
+      if (dp) {
         for (auto& [point, pieces] : plan_.points) dp->gather_fp32(full, pieces, !muon, muon);
+        dp->sync("gathering the optimiser's state from its ranks");
+      }
       gpt::cuda_check(cudaMemcpy(h.data(), full, n * sizeof(float), cudaMemcpyDeviceToHost), "checkpoint: optimizer state");
     } catch (...) {
       cudaFree(full);

@@ -9,10 +9,14 @@
 //   all-reduce of the remainder; weights: an all-gather of the slices' bf16 copies.
 // The scalars (a few dozen values, which the model reads from the fp32 masters) are replicated
 // whole, as a remainder is: an all-reduce of their gradients, and every rank updates them.
-// Muon matrices are whole (Newton-Schulz needs all of a matrix): in layout order, each goes to the
-// rank with the fewest matrix elements so far (ties: in turn), which keeps its momentum and runs
-// its update; gradient: a reduce to the owner; weights: a broadcast
-// of its bf16 copy from the owner.
+// Muon matrices are whole (Newton-Schulz needs all of a matrix): the largest first, each goes to
+// the rank with the fewest matrix elements so far (ties: the lowest rank), which keeps its
+// momentum and runs its update. Exchanged after the backward (overlap off: the default), the
+// matrices go through staging buffers ordered by owner: each rank's matrices one after another
+// in a region of stage_rank elements (the largest rank's share, padded), so that one
+// reduce-scatter sums every rank's matrices at once and one all-gather spreads their bf16 weights
+// (large collectives, which NCCL runs near its peak bandwidth). Exchanged point by point during
+// the backward (overlap on), each matrix is reduced to its owner and broadcast from it.
 // Every rank thus holds every bf16 weight (the forward reads them) and the fp32 masters of what
 // it updates; the masters of the rest are gathered only for a checkpoint or a replica check.
 //

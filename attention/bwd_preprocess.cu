@@ -6,8 +6,7 @@
 // lane r writes position r's results, so the [H, T] reads and writes are runs of kPreRows floats
 // instead of one float a warp; a position's arithmetic is the one-warp-a-row kernel's (lane l
 // sums dims 2l, 2l + 1, then 2l + 64, 2l + 65; then a shuffle tree), so the bits are too. Two
-// positions a warp keep twice the loads in flight and write runs of two floats, faster than one
-// position a warp; four ran the same, eight slower.
+// positions a warp keep twice a warp's loads in flight and write runs of two floats.
 // For the sm90 fused backward (dq_order.cuh) the same launch also writes dq_ranges and zeroes
 // dq_count, in blocks placed first in the grid: a launch and a memset fewer a call, and the
 // ranges' dependent loads (the documents' searches) run beside the rows instead of alone.

@@ -82,13 +82,11 @@ __device__ __forceinline__ unsigned query_tile_longest_first(int n_tiles) { retu
 // head adds its dQ shares by increasing key block and its blocks walk their query tiles down.
 // Why the last head: under the causal mask a head's longest walks come last in the decreasing
 // order, and with every head so the grid's last blocks would be its longest, which leaves SMs
-// idle at the end (dense causal, T = 16384, 16 heads: bench/bwd_schedule_model.py, the grid on
-// 132 SMs at one tile a step, takes 7.4% longer than its work spread evenly). The last head's
-// blocks start while the one before runs, spread out as its blocks end one by one, so taken
-// longest first with the increasing order their walks do not wait for each other, and the grid
-// ends on short walks (the same model: 1.2%). Giving more heads that order starts their blocks
-// together on the same tiles, one waiting for the next (the model: 5.5% with the last two; an
-// earlier try with every head in that order was slower still). Measured against the decreasing
+// idle at the end (bench/bwd_schedule_model.py models the grid). The last head's blocks start
+// while the one before runs, spread out as its blocks end one by one, so taken longest first
+// with the increasing order their walks do not wait for each other, and the grid ends on short
+// walks. Giving more heads that order would start their blocks together on the same tiles, one
+// waiting for the next, so only the last head takes it. Measured against the decreasing
 // order, the backward of dense causal at D = 128 gains less than the model predicts, since the
 // model leaves out the clock, which rises as SMs fall idle at the end (bench/RESULTS.md,
 // Attention block order).

@@ -7,7 +7,7 @@ scripts/scaling_model.py.
     torchrun --standalone --nproc_per_node N bench/collective_bandwidth.py [--json OUT.json] [--mb 1500]
 
 Bandwidths as nccl-tests reports them: algorithm bandwidth = the whole buffer's bytes / time, bus
-bandwidth = algorithm bandwidth x (N - 1) / N (what each rank's links carry, comparable across N).
+bandwidth = algorithm bandwidth x (N - 1) / N (what each rank's links move, comparable across N).
 The time is the median of --iters calls after 3 warm-up calls, each timed with CUDA events on
 fresh random data.
 """

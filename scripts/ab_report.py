@@ -365,7 +365,11 @@ def holdings(runs, varying, settings, allow, record):
     shared = [k for k in sorted({k for s in settings.values() for k in s}) if k not in varying]
     if all(r.config for rs in runs.values() for r in rs):
         s0 = next(iter(settings.values()))
-        lines.append("Shared by every run: " + ", ".join(f"{md(k)} {md(show(s0[k]))}" for k in shared) + ".")
+        # (the data by its shards' names: the folder they sat in on the machine is not a setting)
+        def shown(k):
+            v = s0[k]
+            return os.path.basename(v) if k in ("train_data", "val_data") and isinstance(v, str) else show(v)
+        lines.append("Shared by every run: " + ", ".join(f"{md(k)} {md(shown(k))}" for k in shared) + ".")
     else:
         lines.append("Some logs record no configuration (no JSON lines beside them: modded-nanogpt's logs): of their "
                      "settings only the step count is known and checked; their runs have no seed and are not paired.")

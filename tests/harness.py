@@ -2,6 +2,7 @@
 'NAME: N passed, N failed' and exits non-zero on any failure."""
 import hashlib
 import os
+import subprocess
 import sys
 
 _passed = 0
@@ -35,3 +36,17 @@ def digest_tree(paths):
                 if os.path.isfile(f) and not os.path.islink(f):
                     h.update(open(f, "rb").read())
     return h.hexdigest()
+
+
+def tracked_files(root):
+    """The repository's files (git's list, those present), or every file but build outputs where
+    root is not a git checkout."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout
+        return [f for f in out.decode().split("\0") if f and os.path.exists(os.path.join(root, f))]
+    except (OSError, subprocess.CalledProcessError):
+        files = []
+        for d, dirs, names in os.walk(root):
+            dirs[:] = [x for x in dirs if x not in (".git", "build", "__pycache__")]
+            files += [os.path.relpath(os.path.join(d, n), root) for n in names]
+        return files

@@ -18,11 +18,10 @@ import fnmatch
 import os
 import re
 import shlex
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import check, finish  # noqa: E402
+from harness import check, finish, tracked_files  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,24 +34,12 @@ COMMENT_EXEMPT = set()
 PATH_EXEMPT = set()
 
 
-def tracked_files():
-    try:
-        out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
-        return [f for f in out.decode().split("\0") if f and os.path.exists(os.path.join(ROOT, f))]
-    except (OSError, subprocess.CalledProcessError):  # not a git checkout: every file but build outputs
-        files = []
-        for d, dirs, names in os.walk(ROOT):
-            dirs[:] = [x for x in dirs if x not in (".git", "build", "__pycache__")]
-            files += [os.path.relpath(os.path.join(d, n), ROOT) for n in names]
-        return files
-
-
 def read(path):
     with open(os.path.join(ROOT, path), encoding="utf-8") as f:
         return f.read()
 
 
-files = tracked_files()
+files = tracked_files(ROOT)
 check("the file list is not empty", len(files) > 50, str(len(files)))
 
 # --- bench/RESULTS.md: short, and its pointers into results/ resolve

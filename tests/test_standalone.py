@@ -12,28 +12,15 @@ default job need, and nothing in it reads a path outside it.
 import hashlib
 import os
 import re
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import check, finish  # noqa: E402
+from harness import check, finish, tracked_files  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def tracked_files():
-    try:
-        out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
-        return [f for f in out.decode().split("\0") if f]
-    except (OSError, subprocess.CalledProcessError):  # not a git checkout: every file but build outputs
-        files = []
-        for d, dirs, names in os.walk(ROOT):
-            dirs[:] = [x for x in dirs if x not in (".git", "build", "__pycache__")]
-            files += [os.path.relpath(os.path.join(d, n), ROOT) for n in names]
-        return files
-
-
-files = tracked_files()
+files = tracked_files(ROOT)
 check("the file list is not empty", len(files) > 50, str(len(files)))
 # the vocabulary files are data (they hold every byte sequence, "shared" and "SPEC" included)
 DATA = {"data/gpt2/encoder.json", "data/gpt2/vocab.bpe"}

@@ -4,12 +4,12 @@
 // (data, GPU, model, checkpoints, one step, validation, the report), the training loop, main.
 // The options are train/options.h (one table gives the flags, the fingerprint and the log's
 // configuration). The model is model/gpt.cuh (forward and backward, checked against the fp64
-// reference); the optimiser is train/optimizer.cuh (Adam and Muon, layer by layer as the backward
-// finishes each). Checkpoints (--checkpoint-dir, --resume) are train/checkpoint.h. Several GPUs:
-// one process each under mpirun (train/dist.h), the optimiser's work and state shared out among
-// the ranks (train/shard_plan.h) with the gradients and weights exchanged over NCCL while the
-// backward runs (train/data_parallel.cuh); the global batch stays --seqs-per-step sequences
-// whatever the GPU count, so runs on 1, 2 or 8 GPUs are one experiment.
+// reference); the optimiser is train/optimizer.cuh (Adam and Muon). Checkpoints
+// (--checkpoint-dir, --resume) are train/checkpoint.h. Several GPUs: one process each under
+// mpirun (train/dist.h), the optimiser's work and state shared out among the ranks
+// (train/shard_plan.h), the gradients and weights exchanged over NCCL after the backward, or
+// layer by layer beside it (train/data_parallel.cuh); the global batch stays --seqs-per-step
+// sequences whatever the GPU count, so runs on 1, 2 or 8 GPUs are one experiment.
 
 // ----------------------------------------------------------------------------------- CPU utilities
 #include <CLI/CLI.hpp>

@@ -1,7 +1,6 @@
 // The optimiser over the model's parameter layout (docs/model.md, optimisation): Adam for the
 // embeddings, the head and the scalars, Muon for the block matrices (the same grouping as
-// model/optimizer_reference.cpp), sharded over the ranks of a data-parallel run and run point by
-// point of the backward.
+// model/optimizer_reference.cpp), sharded over the ranks of a data-parallel run.
 //
 // Sharding (train/shard_plan.h): each rank updates a 1/N share of the parameters and keeps only
 // that share's state: a slice of each embedding and of the head with its Adam moments, and whole
@@ -10,16 +9,18 @@
 //
 // Scheduling: the backward calls ready(point) once the gradients of that point's tensors are
 // final (train/ready_point.h: the head after the forward, layer i after its backward, the
-// embedding at the end). Each point's work is enqueued at once:
+// embedding at the end). By default (--grad-sync end) every tensor belongs to the one point at
+// the end, so all of what follows runs after the backward, with the matrices' exchange staged
+// (train/shard_plan.h); with --grad-sync overlap each layer is a point of its own. Each point's
+// work is enqueued at once:
 //   the exchange of its gradients (train/data_parallel.cuh reduce, on the communication stream,
 //     after the compute stream's backward so far);
 //   its update, on the optimiser's own stream, after those sums: Muon's momentum and
 //     normalisation of the point's owned matrices, Adam on its slices, Newton-Schulz batched
 //     over its owned matrices of one shape, Muon's update;
 //   the exchange of its new bf16 weights (gather, after the update);
-// so that all of it runs beside the backward of the layers below (with one GPU too, where there
-// is no exchange). wait() makes the compute stream wait for the last of it. With --grad-sync end
-// every tensor belongs to the one point at the end.
+// so that with overlap all of it runs beside the backward of the layers below (with one GPU too,
+// where there is no exchange). wait() makes the compute stream wait for the last of it.
 //
 // The arithmetic is the unsharded optimiser's, element by element (layers/multi_tensor.cuh, each
 // stage tested against the one-tensor kernels of layers/adam.cuh and layers/muon.cuh). A

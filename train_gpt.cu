@@ -206,6 +206,12 @@ static model::Schedule schedule(const Options& o) {
   return sched;
 }
 
+// When each tensor's exchange and update run (--grad-sync; train/shard_plan.h Sync).
+static train::Sync grad_sync(const Options& o) {
+  if (o.grad_sync == "overlap") return train::Sync::kOverlap;
+  return o.grad_sync == "embeddings" ? train::Sync::kEmbeddings : train::Sync::kEnd;
+}
+
 // The window of a step, counted in blocks of 128 (fixed or scheduled); with token granularity
 // the same size is applied token by token: N blocks = 128 N tokens.
 static int window_at(const Options& o, const model::Schedule& sched, int step) {
@@ -335,14 +341,17 @@ static void report(const Options& o, const dist::Context& ctx, const cudaDeviceP
     char tail[96] = "";
     if (!dp) std::snprintf(tail, sizeof(tail), ", %.1f ms of it after the backward", t.exposed_ms / timed_steps);
     std::snprintf(b, sizeof(b), "train_gpt: optimiser %.1f ms a step on its own stream (%s)%s", t.update_ms / timed_steps,
-                  o.grad_sync == "overlap" ? "each layer's share as soon as its gradients are final" : "after the backward", tail);
+                  o.grad_sync == "overlap"      ? "each layer's share as soon as its gradients are final"
+                  : o.grad_sync == "embeddings" ? "the head's and value embeddings' during the backward, the rest after it"
+                                                : "after the backward",
+                  tail);
     log.note(b);
     if (dp) {
       const train::WireBytes wire = train::wire_bytes(opt.plan(), o.grad_exchange == "bf16" ? 2 : 4);
       const train::WireBytes before = train::unsharded_wire_bytes(model.layout(), ctx.world);
       const double ex = (t.reduce_ms + t.gather_ms) / timed_steps, exposed = t.exposed_ms / timed_steps;
       char hid[64] = "after the backward, with the optimiser's update";
-      if (o.grad_sync == "overlap") std::snprintf(hid, sizeof(hid), "%.0f%% hidden", ex > 0 ? 100 * (1 - exposed / ex) : 0.0);
+      if (o.grad_sync != "end") std::snprintf(hid, sizeof(hid), "%.0f%% hidden", ex > 0 ? 100 * (1 - exposed / ex) : 0.0);
       std::snprintf(b, sizeof(b),
                     "train_gpt: exchange %.1f ms a step (gradients %.1f, weights %.1f; --grad-sync %s), %.1f ms exposed (%s); %.0f MB a "
                     "rank a step (%s gradients; an fp32 all-reduce with Muon's broadcast: %.0f MB)",
@@ -366,7 +375,7 @@ class Trainer {
  public:
   Trainer(const Options& o, const dist::Context& ctx)
       : o_(o), ctx_(ctx), resume_from_(before_the_gpu(o, ctx)), data_(o, ctx), prop_(open_gpu(ctx)), cfg_(model_config(o)),
-        sched_(schedule(o)), model_(cfg_, o.seq_len), opt_(model_.layout(), o.layers, ctx.rank, ctx.world, o.grad_sync == "overlap"),
+        sched_(schedule(o)), model_(cfg_, o.seq_len), opt_(model_.layout(), o.layers, ctx.rank, ctx.world, grad_sync(o)),
         reader_(o.seq_len, cfg_.mask), batch_(o.seq_len), next_(o.seq_len), flops_(o, model_.layout()) {
     model_.load(model::init_values(model_.layout(), o.seed));
     if (ctx.world > 1)

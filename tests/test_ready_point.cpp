@@ -1,7 +1,9 @@
 // Where each tensor's gradient is final (train/ready_point.h), on the speedrun's layout and
 // smaller ones: at the point where the last layer that writes it (in the backward's order
-// L-1 .. 0) has run; and the optimiser's shard plan puts every piece of a tensor there (at -1
-// with overlap off), over points L, L-1, ..., 0, -1. The writers are listed here from the model's structure, on their own:
+// L-1 .. 0) has run; and the optimiser's shard plan puts every piece of a tensor there with
+// overlap (points L, L-1, ..., 0, -1), only the head's and the value embeddings' that a layer's
+// backward still follows with embeddings, and every piece at -1 with end. The writers are listed
+// here from the model's structure, on their own:
 // layer i writes its matrices and scalars, value_embed[min(i, L-1-i)], and skip[i - L/2] when
 // i >= L/2; the head is written in the forward, the embedding after the last layer.
 #include <algorithm>
@@ -35,20 +37,27 @@ int main() {
         std::printf("  %s at point %d, want %d\n", t.name.c_str(), train::ready_point(t.name, L), writers_min(t.name, L));
       }
     CHECK(wrong == 0, "L=%d: %d tensors final at the wrong point", L, wrong);
-    for (bool overlap : {true, false}) {
-      const train::ShardPlan p = train::shard_plan(layout, L, 2, 0, overlap);
+    for (train::Sync sync : {train::Sync::kOverlap, train::Sync::kEmbeddings, train::Sync::kEnd}) {
+      const bool overlap = sync == train::Sync::kOverlap;
+      const train::ShardPlan p = train::shard_plan(layout, L, 2, 0, sync);
       int misplaced = 0;
       size_t pieces = 0;
       for (const auto& kv : p.points)
         for (const train::Piece& x : kv.second) {
-          const int want = overlap ? writers_min(layout.tensors[x.tensor].name, L) : -1;
+          const std::string& name = layout.tensors[x.tensor].name;
+          const int at = writers_min(name, L);
+          const bool early = (name == "head" || name.rfind("value_embed.", 0) == 0) && at > 0;
+          const int want = overlap ? at : sync == train::Sync::kEmbeddings && early ? at : -1;
           misplaced += kv.first != want, pieces++;
         }
-      CHECK(misplaced == 0, "L=%d overlap=%d: %d pieces at the wrong point", L, overlap, misplaced);
+      CHECK(misplaced == 0, "L=%d sync=%d: %d pieces at the wrong point", L, (int)sync, misplaced);
       if (overlap)
         CHECK((int)p.points.size() == L + 2, "L=%d: %zu points, want L + 2 (head, each layer, the end)", L, p.points.size());
+      else if (sync == train::Sync::kEmbeddings)
+        CHECK((int)p.points.size() == L / 2 + 1, "L=%d: embeddings: %zu points, want L/2 + 1 (head, value_embed.1 .. L/2-1, the end)", L,
+              p.points.size());
       else
-        CHECK(p.points.size() == 1, "L=%d: without overlap one point, got %zu", L, p.points.size());
+        CHECK(p.points.size() == 1, "L=%d: end: one point, got %zu", L, p.points.size());
       if (L == 12 && overlap)
         std::printf("speedrun layout: %zu tensors in %zu pieces over %zu points (2 ranks)\n", layout.tensors.size(), pieces, p.points.size());
     }

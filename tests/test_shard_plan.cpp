@@ -1,5 +1,5 @@
 // The optimiser's shard plan (train/shard_plan.h) on the speedrun's layout and small ones, for
-// 1 to 8 ranks, with and without overlap: every parameter element is updated by exactly one rank,
+// 1 to 8 ranks, for each Sync (end, embeddings, overlap): every parameter element is updated by exactly one rank,
 // or by every rank where the plan replicates it (the scalars, which the model reads from the fp32
 // masters, and remainders shorter than the rank count); each piece sits at the point where its
 // gradient is final; the slices and the matrices' owners are what the collectives assume; each
@@ -19,19 +19,29 @@ int main() {
     cfg.vocab = L == 12 ? 50304 : 1000 + L, cfg.width = L == 12 ? 768 : 128, cfg.heads = L == 12 ? 6 : 2, cfg.layers = L;
     cfg.hidden = 4 * cfg.width;
     const model::Layout layout(cfg);
-    for (bool overlap : {true, false})
+    for (train::Sync sync : {train::Sync::kOverlap, train::Sync::kEmbeddings, train::Sync::kEnd})
       for (int N : {1, 2, 3, 4, 8}) {
+        const bool overlap = sync == train::Sync::kOverlap;
+        // the point each tensor's pieces belong to, by hand: overlap, where its gradient is final;
+        // embeddings, the head (L) and value_embed.j (j) for j > 0, the rest -1; end, -1
+        auto want_point = [&](const std::string& name) {
+          if (overlap) return train::ready_point(name, L);
+          if (sync == train::Sync::kEnd) return -1;
+          if (name == "head") return L;
+          if (name.rfind("value_embed.", 0) == 0 && std::stoi(name.substr(12)) > 0) return std::stoi(name.substr(12));
+          return -1;
+        };
         // updates[e]: how many ranks update element e of the layout
         std::vector<int> updates(layout.size(), 0);
         int bad_point = 0, bad_piece = 0, bad_state = 0;
         std::vector<size_t> updated(N, 0);
         for (int r = 0; r < N; r++) {
-          const train::ShardPlan p = train::shard_plan(layout, L, N, r, overlap);
+          const train::ShardPlan p = train::shard_plan(layout, L, N, r, sync);
           std::vector<std::pair<size_t, size_t>> adam, muon;  // state ranges
                   for (const auto& kv : p.points)
             for (const train::Piece& x : kv.second) {
               const model::Tensor& t = layout.tensors[x.tensor];
-              if (kv.first != (overlap ? train::ready_point(t.name, L) : -1)) bad_point++;
+              if (kv.first != want_point(t.name)) bad_point++;
               const bool is_matrix = model::group_of(t) == model::ParamGroup::kMatrix;
               const bool is_scalar = model::group_of(t) == model::ParamGroup::kScalar;
               if (x.kind == train::Piece::kMatrix) {
@@ -51,7 +61,7 @@ int main() {
           // every rank's plan names the same owners and staging places (the collectives' roots and
           // buffers must agree); staged, each matrix lies 64-aligned inside its owner's region, and
           // the regions' matrices do not overlap
-          const train::ShardPlan p0 = train::shard_plan(layout, L, N, 0, overlap);
+          const train::ShardPlan p0 = train::shard_plan(layout, L, N, 0, sync);
           bad_piece += p.staged != (N > 1 && !overlap) || p.stage_rank != p0.stage_rank;
           std::vector<std::pair<size_t, size_t>> staged;
           for (const auto& kv : p.points)
@@ -86,7 +96,7 @@ int main() {
         for (const model::Tensor& t : layout.tensors) in_tensors += t.size();
         size_t touched = 0;
         for (int u : updates) touched += u > 0;
-        const char* tag = overlap ? "overlap" : "end";
+        const char* tag = overlap ? "overlap" : sync == train::Sync::kEmbeddings ? "embeddings" : "end";
         CHECK(wrong == 0, "L=%d N=%d %s: %d elements updated by the wrong number of ranks", L, N, tag, wrong);
         CHECK(touched == in_tensors, "L=%d N=%d %s: %zu elements touched, %zu in the tensors (gaps must stay untouched)", L, N, tag, touched,
               in_tensors);
@@ -97,7 +107,7 @@ int main() {
           const double most = (double)*std::max_element(updated.begin(), updated.end()), least = *std::min_element(updated.begin(), updated.end());
           CHECK(most / least < 1.05, "L=12 N=%d %s: the ranks update %.0f to %.0f elements", N, tag, least, most);
           if (N > 1) {
-            const train::ShardPlan p = train::shard_plan(layout, L, N, 0, overlap);
+            const train::ShardPlan p = train::shard_plan(layout, L, N, 0, sync);
             const train::WireBytes fp32 = train::wire_bytes(p, 4), bf16 = train::wire_bytes(p, 2),
                                    before = train::unsharded_wire_bytes(layout, N);
             // by hand: the fp32 all-reduce 2 (N-1)/N 4 n, Muon's broadcast (N-1)/N 2 m; sharded: (N-1)/N (4 + 2) of the

@@ -9,18 +9,20 @@
 //
 // Scheduling: the backward calls ready(point) once the gradients of that point's tensors are
 // final (train/ready_point.h: the head after the forward, layer i after its backward, the
-// embedding at the end). By default (--grad-sync end) every tensor belongs to the one point at
-// the end, so all of what follows runs after the backward, with the matrices' exchange staged
-// (train/shard_plan.h); with --grad-sync overlap each layer is a point of its own. Each point's
-// work is enqueued at once:
+// embedding at the end). Which tensors belong to which point is the plan's (train/shard_plan.h
+// Sync): with --grad-sync end every tensor belongs to the one point at the end, so all of what
+// follows runs after the backward, with the matrices' exchange staged; with --grad-sync
+// embeddings the head and the value embeddings have points of their own during the backward and
+// the rest is at the end, staged; with --grad-sync overlap each layer is a point of its own. Each
+// point's work is enqueued at once:
 //   the exchange of its gradients (train/data_parallel.cuh reduce, on the communication stream,
 //     after the compute stream's backward so far);
 //   its update, on the optimiser's own stream, after those sums: Muon's momentum and
 //     normalisation of the point's owned matrices, Adam on its slices, Newton-Schulz batched
 //     over its owned matrices of one shape, Muon's update;
 //   the exchange of its new bf16 weights (gather, after the update);
-// so that with overlap all of it runs beside the backward of the layers below (with one GPU too,
-// where there is no exchange). wait() makes the compute stream wait for the last of it.
+// so that a point's work before the end runs beside the backward of the layers below (with one
+// GPU too, where there is no exchange). wait() makes the compute stream wait for the last of it.
 //
 // The arithmetic is the unsharded optimiser's, element by element (layers/multi_tensor.cuh, each
 // stage tested against the one-tensor kernels of layers/adam.cuh and layers/muon.cuh). A
@@ -49,8 +51,8 @@ namespace train {
 
 class Optimizer {
  public:
-  Optimizer(const model::Layout& layout, int layers, int rank, int world, bool overlap)
-      : layout_(layout), plan_(shard_plan(layout, layers, world, rank, overlap)) {
+  Optimizer(const model::Layout& layout, int layers, int rank, int world, Sync sync)
+      : layout_(layout), plan_(shard_plan(layout, layers, world, rank, sync)) {
     for (auto [p, elems] : {std::pair<float**, size_t>{&m_, plan_.adam_state}, {&v_, plan_.adam_state}, {&buf_, plan_.muon_state}}) {
       gpt::cuda_check(cudaMalloc(p, std::max<size_t>(elems, 1) * sizeof(float)), "optimizer state");
       gpt::cuda_check(cudaMemset(*p, 0, std::max<size_t>(elems, 1) * sizeof(float)), "optimizer state");
@@ -107,15 +109,15 @@ class Optimizer {
     mult_ = (float)sched.lr_multiplier(step), mom_ = (float)sched.muon_momentum(step);
   }
   // The gradients of the point's tensors are final (enqueued on the compute stream): their
-  // exchange, update and the new weights' exchange, enqueued now. Staged (train/shard_plan.h),
-  // the matrices' sums come first, so that Muon runs while the rest is summed, and their weights
-  // are gathered while Adam runs.
+  // exchange, update and the new weights' exchange, enqueued now. At a point with staged
+  // matrices (train/shard_plan.h), the matrices' sums come first, so that Muon runs while the
+  // rest is summed, and their weights are gathered while Adam runs.
   void ready(int point) {
     auto it = work_.find(point);
     if (it == work_.end()) return;
     Work& w = it->second;
     gpt::cuda_check(cudaEventRecord(w.grads, 0), "optimizer event");
-    const bool staged = dp_ && plan_.staged;
+    const bool staged = dp_ && w.staged;
     const cudaEvent_t mats = staged ? dp_->reduce_staged(w.matrices, w.grads) : nullptr;
     const cudaEvent_t sums = dp_ ? dp_->reduce(staged ? w.others : plan_.points.at(point), w.grads) : w.grads;
     gpt::cuda_check(cudaStreamWaitEvent(stream_, staged ? mats : sums, 0), "optimizer stream wait");
@@ -158,10 +160,9 @@ class Optimizer {
   // without its wait for the embeddings' sums between Muon and Adam).
   double update_ms() const {
     double ms = 0;
-    const bool staged = dp_ && plan_.staged;
     for (auto& [point, w] : work_) {
       float a = 0, b = 0;
-      if (staged) {
+      if (dp_ && w.staged) {
         if (cudaEventElapsedTime(&a, w.start, w.mid) == cudaSuccess && cudaEventElapsedTime(&b, w.resume, w.end) == cudaSuccess) ms += a + b;
       } else if (cudaEventElapsedTime(&a, w.start, w.end) == cudaSuccess) {
         ms += a;
@@ -222,6 +223,7 @@ class Optimizer {
     std::unique_ptr<layers::AdamMulti> adam;
     std::unique_ptr<layers::MuonMulti> muon;
     std::vector<Piece> matrices, others;  // the point's pieces apart (the staged exchange)
+    bool staged = false;                  // the plan stages the exchange and the point has matrices
     cudaEvent_t grads, start, mid, resume, end;
   };
   static constexpr size_t kBatchBytes = 64 << 20;  // of BX, at most (the rest is smaller)
@@ -236,6 +238,7 @@ class Optimizer {
     const bool staged = dp && plan_.staged;
     for (auto& [point, pieces] : plan_.points) {
       Work& w = work_[point];
+      w.staged = staged && std::any_of(pieces.begin(), pieces.end(), [](const Piece& p) { return p.kind == Piece::kMatrix; });
       std::vector<layers::AdamTensor> adam;
       std::vector<layers::MuonMatrix> muon;
       for (const Piece& p : pieces) {

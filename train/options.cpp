@@ -97,9 +97,10 @@ std::vector<Row> table(Options& o) {
       integer("--checkpoint-every", o.checkpoint_every, 0, 1000000, log, "steps between checkpoints (0: only at the end)"),
       text("--resume", o.resume, log, "continue from this checkpoint (same configuration only)"),
       text("--grad-sync", o.grad_sync, log,
-           "end (the gradients' exchange and the optimiser's update after the backward, in large collectives) or overlap (each "
-           "layer's during the backward, which on one host slows the backward more than it saves)",
-           {"end", "overlap"}),
+           "end (the gradients' exchange and the optimiser's update after the backward, in large collectives), embeddings (the "
+           "head's and the value embeddings' during the backward as their gradients become final, the rest after it) or overlap "
+           "(each layer's during the backward, which on one host slows the backward more than it saves)",
+           {"end", "embeddings", "overlap"}),
       text("--grad-exchange", o.grad_exchange, Role::kDefinesRunIfSet,
            "several GPUs: the gradients' type on the wire: fp32, or bf16 (half the bytes; bf16 sums change the numerics)", {"fp32", "bf16"}),
       real("--timeout", o.timeout, 1.0, 86400.0, log, "several GPUs: seconds to wait for the other ranks before ending the job"),

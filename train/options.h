@@ -29,7 +29,8 @@ struct Options {
   int checkpoint_every = 0;    // 0: only at the end (when checkpoint_dir is set)
   std::string resume;          // a checkpoint file to continue from
   // several GPUs
-  std::string grad_sync = "end";  // end: the exchange and the update after the backward; overlap: each layer's during it
+  std::string grad_sync = "end";  // end: the exchange and the update after the backward; embeddings: the head's and value
+                                  // embeddings' during it; overlap: each layer's during it
   std::string grad_exchange = "fp32";  // the gradients' type on the wire: fp32 (the sums are exact to fp32), bf16
   double timeout = 300;               // seconds a rank waits for the others before ending the job
   bool check_replicas = false;        // compare weight checksums across ranks after every step

@@ -11,18 +11,24 @@
 // whole, as a remainder is: an all-reduce of their gradients, and every rank updates them.
 // Muon matrices are whole (Newton-Schulz needs all of a matrix): the largest first, each goes to
 // the rank with the fewest matrix elements so far (ties: the lowest rank), which keeps its
-// momentum and runs its update. Exchanged after the backward (overlap off: the default), the
+// momentum and runs its update. Exchanged after the backward (kEnd, kEmbeddings), the
 // matrices go through staging buffers ordered by owner: each rank's matrices one after another
 // in a region of stage_rank elements (the largest rank's share, padded), so that one
 // reduce-scatter sums every rank's matrices at once and one all-gather spreads their bf16 weights
 // (large collectives, which NCCL runs near its peak bandwidth). Exchanged point by point during
-// the backward (overlap on), each matrix is reduced to its owner and broadcast from it.
+// the backward (kOverlap), each matrix is reduced to its owner and broadcast from it.
 // Every rank thus holds every bf16 weight (the forward reads them) and the fp32 masters of what
 // it updates; the masters of the rest are gathered only for a checkpoint or a replica check.
 //
-// The pieces are grouped by the point of the backward where their gradients are final
-// (train/ready_point.h ready_point), so that a point's exchange and update run while the
-// backward of the layers below still runs; with overlap off everything is at point -1.
+// The pieces are grouped by points of the backward (train/ready_point.h), so that a point's
+// exchange and update run while the backward of the layers below still runs (Sync):
+//   kEnd: everything at point -1, after the backward;
+//   kEmbeddings: the head's and the value embeddings' slices at the point where their gradients
+//     are final (the head after the forward, value_embed.j after layer j) while a layer's
+//     backward still follows; the rest (the block matrices, staged; the token embedding and the
+//     scalars) at point -1. The largest tensors' exchange then runs beside the backward, in a
+//     few large collectives, and the matrices' stays in the staged ones;
+//   kOverlap: every piece at the point where its gradient is final.
 //
 // Bytes on the wire, a rank's share of what the ring algorithms send, for S bytes exchanged:
 // reduce-scatter and all-gather (N - 1) / N S; all-reduce 2 (N - 1) / N S; reduce to and
@@ -52,17 +58,29 @@ struct Piece {
   size_t stage = 0;   // kMatrix, staged: where the matrix sits in the staging buffers (owner * stage_rank + its place)
 };
 
+// When the exchange and update of each tensor run (--grad-sync end|embeddings|overlap).
+enum class Sync { kEnd, kEmbeddings, kOverlap };
+
+// The point a tensor's pieces belong to under sync.
+inline int sync_point(const model::Tensor& t, int layers, Sync sync) {
+  const int ready = ready_point(t.name, layers);
+  if (sync == Sync::kOverlap) return ready;
+  const model::ParamGroup g = model::group_of(t);
+  if (sync == Sync::kEmbeddings && (g == model::ParamGroup::kEmbed || g == model::ParamGroup::kHead) && ready > 0) return ready;
+  return -1;
+}
+
 struct ShardPlan {
   int world = 1, rank = 0;
   std::map<int, std::vector<Piece>> points;  // ready point -> its pieces, in layout order
   size_t adam_state = 0;                     // elements of this rank's Adam moments (each of m and v)
   size_t muon_state = 0;                     // elements of this rank's Muon momentum
   size_t updated = 0;                        // elements this rank updates
-  bool staged = false;                       // the matrices go through the staging buffers (several ranks, overlap off)
+  bool staged = false;                       // the matrices go through the staging buffers (several ranks, not kOverlap)
   size_t stage_rank = 0;                     // elements of each rank's region of the staging buffers
 };
 
-inline ShardPlan shard_plan(const model::Layout& layout, int layers, int world, int rank, bool overlap) {
+inline ShardPlan shard_plan(const model::Layout& layout, int layers, int world, int rank, Sync sync) {
   ShardPlan p;
   p.world = world, p.rank = rank;
   const size_t N = (size_t)world;
@@ -79,10 +97,10 @@ inline ShardPlan shard_plan(const model::Layout& layout, int layers, int world, 
     load[owner] += layout.tensors[i].size();
   }
   std::vector<size_t> place(world, 0);  // staging positions so far, in layout order (64-element aligned)
-  p.staged = world > 1 && !overlap;
+  p.staged = world > 1 && sync != Sync::kOverlap;
   for (size_t i = 0; i < layout.tensors.size(); i++) {
     const model::Tensor& t = layout.tensors[i];
-    const int point = overlap ? ready_point(t.name, layers) : -1;
+    const int point = sync_point(t, layers, sync);
     std::vector<Piece>& out = p.points[point];
     const size_t n = t.size();
     if (model::group_of(t) == model::ParamGroup::kMatrix) {

@@ -57,7 +57,11 @@ most=1
 for n in "${COUNTS[@]}"; do [ "$n" -gt "$most" ] && most=$n; done
 if [ "$most" -gt 1 ]; then
   visible=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
-  [ "$visible" -ge "$most" ] || { echo "peer_compare: GPUS asks for $most GPUs, $visible visible (nvidia-smi -L)" >&2; exit 2; }
+  if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then  # nvidia-smi lists every GPU whatever this names
+    named=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c '[^[:space:]]')
+    [ "$named" -lt "$visible" ] && visible=$named
+  fi
+  [ "$visible" -ge "$most" ] || { echo "peer_compare: GPUS asks for $most GPUs, $visible visible (nvidia-smi -L, CUDA_VISIBLE_DEVICES)" >&2; exit 2; }
   command -v mpirun >/dev/null || { echo "peer_compare: GPUS asks for $most GPUs: mpirun (for train_gpt) not found" >&2; exit 2; }
 fi
 if [ "$DATA" = synthetic ] && [ ! -d data/synthetic ]; then python3 scripts/synthetic_shards.py data/synthetic || exit 1; fi

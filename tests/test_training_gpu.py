@@ -58,9 +58,13 @@ BASE = ["--preset", "tiny", "--train-data", TRAIN_PAT, "--val-data", VAL_PAT]
 
 
 def gpu_count():
+    """The GPUs this process may use: nvidia-smi's, or fewer where CUDA_VISIBLE_DEVICES names fewer
+    (nvidia-smi lists every GPU of the machine whatever that variable says)."""
     try:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout
-        return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+        n = sum(1 for line in out.splitlines() if line.startswith("GPU "))
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return n if visible is None else min(n, len([d for d in visible.split(",") if d.strip()]))
     except OSError:
         return 0
 

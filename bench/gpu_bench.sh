@@ -35,6 +35,10 @@ nvidia-smi -L >/dev/null 2>&1 || { echo "gpu_bench: no GPU on this machine (nvid
 mkdir -p "$LOG_DIR"
 export PYTHONUNBUFFERED=1
 NGPU=$(nvidia-smi -L | grep -c '^GPU ')
+if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then  # nvidia-smi lists every GPU whatever this names
+  named=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c '[^[:space:]]')
+  [ "$named" -lt "$NGPU" ] && NGPU=$named
+fi
 step() { echo "== $1 ($(date +%T))"; }
 set -f  # the shard patterns go to train_gpt as they are
 

@@ -20,8 +20,11 @@ The model, for the default exchange (after the backward: train/optimizer.cuh, tr
 Across H hosts the collectives' bus bandwidth is the slower of NVLink's and the network's: a link
 of L Gb/s a GPU carries about 0.9 L / 8 GB/s (NCCL's rings cross it once a GPU). With
 --grad-sync overlap an exchange of W ms may hide behind the last micro-step's backward, about two
-thirds of a micro-step; the forecast gives that bound too (contention for the GPU's SMs aside,
-which on one host made overlap slower than the default).
+thirds of a micro-step; with --grad-sync embeddings only the share of the head's and the value
+embeddings' bytes (those final while a layer's backward still follows) may. The forecast gives
+both, each with a tenth of the exchange it runs beside the backward added back for the contention
+for the GPU's SMs (which on one host made both slower than the default; over NCCL's network
+transport on 2 GPUs embeddings hid 68 ms of 395 and saved 42: results/grad_sync/).
 """
 import argparse
 import json
@@ -67,6 +70,13 @@ def parameters(config):
     except (KeyError, TypeError, ValueError):
         raise ToolError("the log's configuration lacks vocab, width, layers or hidden")
     return V * C * (1 + L // 2) + L * (4 * C * C + 2 * C * F + 4) + L // 2 + C * V
+
+
+def early_share(config):
+    """The share of the parameters whose exchange --grad-sync embeddings runs during the backward:
+    the head and value_embed.1 .. L/2-1 (train/shard_plan.h sync_point)."""
+    V, C, L = (int(config[k]) for k in ("vocab", "width", "layers"))
+    return V * C * (1 + max(0, L // 2 - 1)) / parameters(config)
 
 
 def read_bandwidth(path):
@@ -143,8 +153,9 @@ def main():
         err = (want - got) / got
         worst = max(worst, abs(err))
         print(f"{os.path.basename(path):<28} {n:>4} {got:>12.1f} {want:>13.1f} {100 * err:>6.1f}% {step1 / got:>7.2f}x")
-    print("\nforecast (default exchange; with --grad-exchange bf16; and --grad-sync overlap at best):")
-    print(f"{'machine':<32} {'step ms':>8} {'scaling':>8} {'bf16 ms':>8} {'overlap ms':>11}")
+    print("\nforecast (default exchange; with --grad-exchange bf16; --grad-sync embeddings and overlap at best):")
+    print(f"{'machine':<32} {'step ms':>8} {'scaling':>8} {'bf16 ms':>8} {'embeddings ms':>14} {'overlap ms':>11}")
+    early = early_share(config)
     G = a.gpus_per_host
     cases = [(f"{G} GPUs of one host", G, None, 1)] + [(f"2 x {G} GPUs, {x:g} Gb/s links", 2 * G, x, 2) for x in links]
     for name, n, link, hosts in cases:
@@ -152,7 +163,8 @@ def main():
         t16, _ = predict(n, 2, link, hosts)
         window = compute1 / 8 * 2 / 3  # the last micro-step's backward
         overlap = t - min(ex, window) + 0.1 * ex
-        print(f"{name:<32} {t:>8.1f} {step1 / t:>7.2f}x {t16:>8.1f} {overlap:>11.1f}")
+        embeddings = t - min(early * ex, window) + 0.1 * early * ex
+        print(f"{name:<32} {t:>8.1f} {step1 / t:>7.2f}x {t16:>8.1f} {embeddings:>14.1f} {overlap:>11.1f}")
     if a.check and worst > a.tolerance:
         print(f"\nscaling_model: a prediction is off by {100 * worst:.1f}%, more than --tolerance {100 * a.tolerance:.0f}%")
         return 1

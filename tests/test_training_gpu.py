@@ -64,7 +64,14 @@ def gpu_count():
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout
         n = sum(1 for line in out.splitlines() if line.startswith("GPU "))
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        return n if visible is None else min(n, len([d for d in visible.split(",") if d.strip()]))
+        if visible is None:
+            return n
+        named = 0  # as CUDA reads it: entries (an index or a GPU-/MIG- UUID) up to the first that is not one
+        for d in visible.split(","):
+            if not re.fullmatch(r"[0-9]+|GPU-[0-9A-Fa-f-]+|MIG-\S+", d.strip()):
+                break
+            named += 1
+        return min(n, named)
     except OSError:
         return 0
 

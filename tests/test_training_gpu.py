@@ -12,7 +12,8 @@ significant digits, so "equal" below means equal to the bit.
   uni and bi windows give the same losses; with causal off they differ. Prefix-LM (a prefix
   longer than a token window): reproducible to the bit, uni and bi differ, the causal baseline
   on the same targets differs from both prefix-LM and plain causal, and its checkpoint is refused
-  by a run without the prefix. --grad-sync embeddings gives the default run's losses to the bit.
+  by a run without the prefix. --grad-sync embeddings gives the default run's losses to the bit
+  (with 2 layers and with 4, where a value embedding is updated during the backward).
   2 GPUs (mpirun, when two are visible): --check-replicas passes (weights bit-identical across
   ranks after every step); a 2-GPU run resumed from its step-10 checkpoint (written by rank 0,
   read by every rank) gives the same losses and final checkpoint as the uninterrupted run; the loss of step 1 equals the 1-GPU run's to 1e-6 relative (same
@@ -144,6 +145,11 @@ check("same seed, same flags: the same losses to the bit", rc == 0 and train_los
 # the head's Adam step on the optimiser's stream while the backward runs: the same arithmetic
 rc, oute1, e1 = train("emb1", "--steps", "30", "--val-every", "10", "--seed", "7", "--grad-sync", "embeddings")
 check("--grad-sync embeddings gives the default (end) run's losses to the bit", rc == 0 and e1 == c, oute1[-1500:])
+# with 4 layers value_embed.1 is final after layer 1's backward, so its update runs beside layer 0's
+rc, outl4, l4_end = train("l4_end", "--layers", "4", "--steps", "20", "--val-every", "10", "--seed", "5")
+rc2, outl4e, l4_emb = train("l4_emb", "--layers", "4", "--steps", "20", "--val-every", "10", "--seed", "5", "--grad-sync", "embeddings")
+check("4 layers: --grad-sync embeddings (a value embedding updated during the backward) gives end's losses to the bit",
+      rc == 0 and rc2 == 0 and len(l4_end) == 21 and l4_emb == l4_end, (outl4 + outl4e)[-1500:])
 rc, _, d = train("d", "--steps", "5", "--val-every", "10", "--seed", "8")
 check("another seed: other losses", rc == 0 and train_losses(d, range(1, 6)) != train_losses(a, range(1, 6)))
 
@@ -222,6 +228,12 @@ if gpu_count() >= 2 and shutil.which("mpirun"):
                           "--check-replicas", gpus=2)
     check("2 GPUs: --grad-sync embeddings gives the default (end) run's losses to the bit, replicas identical",
           rc == 0 and emb == two and "replicas identical on all 2 rank(s)" in oute, oute[-1500:])
+    rc, outl4, g2_l4_end = train("g2_l4_end", "--layers", "4", "--steps", "20", "--val-every", "10", "--seed", "5", gpus=2)
+    rc2, outl4e, g2_l4_emb = train("g2_l4_emb", "--layers", "4", "--steps", "20", "--val-every", "10", "--seed", "5",
+                                   "--grad-sync", "embeddings", "--check-replicas", gpus=2)
+    check("2 GPUs, 4 layers: --grad-sync embeddings (a value embedding exchanged during the backward) gives end's losses to "
+          "the bit, replicas identical", rc == 0 and rc2 == 0 and len(g2_l4_end) == 21 and g2_l4_emb == g2_l4_end and
+          "replicas identical on all 2 rank(s)" in outl4e, (outl4 + outl4e)[-1500:])
     # bf16 gradients on the wire: each schedule casts them its own way (piece by piece, or into the
     # staging buffer), and a two-rank bf16 sum is still one rounded addition, so all three agree
     # to the bit; against fp32 the sums are rounded to bf16, so the losses move, but little

@@ -351,7 +351,8 @@ static void report(const Options& o, const dist::Context& ctx, const cudaDeviceP
       const train::WireBytes before = train::unsharded_wire_bytes(model.layout(), ctx.world);
       const double ex = (t.reduce_ms + t.gather_ms) / timed_steps, exposed = t.exposed_ms / timed_steps;
       char hid[64] = "after the backward, with the optimiser's update";
-      if (o.grad_sync != "end") std::snprintf(hid, sizeof(hid), "%.0f%% hidden", ex > 0 ? 100 * (1 - exposed / ex) : 0.0);
+      if (o.grad_sync != "end")  // (the exposed time holds the optimiser's update after the backward too)
+        std::snprintf(hid, sizeof(hid), "%.0f%% hidden, the optimiser's tail included", ex > 0 ? 100 * (1 - exposed / ex) : 0.0);
       std::snprintf(b, sizeof(b),
                     "train_gpt: exchange %.1f ms a step (gradients %.1f, weights %.1f; --grad-sync %s), %.1f ms exposed (%s); %.0f MB a "
                     "rank a step (%s gradients; an fp32 all-reduce with Muon's broadcast: %.0f MB)",

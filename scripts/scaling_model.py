@@ -23,8 +23,9 @@ of L Gb/s a GPU carries about 0.9 L / 8 GB/s (NCCL's rings cross it once a GPU).
 thirds of a micro-step; with --grad-sync embeddings only the share of the head's and the value
 embeddings' bytes (those final while a layer's backward still follows) may. The forecast gives
 both, each with a tenth of the exchange it runs beside the backward added back for the contention
-for the GPU's SMs (which on one host made both slower than the default; over NCCL's network
-transport on 2 GPUs embeddings hid 68 ms of 395 and saved 42: results/grad_sync/).
+for the GPU's SMs. On one host that contention made both slower than the default, so there the
+bounds are not reached; over a network transport the embeddings bound held (results/grad_sync/,
+results/scaling/).
 """
 import argparse
 import json

@@ -190,6 +190,7 @@ for name, cmd, mods, named in [
     ("ab_report without statsmodels", REPORT + ["--logs-dir", T, "--out", path("r_nomod")], ("statsmodels",), "statsmodels"),
     ("mask_pairs", PAIRS + [tiny_log], ("scipy",), "scipy"),
     ("synthetic_shards", [PY, os.path.join(S, "synthetic_shards.py"), path("synth_nomod")], ("numpy",), "numpy"),
+    ("rank_balance", [PY, os.path.join(S, "rank_balance.py"), path("none_*.bin")], ("numpy",), "numpy"),
     ("torch_peer", [PY, os.path.join(ROOT, "peer", "torch_peer.py"), "--steps", "1"], ("numpy",), "numpy"),
     ("flex_uni_bi", [PY, os.path.join(ROOT, "ablations", "flex_uni_bi.py")], ("numpy",), "numpy"),
     # (it checks its flags before PyTorch; where numpy is missing too, numpy is named first)
@@ -206,6 +207,7 @@ check("synthetic_shards without numpy: no folder written", not os.path.exists(pa
 for test, mods, suite in [("test_ablation_tools.py", ("scipy",), "ablation-tools"), ("test_torch_peer.py", ("numpy",), "torch-peer"),
                           ("test_cli.py", ("regex",), "cli"), ("test_tokenizer.py", ("regex",), "tokenizer"),
                           ("test_attn_run.py", ("numpy",), "attn-run"), ("torch_model_check.py", ("torch",), "torch-model"),
+                          ("test_rank_balance.py", ("numpy",), "rank-balance"),
                           ("test_torch_peer_gpu.py", ("torch",), "torch-peer-gpu")]:
     case(f"tests/{test} on a python3 without {', '.join(mods)}: says so and counts as failed", [PY, os.path.join(HERE, test)],
          1, [mods[0], f"{suite}: 0 passed, 1 failed"], env=hidden(*mods))

@@ -37,6 +37,7 @@ run optimizer-cpu "$BUILD/tests/test_optimizer_cpu"
 run checkpoint "$BUILD/tests/test_checkpoint"
 run ready-point "$BUILD/tests/test_ready_point"
 run shard-plan "$BUILD/tests/test_shard_plan"
+run hand-out "$BUILD/tests/test_hand_out"
 run dist-1 "$BUILD/tests/test_dist"
 if command -v mpirun >/dev/null; then  # three processes on this machine, as root too
   run dist-3 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \

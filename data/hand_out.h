@@ -1,0 +1,113 @@
+// Which rank takes which of a step's sequences (--balance-ranks), host only.
+//
+// The step waits for its slowest rank. The matmuls cost the same for every sequence, but the
+// attention's work goes with the documents a sequence holds, so the default hand-out (rank r at
+// micro-step m takes the step's sequence m * world + r: data/dataloader.h) leaves some ranks
+// later than others. balanced_hand_out() gives each rank the same number of the step's sequences
+// with their attention work as even as it can, counted by window_pairs() from the tokens alone,
+// so that every rank computes the same hand-out, and both arms of a mask ablation get it too.
+//
+// window_pairs(tokens, n, W): the (q, kv) pairs a causal window of W tokens keeps inside the
+//   documents of tokens[0 .. n) (a document starts at token 50256 and at tokens[0]): for a
+//   document of d tokens, sum over i < d of min(i + 1, W). A proxy for the kernels' work, which
+//   skip whole tiles.
+// balanced_hand_out(work, world): the step's S = work.size() sequences (world divides S) as
+//   hand[m * world + r] = the index of the sequence rank r takes at micro-step m. Each rank's
+//   sequences are in rising index order. The largest rank sum is the least possible for S <= 16
+//   (branch and bound, the largest sequences first); beyond that, each sequence, largest first,
+//   goes to the least loaded rank with room. Ties go to the lower rank and index, so the result
+//   depends on the work alone. Where it would not beat the default hand-out's largest sum, the
+//   default is kept; with one rank it is the identity.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+namespace data {
+
+inline uint64_t window_pairs(const uint16_t* tokens, int n, int window) {
+  uint64_t total = 0;
+  auto document = [&](uint64_t d) {
+    const uint64_t m = std::min<uint64_t>(d, (uint64_t)window);
+    total += m * (m + 1) / 2 + (d - m) * (uint64_t)window;
+  };
+  int start = 0;
+  for (int i = 1; i < n; i++)
+    if (tokens[i] == 50256) document((uint64_t)(i - start)), start = i;
+  if (n > 0) document((uint64_t)(n - start));
+  return total;
+}
+
+namespace detail {
+
+// The largest rank sum of hand (as balanced_hand_out returns it).
+inline uint64_t largest_rank(const std::vector<uint64_t>& work, const std::vector<int>& hand, int world) {
+  std::vector<uint64_t> sum(world, 0);
+  for (size_t j = 0; j < hand.size(); j++) sum[j % world] += work[hand[j]];
+  return *std::max_element(sum.begin(), sum.end());
+}
+
+struct Search {
+  const std::vector<uint64_t>& work;
+  std::vector<int> order;  // sequences, the largest first
+  int groups, size;
+  std::vector<uint64_t> sums;
+  std::vector<int> counts, group_of, best_group_of;
+  uint64_t best;
+
+  void place(size_t i) {
+    if (i == order.size()) {
+      const uint64_t most = *std::max_element(sums.begin(), sums.end());
+      if (most < best) best = most, best_group_of = group_of;
+      return;
+    }
+    const uint64_t w = work[order[i]];
+    for (int g = 0; g < groups; g++) {
+      if (counts[g] == size || sums[g] + w >= best) continue;
+      bool alike = false;  // a group like an earlier one leads to the same splits
+      for (int h = 0; h < g && !alike; h++) alike = sums[h] == sums[g] && counts[h] == counts[g];
+      if (alike) continue;
+      sums[g] += w, counts[g]++, group_of[order[i]] = g;
+      place(i + 1);
+      sums[g] -= w, counts[g]--;
+    }
+  }
+};
+
+}  // namespace detail
+
+inline std::vector<int> balanced_hand_out(const std::vector<uint64_t>& work, int world) {
+  const int S = (int)work.size();
+  std::vector<int> hand(S);
+  std::iota(hand.begin(), hand.end(), 0);  // the default: hand[m * world + r] = m * world + r
+  if (world <= 1 || S % world || S == world) return hand;
+  const int size = S / world;
+  std::vector<int> order(S);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return work[a] > work[b]; });
+  std::vector<int> group_of(S, -1);
+  const uint64_t as_default = detail::largest_rank(work, hand, world);
+  if (S <= 16) {
+    detail::Search s{work, order, world, size, std::vector<uint64_t>(world, 0), std::vector<int>(world, 0), std::vector<int>(S, -1), {},
+                     as_default};
+    s.place(0);
+    if (s.best_group_of.empty()) return hand;  // nothing beats the default
+    group_of = s.best_group_of;
+  } else {
+    std::vector<uint64_t> sums(world, 0);
+    std::vector<int> counts(world, 0);
+    for (int i : order) {
+      int g = -1;
+      for (int h = 0; h < world; h++)
+        if (counts[h] < size && (g < 0 || sums[h] < sums[g])) g = h;
+      group_of[i] = g, sums[g] += work[i], counts[g]++;
+    }
+  }
+  std::vector<int> next(world, 0);  // each rank's sequences in rising index order
+  for (int i = 0; i < S; i++) hand[next[group_of[i]]++ * world + group_of[i]] = i;
+  if (detail::largest_rank(work, hand, world) >= as_default) std::iota(hand.begin(), hand.end(), 0);  // (greedy: no better)
+  return hand;
+}
+
+}  // namespace data

@@ -1,0 +1,133 @@
+// The hand-out of a step's sequences to the ranks (data/hand_out.h), against brute forces written
+// here on their own: window_pairs against each query's kept keys counted one by one;
+// balanced_hand_out's largest rank sum against the least over every split of the sequences into
+// equal groups (S up to 16), and its contract: every sequence once, S / world a rank in rising
+// order, never worse than the default hand-out, the default where nothing beats it, the same
+// answer for the same work.
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "data/hand_out.h"
+#include "tests/check.h"
+
+static uint64_t brute_pairs(const std::vector<uint16_t>& t, int window) {
+  uint64_t total = 0;
+  int start = 0;
+  for (int q = 0; q < (int)t.size(); q++) {
+    if (t[q] == 50256) start = q;
+    total += (uint64_t)(q - std::max(start, q - window + 1) + 1);
+  }
+  return total;
+}
+
+// The least largest group sum over every split of work into `groups` groups of equal size.
+static uint64_t brute_best(const std::vector<uint64_t>& work, int groups) {
+  const int S = (int)work.size(), size = S / groups;
+  std::vector<uint64_t> sums(groups, 0);
+  std::vector<int> counts(groups, 0);
+  uint64_t best = UINT64_MAX;
+  std::function<void(int)> go = [&](int i) {
+    if (i == S) {
+      best = std::min(best, *std::max_element(sums.begin(), sums.end()));
+      return;
+    }
+    for (int g = 0; g < groups; g++) {
+      if (counts[g] == size) continue;
+      if (counts[g] == 0 && g > 0 && counts[g - 1] == 0) break;  // empty groups are alike: the first one only
+      sums[g] += work[i], counts[g]++;
+      go(i + 1);
+      sums[g] -= work[i], counts[g]--;
+    }
+  };
+  go(0);
+  return best;
+}
+
+static uint64_t largest(const std::vector<uint64_t>& work, const std::vector<int>& hand, int world) {
+  std::vector<uint64_t> sum(world, 0);
+  for (size_t j = 0; j < hand.size(); j++) sum[j % world] += work[hand[j]];
+  return *std::max_element(sum.begin(), sum.end());
+}
+
+// every sequence once; each rank's in rising index order
+static bool well_formed(const std::vector<int>& hand, int world) {
+  std::vector<int> seen(hand.size(), 0);
+  for (int i : hand)
+    if (i < 0 || i >= (int)hand.size() || seen[i]++) return false;
+  for (size_t j = world; j < hand.size(); j++)
+    if (hand[j] <= hand[j - world]) return false;
+  return true;
+}
+
+int main() {
+  std::mt19937_64 rng(12345);
+  // window_pairs: documents of every length against windows shorter and longer than them
+  int wrong = 0;
+  for (int trial = 0; trial < 300; trial++) {
+    const int n = 1 + (int)(rng() % 3000);
+    const double bos = (trial % 3 == 0) ? 0.0 : 1.0 / (1 + rng() % 400);
+    std::vector<uint16_t> t(n);
+    std::uniform_real_distribution<double> u(0, 1);
+    for (int i = 0; i < n; i++) t[i] = u(rng) < bos ? 50256 : (uint16_t)(rng() % 50256);
+    for (int window : {1, 2, 7, 128, 1024, 5000})
+      wrong += data::window_pairs(t.data(), n, window) != brute_pairs(t, window);
+  }
+  CHECK(wrong == 0, "window_pairs: %d of 1800 (sequence, window) pairs differ from the brute force", wrong);
+  {
+    std::vector<uint16_t> t = {50256, 1, 2, 50256, 3};  // documents of 3 and 2 tokens, window 2: 1+2+2 + 1+2
+    CHECK(data::window_pairs(t.data(), 5, 2) == 8, "window_pairs by hand: %llu, want 8", (unsigned long long)data::window_pairs(t.data(), 5, 2));
+    CHECK(data::window_pairs(t.data(), 0, 2) == 0, "window_pairs of no tokens");
+  }
+
+  // balanced_hand_out: the optimum where the splits can be enumerated
+  int not_best = 0, bad_form = 0, worse = 0, unstable = 0, cases = 0;
+  for (auto [S, world] : std::vector<std::pair<int, int>>{{8, 2}, {8, 4}, {12, 3}, {12, 4}, {16, 2}, {16, 4}, {6, 2}, {4, 2}}) {
+    for (int trial = 0; trial < (S == 16 && world == 4 ? 6 : 60); trial++) {
+      std::vector<uint64_t> work(S);
+      for (auto& w : work) w = 40000000 + rng() % (trial % 2 ? 8000000 : 400);  // spreads like the speedrun's, and near ties
+      const std::vector<int> hand = data::balanced_hand_out(work, world);
+      const std::vector<int> as_default = data::balanced_hand_out(std::vector<uint64_t>(S, 7), world);  // all alike: the default
+      cases++;
+      bad_form += !well_formed(hand, world);
+      not_best += largest(work, hand, world) != std::min(brute_best(work, world), largest(work, as_default, world));
+      worse += largest(work, hand, world) > largest(work, as_default, world);
+      unstable += data::balanced_hand_out(work, world) != hand;
+    }
+  }
+  CHECK(bad_form == 0, "balanced: %d of %d hand-outs not every sequence once, in rising order a rank", bad_form, cases);
+  CHECK(not_best == 0, "balanced: %d of %d hand-outs above the least largest rank sum", not_best, cases);
+  CHECK(worse == 0, "balanced: %d of %d hand-outs worse than the default", worse, cases);
+  CHECK(unstable == 0, "balanced: %d of %d hand-outs differ between two calls", unstable, cases);
+
+  // the default where nothing beats it: one rank, a sequence a rank, all alike, or already balanced
+  std::vector<int> identity8(8);
+  for (int i = 0; i < 8; i++) identity8[i] = i;
+  std::vector<uint64_t> w8 = {5, 9, 1, 7, 3, 3, 8, 2};
+  CHECK(data::balanced_hand_out(w8, 1) == identity8, "one rank: the default");
+  CHECK(data::balanced_hand_out(w8, 8) == identity8, "one sequence a rank: the default");
+  CHECK(data::balanced_hand_out(std::vector<uint64_t>(8, 4), 2) == identity8, "all alike: the default");
+  CHECK(data::balanced_hand_out({1, 1, 1, 1}, 2) == std::vector<int>({0, 1, 2, 3}), "balanced already: the default");
+  // by hand: the default gives rank r the sequences j with j % 2 == r; work 10 1 10 1 gives rank 0
+  // both 10s, so rank 0 takes sequences 0 and 1, rank 1 sequences 2 and 3: hand = 0 2 1 3
+  CHECK(data::balanced_hand_out({10, 1, 10, 1}, 2) == std::vector<int>({0, 2, 1, 3}), "10 1 10 1 on two ranks: 0 2 1 3");
+  CHECK(data::balanced_hand_out({10, 10, 1, 1}, 2) == std::vector<int>({0, 1, 2, 3}), "10 10 1 1 on two ranks: the default");
+
+  // beyond 16 sequences (the greedy split): well formed, never worse than the default
+  bad_form = worse = 0;
+  for (int trial = 0; trial < 100; trial++) {
+    const int world = trial % 2 ? 4 : 8, S = world * (3 + trial % 4);
+    std::vector<uint64_t> work(S);
+    for (auto& w : work) w = 1 + rng() % 1000;
+    const std::vector<int> hand = data::balanced_hand_out(work, world);
+    std::vector<int> identity(S);
+    for (int i = 0; i < S; i++) identity[i] = i;
+    bad_form += !well_formed(hand, world);
+    worse += largest(work, hand, world) > largest(work, identity, world);
+  }
+  CHECK(bad_form == 0, "greedy: %d of 100 hand-outs malformed", bad_form);
+  CHECK(worse == 0, "greedy: %d of 100 hand-outs worse than the default", worse);
+  return test_summary("hand-out");
+}

@@ -22,12 +22,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <thread>
 
 #include "common/files.h"
 #include "data/dataloader.h"
+#include "data/hand_out.h"
 #include "data/manifest.h"
 #include "data/shard.h"
 #include "model/config.h"
@@ -256,6 +258,53 @@ struct SequenceReader {
   }
 };
 
+// Which of a step's sequences this rank takes at each micro-step: the default order
+// (data/dataloader.h), or with --balance-ranks on several GPUs data/hand_out.h's, made from the
+// step's sequences' tokens at the step's window (so the same on every rank). For the report it
+// keeps, for each step it handed out, how far the slowest rank's attention work was over the
+// mean, and how far it would have been with the default order.
+struct HandOut {
+  data::TrainSchedule schedule;
+  bool on;
+  std::vector<uint16_t> tokens;
+  int step = -1;
+  std::vector<int> hand;
+  std::vector<double> excess, default_excess;
+  int changed = 0;
+  HandOut(const Options& o, const data::TrainSchedule& s) : schedule(s), on(o.balance_ranks && s.world > 1), tokens(o.seq_len + 1) {}
+
+  // the stream index of the sequence this rank takes at micro-step m of step (0-based); window_tokens:
+  // the step's attention window in tokens
+  uint64_t sequence(data::TokenStream& train, int at, int m, int window_tokens) {
+    if (!on) return schedule.sequence_index(at, m);
+    if (at != step) make(train, at, window_tokens);
+    return (uint64_t)schedule.seqs_per_step * at + hand[m * schedule.world + schedule.rank];
+  }
+
+ private:
+  void make(data::TokenStream& train, int at, int window_tokens) {
+    const int S = schedule.seqs_per_step, N = schedule.world;
+    std::vector<uint64_t> work(S);
+    for (int i = 0; i < S; i++) {
+      train.sequence((uint64_t)S * at + i, tokens.data());
+      work[i] = data::window_pairs(tokens.data(), (int)tokens.size() - 1, window_tokens);
+    }
+    hand = data::balanced_hand_out(work, N);
+    std::vector<int> in_order(S);
+    std::iota(in_order.begin(), in_order.end(), 0);
+    auto over_mean = [&](const std::vector<int>& h) {
+      std::vector<double> rank(N, 0.0);
+      double total = 0;
+      for (int j = 0; j < S; j++) rank[j % N] += (double)work[h[j]], total += (double)work[h[j]];
+      return total > 0 ? *std::max_element(rank.begin(), rank.end()) / (total / N) - 1 : 0.0;
+    };
+    excess.push_back(over_mean(hand));
+    default_excess.push_back(over_mean(in_order));
+    changed += hand != in_order;
+    step = at;
+  }
+};
+
 // Model FLOPs of one sequence (MFU): 6 per matmul weight per token, and 12 C per kept attention
 // pair per layer (forward 4 C: QK^T and PV; backward twice that).
 struct FlopCounter {
@@ -377,7 +426,7 @@ class Trainer {
   Trainer(const Options& o, const dist::Context& ctx)
       : o_(o), ctx_(ctx), resume_from_(before_the_gpu(o, ctx)), data_(o, ctx), prop_(open_gpu(ctx)), cfg_(model_config(o)),
         sched_(schedule(o)), model_(cfg_, o.seq_len), opt_(model_.layout(), o.layers, ctx.rank, ctx.world, grad_sync(o)),
-        reader_(o.seq_len, cfg_.mask), batch_(o.seq_len), next_(o.seq_len), flops_(o, model_.layout()) {
+        reader_(o.seq_len, cfg_.mask), batch_(o.seq_len), next_(o.seq_len), hand_out_(o, data_.schedule), flops_(o, model_.layout()) {
     model_.load(model::init_values(model_.layout(), o.seed));
     if (ctx.world > 1)
       dp_ = std::make_unique<train::DataParallel>(ctx, model_.grads(), model_.weights(), model_.layout().size(), o.grad_exchange == "bf16",
@@ -460,7 +509,7 @@ class Trainer {
     std::vector<int> kept;
     for (int m = 0; m < micro(); m++) {
       const bool last = m == micro() - 1;
-      const uint64_t k = data_.schedule.sequence_index(step, m);
+      const uint64_t k = hand_out_.sequence(data_.train, step, m, window_tokens(step));
       if (m == 0 && next_step_ == step && next_.sequence == k && next_.window == window) std::swap(batch_, next_);
       else reader_.load(data_.train, k, window, batch_);
       kept.push_back(batch_.kept_targets);
@@ -475,7 +524,8 @@ class Trainer {
     prof.mark(gpt::Profiler::kHost);
     next_step_ = -1;
     if (step + 1 < o_.steps) {  // the next step's first sequence, read while the GPU works
-      reader_.load(data_.train, data_.schedule.sequence_index(step + 1, 0), window_at(o_, sched_, step + 1), next_);
+      reader_.load(data_.train, hand_out_.sequence(data_.train, step + 1, 0, window_tokens(step + 1)), window_at(o_, sched_, step + 1),
+                   next_);
       next_step_ = step + 1;
     }
     sync("optimizer step " + std::to_string(step + 1));
@@ -504,10 +554,17 @@ class Trainer {
   // the end of the run: speed, MFU, memory, the all-reduce, the profile, the replicas
   void finish() {
     report(o_, ctx_, prop_, timing_, model_, opt_, dp_.get(), *log_);
-    char b[160];
+    char b[256];
     if (o_.check_replicas) {
       std::snprintf(b, sizeof(b), "train_gpt: replicas identical on all %d rank(s) after every step (last checksum %016llx)", ctx_.world,
                     (unsigned long long)last_sum_);
+      log_->note(b);
+    }
+    if (hand_out_.on && !hand_out_.excess.empty()) {
+      std::snprintf(b, sizeof(b),
+                    "train_gpt: --balance-ranks: %d of %zu steps handed out otherwise than in order; the slowest rank's attention work "
+                    "%.2f%% over the mean (median over the steps), %.2f%% in order",
+                    hand_out_.changed, hand_out_.excess.size(), 100 * median(hand_out_.excess), 100 * median(hand_out_.default_excess));
       log_->note(b);
     }
     std::snprintf(b, sizeof(b), "train_gpt: done; peak GPU memory %.0f MiB%s", timing_.peak_mem / (1 << 20),
@@ -532,6 +589,8 @@ class Trainer {
     return ck;
   }
   int micro() const { return data_.schedule.micro_steps(); }
+  // the attention window of step (0-based) in tokens, whatever its granularity
+  int window_tokens(int step) const { return 128 * (o_.window_blocks ? o_.window_blocks : sched_.window_blocks(step)); }
   void sync(const std::string& what) {
     if (dp_) dp_->sync(what);
     else gpt::cuda_check(cudaDeviceSynchronize(), what.c_str());
@@ -567,6 +626,7 @@ class Trainer {
   SequenceReader reader_;
   model::Batch batch_, next_;  // next_: the first sequence of step next_step_, read ahead
   int next_step_ = -1;
+  HandOut hand_out_;
   FlopCounter flops_;
   std::optional<train::RunLog> log_;
   layers::Matmul mm_;

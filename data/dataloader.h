@@ -6,7 +6,8 @@
 // [seqs_per_step * step, seqs_per_step * (step + 1)); rank r at micro-step m takes sequence
 //     seqs_per_step * step + m * world + r,
 // so the set of sequences in a step does not depend on the world size, no two ranks share a
-// sequence, and resuming at step s needs nothing but s. Validation takes the first
+// sequence, and resuming at step s needs nothing but s. (With --balance-ranks the trainer hands
+// the same sequences out by their attention work instead: data/hand_out.h.) Validation takes the first
 // val_tokens / seq_len sequences of the validation stream (no cycling), split round-robin over
 // ranks. Shards are checked (header, size, every token id) whenever they are loaded; all headers
 // are checked when the loader is built, and the first shard that holds a sequence is loaded whole.

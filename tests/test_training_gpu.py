@@ -13,14 +13,17 @@ significant digits, so "equal" below means equal to the bit.
   longer than a token window): reproducible to the bit, uni and bi differ, the causal baseline
   on the same targets differs from both prefix-LM and plain causal, and its checkpoint is refused
   by a run without the prefix. --grad-sync embeddings gives the default run's losses to the bit
-  (with 2 layers and with 4, where a value embedding is updated during the backward).
+  (with 2 layers and with 4, where a value embedding is updated during the backward), and so does
+  --balance-ranks (one rank has nothing to balance).
   2 GPUs (mpirun, when two are visible): --check-replicas passes (weights bit-identical across
   ranks after every step); a 2-GPU run resumed from its step-10 checkpoint (written by rank 0,
   read by every rank) gives the same losses and final checkpoint as the uninterrupted run; the loss of step 1 equals the 1-GPU run's to 1e-6 relative (same
   weights and sequences; only the order of the mean's sum differs) and every later step is
   within 1% relative: the gradient sums are rounded in another order (fp32), after which bf16
   weights can differ by an ulp (2^-8 relative) and the runs drift apart slowly, as any two
-  orders do. --grad-sync overlap and embeddings give the default run's losses to the bit (a two-rank
+  orders do. --balance-ranks hands most steps' sequences out otherwise, brings the slowest rank nearer
+  the mean, keeps the replicas identical, and drifts from the default as 1 and 2 GPUs do. --grad-sync
+  overlap and embeddings give the default run's losses to the bit (a two-rank
   sum is one addition, whatever the grouping); with --grad-exchange bf16 the three schedules agree
   to the bit and differ from fp32's by little. Two ranks started from a host file with NCCL on its
   network transport (P2P and shared memory off, the loopback interface), as on two hosts, give the
@@ -145,6 +148,8 @@ check("same seed, same flags: the same losses to the bit", rc == 0 and train_los
 # the head's Adam step on the optimiser's stream while the backward runs: the same arithmetic
 rc, oute1, e1 = train("emb1", "--steps", "30", "--val-every", "10", "--seed", "7", "--grad-sync", "embeddings")
 check("--grad-sync embeddings gives the default (end) run's losses to the bit", rc == 0 and e1 == c, oute1[-1500:])
+rc, outb1, b1 = train("bal1", "--steps", "30", "--val-every", "10", "--seed", "7", "--balance-ranks")
+check("--balance-ranks on one GPU changes nothing: the default run's losses to the bit", rc == 0 and b1 == c, outb1[-1500:])
 # with 4 layers value_embed.1 is final after layer 1's backward, so its update runs beside layer 0's
 rc, outl4, l4_end = train("l4_end", "--layers", "4", "--steps", "20", "--val-every", "10", "--seed", "5")
 rc2, outl4e, l4_emb = train("l4_emb", "--layers", "4", "--steps", "20", "--val-every", "10", "--seed", "5", "--grad-sync", "embeddings")
@@ -228,6 +233,27 @@ if gpu_count() >= 2 and shutil.which("mpirun"):
                           "--check-replicas", gpus=2)
     check("2 GPUs: --grad-sync embeddings gives the default (end) run's losses to the bit, replicas identical",
           rc == 0 and emb == two and "replicas identical on all 2 rank(s)" in oute, oute[-1500:])
+    # the step's sequences handed out by their attention work: the same sequences a step, so step 1's
+    # loss is the default run's up to the order of its sum, and the runs drift apart as 1 and 2 GPUs do
+    rc, outbal, bal = train("g2_balanced", "--steps", "20", "--val-every", "10", "--seed", "11", "--balance-ranks", "--check-replicas",
+                            gpus=2)
+    m = re.search(r"--balance-ranks: (\d+) of (\d+) steps handed out otherwise than in order; the slowest rank's attention work "
+                  r"([0-9.]+)% over the mean \(median over the steps\), ([0-9.]+)% in order", outbal)
+    check("2 GPUs, --balance-ranks: exit 0, replicas identical, its report line", rc == 0 and "replicas identical on all 2 rank(s)" in outbal
+          and m is not None, outbal[-1500:])
+    if m:
+        print(f"  --balance-ranks: {m.group(1)} of {m.group(2)} steps handed out otherwise; slowest rank {m.group(3)}% over the mean, "
+              f"{m.group(4)}% in order")
+        # (GCIDE's short documents make the tiny preset's sequences differ by about a quarter in attention work)
+        check("2 GPUs, --balance-ranks: most steps handed out otherwise, the slowest rank nearer the mean",
+              int(m.group(1)) * 2 > int(m.group(2)) and float(m.group(3)) < float(m.group(4)), m.group(0))
+    lb, l2 = train_losses(bal, steps), train_losses(two, steps)
+    if rc == 0 and None not in lb + l2:
+        rel = [abs(x - y) / abs(y) for x, y in zip(lb, l2)]
+        check("2 GPUs, --balance-ranks: step 1's loss is the default run's to 1e-6, every step within 1%", rel[0] <= 1e-6 and max(rel) <= 1e-2,
+              f"{rel}")
+    else:
+        check("2 GPUs, --balance-ranks: every step logged", False, outbal[-1500:])
     rc, outl4, g2_l4_end = train("g2_l4_end", "--layers", "4", "--steps", "20", "--val-every", "10", "--seed", "5", gpus=2)
     rc2, outl4e, g2_l4_emb = train("g2_l4_emb", "--layers", "4", "--steps", "20", "--val-every", "10", "--seed", "5",
                                    "--grad-sync", "embeddings", "--check-replicas", gpus=2)

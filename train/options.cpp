@@ -105,6 +105,9 @@ std::vector<Row> table(Options& o) {
            "several GPUs: the gradients' type on the wire: fp32, or bf16 (half the bytes; bf16 sums change the numerics)", {"fp32", "bf16"}),
       real("--timeout", o.timeout, 1.0, 86400.0, log, "several GPUs: seconds to wait for the other ranks before ending the job"),
       flag("--check-replicas", o.check_replicas, log, "several GPUs: compare weight checksums across ranks after every step"),
+      flag("--balance-ranks", o.balance_ranks, log,
+           "several GPUs: hand each step's sequences to the ranks so that their attention work (pairs kept inside documents) is even, "
+           "instead of rank r taking the step's sequences r, N + r, ...; the same sequences a step, summed in another order"),
       integer("--profile", o.profile, 0, 1000000, local, "GPU time by category over this many timed steps, printed at the end"),
       text("--fault", o.fault, local, "tests only: RANK:STEP:crash|hang|exit makes that rank fail before that step"),
   };

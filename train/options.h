@@ -34,6 +34,7 @@ struct Options {
   std::string grad_exchange = "fp32";  // the gradients' type on the wire: fp32 (the sums are exact to fp32), bf16
   double timeout = 300;               // seconds a rank waits for the others before ending the job
   bool check_replicas = false;        // compare weight checksums across ranks after every step
+  bool balance_ranks = false;         // hand each step's sequences to the ranks by their attention work
   std::string fault;                  // tests: RANK:STEP:crash|hang|exit
   int profile = 0;                    // > 0: per-category GPU time over the timed steps
 };

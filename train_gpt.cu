@@ -253,25 +253,35 @@ struct SequenceReader {
   SequenceReader(int T, const model::MaskConfig& m) : seq(T + 1), mask(m) {}
   void load(data::TokenStream& s, uint64_t k, int window, model::Batch& batch) {
     s.sequence(k, seq.data());
+    build(seq.data(), k, window, batch);
+  }
+  // the same from sequence k's tokens (T + 1) already read
+  void build(const uint16_t* tokens, uint64_t k, int window, model::Batch& batch) {
     mask.window = window;
-    batch.build(seq.data(), mask, k);
+    batch.build(tokens, mask, k);
   }
 };
 
 // Which of a step's sequences this rank takes at each micro-step: the default order
 // (data/dataloader.h), or with --balance-ranks on several GPUs data/hand_out.h's, made from the
-// step's sequences' tokens at the step's window (so the same on every rank). For the report it
-// keeps, for each step it handed out, how far the slowest rank's attention work was over the
-// mean, and how far it would have been with the default order.
+// step's sequences' tokens at the step's window (so the same on every rank). It keeps those
+// tokens, so that the step's batches are built from them rather than read again (a step that
+// spans two shards would otherwise load each of them twice), and a digest of every hand-out made,
+// which --check-replicas compares across the ranks. For the report it keeps, for each step it
+// handed out, how far the slowest rank's attention work was over the mean, and how far it would
+// have been with the default order.
 struct HandOut {
   data::TrainSchedule schedule;
   bool on;
-  std::vector<uint16_t> tokens;
+  int T;
+  std::vector<uint16_t> tokens;  // the step's sequences, T + 1 tokens each
   int step = -1;
   std::vector<int> hand;
+  uint64_t digest = 0;
   std::vector<double> excess, default_excess;
   int changed = 0;
-  HandOut(const Options& o, const data::TrainSchedule& s) : schedule(s), on(o.balance_ranks && s.world > 1), tokens(o.seq_len + 1) {}
+  HandOut(const Options& o, const data::TrainSchedule& s)
+      : schedule(s), on(o.balance_ranks && s.world > 1), T(o.seq_len), tokens(on ? (size_t)s.seqs_per_step * (o.seq_len + 1) : 0) {}
 
   // the stream index of the sequence this rank takes at micro-step m of step (0-based); window_tokens:
   // the step's attention window in tokens
@@ -280,16 +290,23 @@ struct HandOut {
     if (at != step) make(train, at, window_tokens);
     return (uint64_t)schedule.seqs_per_step * at + hand[m * schedule.world + schedule.rank];
   }
+  // sequence k's tokens if it belongs to the step last handed out, else null
+  const uint16_t* tokens_of(uint64_t k) const {
+    const uint64_t first = (uint64_t)schedule.seqs_per_step * step;
+    return on && step >= 0 && k >= first && k < first + schedule.seqs_per_step ? tokens.data() + (k - first) * (T + 1) : nullptr;
+  }
 
  private:
   void make(data::TokenStream& train, int at, int window_tokens) {
     const int S = schedule.seqs_per_step, N = schedule.world;
     std::vector<uint64_t> work(S);
     for (int i = 0; i < S; i++) {
-      train.sequence((uint64_t)S * at + i, tokens.data());
-      work[i] = data::window_pairs(tokens.data(), (int)tokens.size() - 1, window_tokens);
+      uint16_t* t = tokens.data() + (size_t)i * (T + 1);
+      train.sequence((uint64_t)S * at + i, t);
+      work[i] = data::window_pairs(t, T, window_tokens);
     }
     hand = data::balanced_hand_out(work, N);
+    for (int x : hand) digest = (digest ^ (uint64_t)(x + 1)) * 0x100000001b3ULL;  // FNV-style, over every hand-out in turn
     std::vector<int> in_order(S);
     std::iota(in_order.begin(), in_order.end(), 0);
     auto over_mean = [&](const std::vector<int>& h) {
@@ -511,6 +528,7 @@ class Trainer {
       const bool last = m == micro() - 1;
       const uint64_t k = hand_out_.sequence(data_.train, step, m, window_tokens(step));
       if (m == 0 && next_step_ == step && next_.sequence == k && next_.window == window) std::swap(batch_, next_);
+      else if (const uint16_t* t = hand_out_.tokens_of(k)) reader_.build(t, k, window, batch_);
       else reader_.load(data_.train, k, window, batch_);
       kept.push_back(batch_.kept_targets);
       if (timed) timing_.flops += flops_.sequence(o_, batch_), timing_.targets += batch_.kept_targets;
@@ -524,8 +542,9 @@ class Trainer {
     prof.mark(gpt::Profiler::kHost);
     next_step_ = -1;
     if (step + 1 < o_.steps) {  // the next step's first sequence, read while the GPU works
-      reader_.load(data_.train, hand_out_.sequence(data_.train, step + 1, 0, window_tokens(step + 1)), window_at(o_, sched_, step + 1),
-                   next_);
+      const uint64_t k = hand_out_.sequence(data_.train, step + 1, 0, window_tokens(step + 1));
+      if (const uint16_t* t = hand_out_.tokens_of(k)) reader_.build(t, k, window_at(o_, sched_, step + 1), next_);
+      else reader_.load(data_.train, k, window_at(o_, sched_, step + 1), next_);
       next_step_ = step + 1;
     }
     sync("optimizer step " + std::to_string(step + 1));
@@ -547,6 +566,13 @@ class Trainer {
     log_->step(done, o_.steps, timing_.train_ms, NAN, loss.mean());
     if (done == start_step_ + 1) log_startup(*log_);
     if (o_.check_replicas) last_sum_ = check_replicas(ctx_, model_, opt_, dp_.get(), d_sum_, done);
+    if (o_.check_replicas && hand_out_.on) {  // (the all-reduce keeps the replicas equal even if the hand-outs differed)
+      const auto digests = dist::gather_all(ctx_, hand_out_.digest);
+      for (int r = 1; r < ctx_.world; r++)
+        if (digests[r] != digests[0])
+          throw std::runtime_error("after step " + std::to_string(done) + ": rank " + std::to_string(r) +
+                                   " handed the step's sequences out otherwise than rank 0 (--balance-ranks, --check-replicas)");
+    }
     const bool due = (o_.checkpoint_every && done % o_.checkpoint_every == 0) || done == o_.steps;
     if (!o_.checkpoint_dir.empty() && due) save_checkpoint(o_, ctx_, model_, opt_, dp_.get(), done, &last_checkpoint_);
   }

@@ -1,10 +1,12 @@
 // The hand-out of a step's sequences to the ranks (data/hand_out.h), against brute forces written
 // here on their own: window_pairs against each query's kept keys counted one by one;
 // balanced_hand_out's largest rank sum against the least over every split of the sequences into
-// equal groups (S up to 16), and its contract: every sequence once, S / world a rank in rising
+// equal groups (the least up to 12 sequences, within 1% at 16, where the search may be cut short),
+// two a rank against every pairing, and its contract: every sequence once, S / world a rank in rising
 // order, never worse than the default hand-out, the default where nothing beats it, the same
 // answer for the same work.
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <random>
@@ -85,20 +87,24 @@ int main() {
   // balanced_hand_out: the optimum where the splits can be enumerated
   int not_best = 0, bad_form = 0, worse = 0, unstable = 0, cases = 0;
   for (auto [S, world] : std::vector<std::pair<int, int>>{{8, 2}, {8, 4}, {12, 3}, {12, 4}, {16, 2}, {16, 4}, {6, 2}, {4, 2}}) {
-    for (int trial = 0; trial < (S == 16 && world == 4 ? 6 : 60); trial++) {
+    for (int trial = 0; trial < (S == 16 && world == 4 ? 6 : 90); trial++) {
       std::vector<uint64_t> work(S);
-      for (auto& w : work) w = 40000000 + rng() % (trial % 2 ? 8000000 : 400);  // spreads like the speedrun's, and near ties
+      // spreads like the speedrun's, near ties, and small numbers with zeros and repeats (where
+      // groups of different sizes can have equal sums)
+      for (auto& w : work) w = trial % 3 == 2 ? rng() % 10 : 40000000 + rng() % (trial % 3 ? 8000000 : 400);
       const std::vector<int> hand = data::balanced_hand_out(work, world);
       const std::vector<int> as_default = data::balanced_hand_out(std::vector<uint64_t>(S, 7), world);  // all alike: the default
       cases++;
       bad_form += !well_formed(hand, world);
-      not_best += largest(work, hand, world) != std::min(brute_best(work, world), largest(work, as_default, world));
+      const uint64_t least = std::min(brute_best(work, world), largest(work, as_default, world)), got = largest(work, hand, world);
+      // up to 12 sequences the search completes: the least; at 16 it may be cut short: within 1%
+      not_best += S <= 12 ? got != least : (double)got > 1.01 * (double)least;
       worse += largest(work, hand, world) > largest(work, as_default, world);
       unstable += data::balanced_hand_out(work, world) != hand;
     }
   }
   CHECK(bad_form == 0, "balanced: %d of %d hand-outs not every sequence once, in rising order a rank", bad_form, cases);
-  CHECK(not_best == 0, "balanced: %d of %d hand-outs above the least largest rank sum", not_best, cases);
+  CHECK(not_best == 0, "balanced: %d of %d hand-outs above the least largest rank sum (by 1%% at 16 sequences)", not_best, cases);
   CHECK(worse == 0, "balanced: %d of %d hand-outs worse than the default", worse, cases);
   CHECK(unstable == 0, "balanced: %d of %d hand-outs differ between two calls", unstable, cases);
 
@@ -111,9 +117,43 @@ int main() {
   CHECK(data::balanced_hand_out(std::vector<uint64_t>(8, 4), 2) == identity8, "all alike: the default");
   CHECK(data::balanced_hand_out({1, 1, 1, 1}, 2) == std::vector<int>({0, 1, 2, 3}), "balanced already: the default");
   // by hand: the default gives rank r the sequences j with j % 2 == r; work 10 1 10 1 gives rank 0
-  // both 10s, so rank 0 takes sequences 0 and 1, rank 1 sequences 2 and 3: hand = 0 2 1 3
-  CHECK(data::balanced_hand_out({10, 1, 10, 1}, 2) == std::vector<int>({0, 2, 1, 3}), "10 1 10 1 on two ranks: 0 2 1 3");
+  // both 10s. Paired largest with smallest (sequence 0 with 3, 2 with 1), rank 0 takes 0 and 3,
+  // rank 1 takes 1 and 2: hand = 0 1 3 2
+  CHECK(data::balanced_hand_out({10, 1, 10, 1}, 2) == std::vector<int>({0, 1, 3, 2}), "10 1 10 1 on two ranks: 0 1 3 2");
   CHECK(data::balanced_hand_out({10, 10, 1, 1}, 2) == std::vector<int>({0, 1, 2, 3}), "10 10 1 1 on two ranks: the default");
+
+  // two sequences a rank (the pairing of the largest with the smallest): the optimum, against every
+  // pairing of 12 sequences
+  not_best = 0;
+  std::vector<int> id12(12);
+  for (int i = 0; i < 12; i++) id12[i] = i;
+  for (int trial = 0; trial < 40; trial++) {
+    std::vector<uint64_t> work(12);
+    for (auto& w : work) w = trial % 2 ? rng() % 10 : 1 + rng() % 100000;
+    const uint64_t want = std::min(brute_best(work, 6), largest(work, id12, 6));
+    not_best += largest(work, data::balanced_hand_out(work, 6), 6) != want;
+  }
+  CHECK(not_best == 0, "pairs: %d of 40 hand-outs of 12 sequences to 6 ranks above the least largest pair sum", not_best);
+  // greedy is worse than the default here (24 sequences, 4 ranks): the default is kept
+  {
+    const std::vector<uint64_t> w = {4, 6, 6, 5, 6, 3, 5, 4, 5, 3, 3, 3, 3, 6, 3, 6, 5, 6, 1, 3, 2, 1, 6, 4};
+    std::vector<int> id(24);
+    for (int i = 0; i < 24; i++) id[i] = i;
+    const std::vector<int> hand = data::balanced_hand_out(w, 4);
+    CHECK(well_formed(hand, 4) && largest(w, hand, 4) <= largest(w, id, 4), "greedy worse than the default: the default kept (%llu > %llu)",
+          (unsigned long long)largest(w, hand, 4), (unsigned long long)largest(w, id, 4));
+  }
+  // the search is bounded: 16 sequences on 8 and 4 ranks in a few ms a call at most
+  {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int trial = 0; trial < 50; trial++) {
+      std::vector<uint64_t> work(16);
+      for (auto& w : work) w = 40000000 + rng() % 8000000;
+      (void)data::balanced_hand_out(work, trial % 2 ? 4 : 8);
+    }
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 50;
+    CHECK(ms < 50, "16 sequences: %.1f ms a hand-out on average (the search's node cap should keep it to a few)", ms);
+  }
 
   // beyond 16 sequences (the greedy split): well formed, never worse than the default
   bad_form = worse = 0;

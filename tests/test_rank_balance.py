@@ -81,6 +81,17 @@ for n in (2, 4):
         if rank_balance.best_split(v, n) != brute:
             wrong.append((n, s))
 check("every step's best split equals the brute force's, exactly", not wrong, str(wrong[:5]))
+# small numbers with zeros and repeats, where groups of different sizes can have equal sums
+rng = np.random.default_rng(7)
+wrong = []
+for trial in range(400):
+    k, n = ((6, 2), (6, 3), (8, 2), (8, 4))[trial % 4]
+    v = [int(x) for x in rng.integers(0, 10, k)]
+    brute = min(max(sum(v[i] for i in range(k) if perm[i] == r) for r in range(n))
+                for perm in set(itertools.permutations([i // (k // n) for i in range(k)])))
+    if rank_balance.best_split(v, n) != brute:
+        wrong.append((n, v))
+check("best split of small numbers with zeros and repeats equals the brute force's", not wrong, str(wrong[:3]))
 
 rc, out = tool(pattern, "--seq-len", str(T), "--window-blocks", str(BLOCKS), "--gpus", "1,2,4,8", "--attention-ms", "100")
 check("runs on small shards", rc == 0, out)

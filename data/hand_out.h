@@ -16,7 +16,7 @@
 //   sequences are in rising index order. With two sequences a rank, the largest is paired with the
 //   smallest, and so on (which gives the least largest sum); otherwise, up to 16 sequences, a
 //   branch and bound, the largest sequences first, finds the least largest sum, or the best split
-//   it has found when kSearchNodes nodes cut it short (never so up to 12 sequences in the tests);
+//   it has found when kSearchNodes nodes cut it short;
 //   beyond 16 each sequence, largest first, goes to the least loaded rank with room. Ties go to the lower rank and index, so the result
 //   depends on the work alone. Where it would not beat the default hand-out's largest sum, the
 //   default is kept; with one rank, or one sequence a rank, it is the default.
@@ -52,7 +52,7 @@ inline uint64_t largest_rank(const std::vector<uint64_t>& work, const std::vecto
   return *std::max_element(sum.begin(), sum.end());
 }
 
-constexpr long kSearchNodes = 200000;  // a few ms of search at most
+constexpr long kSearchNodes = 200000;  // bounds the host time a hand-out can take
 
 struct Search {
   const std::vector<uint64_t>& work;

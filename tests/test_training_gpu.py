@@ -244,7 +244,7 @@ if gpu_count() >= 2 and shutil.which("mpirun"):
     if m:
         print(f"  --balance-ranks: {m.group(1)} of {m.group(2)} steps handed out otherwise; slowest rank {m.group(3)}% over the mean, "
               f"{m.group(4)}% in order")
-        # (GCIDE's short documents make the tiny preset's sequences differ by about a quarter in attention work)
+        # (GCIDE's short documents make the tiny preset's sequences differ widely in attention work: scripts/rank_balance.py)
         check("2 GPUs, --balance-ranks: most steps handed out otherwise, the slowest rank nearer the mean",
               int(m.group(1)) * 2 > int(m.group(2)) and float(m.group(3)) < float(m.group(4)), m.group(0))
     lb, l2 = train_losses(bal, steps), train_losses(two, steps)

@@ -25,6 +25,7 @@ TRAIN_DATA=${TRAIN_DATA:-data/gcide/gcide_train_*.bin}
 VAL_DATA=${VAL_DATA:-data/gcide/gcide_val_*.bin}
 JOBS=${JOBS:-$(nproc)}
 . scripts/env_numbers.sh
+. scripts/gpu_count.sh  # gpu_count
 need_int gpu_bench STEPS 12 1000000  # steps 1-10 are not timed
 need_int gpu_bench JOBS 1 1024
 for p in $PARTS; do
@@ -32,26 +33,10 @@ for p in $PARTS; do
 done
 if [ -e "$LOG_DIR" ]; then echo "gpu_bench: $LOG_DIR exists: name a new LOG_DIR" >&2; exit 2; fi
 nvidia-smi -L >/dev/null 2>&1 || { echo "gpu_bench: no GPU on this machine (nvidia-smi finds none)" >&2; exit 1; }
+NGPU=$(gpu_count)
+[ "$NGPU" -ge 1 ] || { echo "gpu_bench: CUDA_VISIBLE_DEVICES='$CUDA_VISIBLE_DEVICES' leaves no GPU visible" >&2; exit 1; }
 mkdir -p "$LOG_DIR"
 export PYTHONUNBUFFERED=1
-# The GPUs CUDA_VISIBLE_DEVICES names, counted as CUDA reads it: entries (an index or a GPU-/MIG-
-# UUID) up to the first that is not one.
-visible_devices() {
-  local n=0 d
-  IFS=, read -r -a _devs <<< "$CUDA_VISIBLE_DEVICES,"
-  for d in "${_devs[@]}"; do
-    d=${d// /}
-    [[ "$d" =~ ^([0-9]+|GPU-[0-9A-Fa-f-]+|MIG-[^[:space:]]+)$ ]] || break
-    n=$((n + 1))
-  done
-  echo "$n"
-}
-NGPU=$(nvidia-smi -L | grep -c '^GPU ')
-if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then  # nvidia-smi lists every GPU whatever this names
-  named=$(visible_devices)
-  [ "$named" -lt "$NGPU" ] && NGPU=$named
-fi
-[ "$NGPU" -ge 1 ] || { echo "gpu_bench: CUDA_VISIBLE_DEVICES='$CUDA_VISIBLE_DEVICES' leaves no GPU visible" >&2; exit 1; }
 step() { echo "== $1 ($(date +%T))"; }
 set -f  # the shard patterns go to train_gpt as they are
 

@@ -19,18 +19,7 @@ set -u -o pipefail
 cd "$(dirname "$0")/.."
 STEPS=${STEPS:-30}; DATA=${DATA:-synthetic}; PYTHON_TORCH=${PYTHON_TORCH:-python3}; RECORD_MS=${RECORD_MS:-1102}; GPUS=${GPUS:-1}
 LOG_DIR=${LOG_DIR:-logs/peer-$(date +%Y%m%d-%H%M%S)}
-# The GPUs CUDA_VISIBLE_DEVICES names, counted as CUDA reads it: entries (an index or a GPU-/MIG-
-# UUID) up to the first that is not one.
-visible_devices() {
-  local n=0 d
-  IFS=, read -r -a _devs <<< "$CUDA_VISIBLE_DEVICES,"
-  for d in "${_devs[@]}"; do
-    d=${d// /}
-    [[ "$d" =~ ^([0-9]+|GPU-[0-9A-Fa-f-]+|MIG-[^[:space:]]+)$ ]] || break
-    n=$((n + 1))
-  done
-  echo "$n"
-}
+. scripts/gpu_count.sh  # gpu_count
 # a whole number from LO to HI (NAME VALUE LO HI [WHY]), printed without leading zeros
 whole() {
   case "$2" in
@@ -68,11 +57,7 @@ esac
 most=1
 for n in "${COUNTS[@]}"; do [ "$n" -gt "$most" ] && most=$n; done
 if [ "$most" -gt 1 ]; then
-  visible=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
-  if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then  # nvidia-smi lists every GPU whatever this names
-    named=$(visible_devices)
-    [ "$named" -lt "$visible" ] && visible=$named
-  fi
+  visible=$(gpu_count)
   [ "$visible" -ge "$most" ] || { echo "peer_compare: GPUS asks for $most GPUs, $visible visible (nvidia-smi -L, CUDA_VISIBLE_DEVICES)" >&2; exit 2; }
   command -v mpirun >/dev/null || { echo "peer_compare: GPUS asks for $most GPUs: mpirun (for train_gpt) not found" >&2; exit 2; }
 fi

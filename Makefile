@@ -117,7 +117,7 @@ $(BUILD)/tests/test_ready_point: $(BUILD)/tests/test_ready_point.o $(MODEL_OBJS)
 $(BUILD)/tests/test_shard_plan: $(BUILD)/tests/test_shard_plan.o $(MODEL_OBJS)
 	$(CXX) -fopenmp $^ -o $@
 
-$(BUILD)/tests/test_hand_out: $(BUILD)/tests/test_hand_out.o
+$(BUILD)/tests/test_hand_out: $(BUILD)/tests/test_hand_out.o $(BUILD)/data/dataloader.o
 	$(CXX) $^ -o $@
 
 $(BUILD)/tests/test_dist: $(BUILD)/tests/test_dist.o $(BUILD)/train/dist.o

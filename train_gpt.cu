@@ -22,7 +22,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
-#include <numeric>
 #include <optional>
 #include <string>
 #include <thread>
@@ -262,66 +261,6 @@ struct SequenceReader {
   }
 };
 
-// Which of a step's sequences this rank takes at each micro-step: the default order
-// (data/dataloader.h), or with --balance-ranks on several GPUs data/hand_out.h's, made from the
-// step's sequences' tokens at the step's window (so the same on every rank). It keeps those
-// tokens, so that the step's batches are built from them rather than read again (a step that
-// spans two shards would otherwise load each of them twice), and a digest of every hand-out made,
-// which --check-replicas compares across the ranks. For the report it keeps, for each step it
-// handed out, how far the slowest rank's attention work was over the mean, and how far it would
-// have been with the default order.
-struct HandOut {
-  data::TrainSchedule schedule;
-  bool on;
-  int T;
-  std::vector<uint16_t> tokens;  // the step's sequences, T + 1 tokens each
-  int step = -1;
-  std::vector<int> hand;
-  uint64_t digest = 0;
-  std::vector<double> excess, default_excess;
-  int changed = 0;
-  HandOut(const Options& o, const data::TrainSchedule& s)
-      : schedule(s), on(o.balance_ranks && s.world > 1), T(o.seq_len), tokens(on ? (size_t)s.seqs_per_step * (o.seq_len + 1) : 0) {}
-
-  // the stream index of the sequence this rank takes at micro-step m of step (0-based); window_tokens:
-  // the step's attention window in tokens
-  uint64_t sequence(data::TokenStream& train, int at, int m, int window_tokens) {
-    if (!on) return schedule.sequence_index(at, m);
-    if (at != step) make(train, at, window_tokens);
-    return (uint64_t)schedule.seqs_per_step * at + hand[m * schedule.world + schedule.rank];
-  }
-  // sequence k's tokens if it belongs to the step last handed out, else null
-  const uint16_t* tokens_of(uint64_t k) const {
-    const uint64_t first = (uint64_t)schedule.seqs_per_step * step;
-    return on && step >= 0 && k >= first && k < first + schedule.seqs_per_step ? tokens.data() + (k - first) * (T + 1) : nullptr;
-  }
-
- private:
-  void make(data::TokenStream& train, int at, int window_tokens) {
-    const int S = schedule.seqs_per_step, N = schedule.world;
-    std::vector<uint64_t> work(S);
-    for (int i = 0; i < S; i++) {
-      uint16_t* t = tokens.data() + (size_t)i * (T + 1);
-      train.sequence((uint64_t)S * at + i, t);
-      work[i] = data::window_pairs(t, T, window_tokens);
-    }
-    hand = data::balanced_hand_out(work, N);
-    for (int x : hand) digest = (digest ^ (uint64_t)(x + 1)) * 0x100000001b3ULL;  // FNV-style, over every hand-out in turn
-    std::vector<int> in_order(S);
-    std::iota(in_order.begin(), in_order.end(), 0);
-    auto over_mean = [&](const std::vector<int>& h) {
-      std::vector<double> rank(N, 0.0);
-      double total = 0;
-      for (int j = 0; j < S; j++) rank[j % N] += (double)work[h[j]], total += (double)work[h[j]];
-      return total > 0 ? *std::max_element(rank.begin(), rank.end()) / (total / N) - 1 : 0.0;
-    };
-    excess.push_back(over_mean(hand));
-    default_excess.push_back(over_mean(in_order));
-    changed += hand != in_order;
-    step = at;
-  }
-};
-
 // Model FLOPs of one sequence (MFU): 6 per matmul weight per token, and 12 C per kept attention
 // pair per layer (forward 4 C: QK^T and PV; backward twice that).
 struct FlopCounter {
@@ -443,7 +382,7 @@ class Trainer {
   Trainer(const Options& o, const dist::Context& ctx)
       : o_(o), ctx_(ctx), resume_from_(before_the_gpu(o, ctx)), data_(o, ctx), prop_(open_gpu(ctx)), cfg_(model_config(o)),
         sched_(schedule(o)), model_(cfg_, o.seq_len), opt_(model_.layout(), o.layers, ctx.rank, ctx.world, grad_sync(o)),
-        reader_(o.seq_len, cfg_.mask), batch_(o.seq_len), next_(o.seq_len), hand_out_(o, data_.schedule), flops_(o, model_.layout()) {
+        reader_(o.seq_len, cfg_.mask), batch_(o.seq_len), next_(o.seq_len), hand_out_(data_.schedule, o.seq_len, o.balance_ranks), flops_(o, model_.layout()) {
     model_.load(model::init_values(model_.layout(), o.seed));
     if (ctx.world > 1)
       dp_ = std::make_unique<train::DataParallel>(ctx, model_.grads(), model_.weights(), model_.layout().size(), o.grad_exchange == "bf16",
@@ -652,7 +591,7 @@ class Trainer {
   SequenceReader reader_;
   model::Batch batch_, next_;  // next_: the first sequence of step next_step_, read ahead
   int next_step_ = -1;
-  HandOut hand_out_;
+  data::StepHandOut hand_out_;
   FlopCounter flops_;
   std::optional<train::RunLog> log_;
   layers::Matmul mm_;

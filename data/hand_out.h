@@ -1,4 +1,5 @@
-// Which rank takes which of a step's sequences (--balance-ranks), host only.
+// Which rank takes which of a step's sequences (--balance-ranks), host only: the hand-out of one
+// step's work (window_pairs, balanced_hand_out) and the trainer's step by step (StepHandOut).
 //
 // The step waits for its slowest rank. The matmuls cost the same for every sequence, but the
 // attention's work goes with the documents a sequence holds, so the default hand-out (rank r at
@@ -26,6 +27,7 @@
 #include <numeric>
 #include <vector>
 
+#include "data/dataloader.h"
 #include "data/shard.h"
 
 namespace data {
@@ -119,5 +121,68 @@ inline std::vector<int> balanced_hand_out(const std::vector<uint64_t>& work, int
   if (detail::largest_rank(work, hand, world) >= as_default) std::iota(hand.begin(), hand.end(), 0);  // (greedy: no better)
   return hand;
 }
+
+// Which of a step's sequences this rank takes at each micro-step: the default order
+// (data/dataloader.h TrainSchedule), or where `balance` is on and there are several ranks
+// balanced_hand_out's, made from the step's sequences' tokens at the step's window (so the same
+// on every rank). It keeps those tokens, so that the step's batches are built from them rather
+// than read again (a step that spans two shards would otherwise load each of them twice), and a
+// digest of every hand-out made, which the trainer's --check-replicas compares across the ranks.
+// For the run's report it keeps, for each step it handed out, how far the slowest rank's attention
+// work was over the mean, and how far it would have been with the default order.
+class StepHandOut {
+ public:
+  const bool on;
+  uint64_t digest = 0;
+  std::vector<double> excess, default_excess;
+  int changed = 0;  // steps handed out otherwise than in the default order
+
+  StepHandOut(const TrainSchedule& s, int seq_len, bool balance)
+      : on(balance && s.world > 1), schedule_(s), T_(seq_len), tokens_(on ? (size_t)s.seqs_per_step * (seq_len + 1) : 0) {}
+
+  // The stream index of the sequence this rank takes at micro-step m of step `at` (0-based);
+  // window_tokens: that step's attention window in tokens.
+  uint64_t sequence(TokenStream& train, int at, int m, int window_tokens) {
+    if (!on) return schedule_.sequence_index(at, m);
+    if (at != step_) make(train, at, window_tokens);
+    return (uint64_t)schedule_.seqs_per_step * at + hand_[m * schedule_.world + schedule_.rank];
+  }
+  // Sequence k's tokens (T + 1) if it belongs to the step last handed out, else null.
+  const uint16_t* tokens_of(uint64_t k) const {
+    const uint64_t first = (uint64_t)schedule_.seqs_per_step * step_;
+    return on && step_ >= 0 && k >= first && k < first + schedule_.seqs_per_step ? tokens_.data() + (k - first) * (T_ + 1) : nullptr;
+  }
+
+ private:
+  TrainSchedule schedule_;
+  int T_;
+  std::vector<uint16_t> tokens_;  // the step's sequences, T + 1 tokens each
+  int step_ = -1;
+  std::vector<int> hand_;
+
+  void make(TokenStream& train, int at, int window_tokens) {
+    const int S = schedule_.seqs_per_step, N = schedule_.world;
+    std::vector<uint64_t> work(S);
+    for (int i = 0; i < S; i++) {
+      uint16_t* t = tokens_.data() + (size_t)i * (T_ + 1);
+      train.sequence((uint64_t)S * at + i, t);
+      work[i] = window_pairs(t, T_, window_tokens);
+    }
+    hand_ = balanced_hand_out(work, N);
+    for (int x : hand_) digest = (digest ^ (uint64_t)(x + 1)) * 0x100000001b3ULL;  // FNV-style, over every hand-out in turn
+    std::vector<int> in_order(S);
+    std::iota(in_order.begin(), in_order.end(), 0);
+    auto over_mean = [&](const std::vector<int>& h) {
+      std::vector<double> rank(N, 0.0);
+      double total = 0;
+      for (int j = 0; j < S; j++) rank[j % N] += (double)work[h[j]], total += (double)work[h[j]];
+      return total > 0 ? *std::max_element(rank.begin(), rank.end()) / (total / N) - 1 : 0.0;
+    };
+    excess.push_back(over_mean(hand_));
+    default_excess.push_back(over_mean(in_order));
+    changed += hand_ != in_order;
+    step_ = at;
+  }
+};
 
 }  // namespace data

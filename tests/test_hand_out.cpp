@@ -4,12 +4,20 @@
 // equal groups (the least up to 12 sequences, within 1% at 16, where the search may be cut short),
 // two a rank against every pairing, and its contract: every sequence once, S / world a rank in rising
 // order, never worse than the default hand-out, the default where nothing beats it, the same
-// answer for the same work.
+// answer for the same work. StepHandOut, over shards written here and read by data::TokenStream as
+// the trainer reads them, walked the way the trainer calls it (each micro-step, then the next
+// step's first sequence read ahead): every rank of 2 and 4 makes the same hand-outs (the same
+// digest), the ranks together take each of a step's sequences once, the kept tokens are the
+// stream's, the slowest rank is never further over the mean than in order, and off (or on one
+// rank) it is the default order.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <filesystem>
 #include <random>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "data/hand_out.h"
@@ -169,5 +177,72 @@ int main() {
   }
   CHECK(bad_form == 0, "greedy: %d of 100 hand-outs malformed", bad_form);
   CHECK(worse == 0, "greedy: %d of 100 hand-outs worse than the default", worse);
+  // StepHandOut over shards: three of 9000 tokens, documents of 1 to 400 tokens
+  const std::string dir = (std::filesystem::temp_directory_path() / ("hand_out_test_" + std::to_string(rng() % 1000000))).string();
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> files;
+  for (int f = 0; f < 3; f++) {
+    std::vector<uint16_t> t(9000);
+    int left = 0;
+    for (auto& x : t) {
+      if (left-- <= 0) x = shard::kBos, left = (int)(rng() % 400);
+      else x = (uint16_t)(rng() % 50000);
+    }
+    files.push_back(dir + "/t_" + std::to_string(f) + ".bin");
+    shard::write_shard(files.back(), t);
+  }
+  const int T = 256, S2 = 8, steps = 40;  // 105 sequences a pass: the steps cycle through the shards
+  int wrong_set = 0, wrong_tokens = 0, wrong_digest = 0, worse_rank = 0, changed = 0, not_default = 0;
+  for (int world : {2, 4}) {
+    std::vector<uint64_t> digests;
+    std::vector<std::multiset<uint64_t>> taken(steps);
+    for (int rank = 0; rank < world; rank++) {
+      data::TokenStream stream(files, T, 50257, true), check(files, T, 50257, true);
+      const data::TrainSchedule sched{S2, world, rank};
+      data::StepHandOut ho(sched, T, true);
+      std::vector<uint16_t> want(T + 1);
+      for (int step = 0; step < steps; step++) {
+        const int window = 128 * (1 + step % 3);  // the window changes from step to step
+        for (int m = 0; m < sched.micro_steps(); m++) {
+          const uint64_t k = ho.sequence(stream, step, m, window);
+          taken[step].insert(k);
+          const uint16_t* t = ho.tokens_of(k);
+          check.sequence(k, want.data());
+          wrong_tokens += !t || !std::equal(want.begin(), want.end(), t);
+        }
+        if (step + 1 < steps) ho.sequence(stream, step + 1, 0, 128 * (1 + (step + 1) % 3));  // the read-ahead
+      }
+      digests.push_back(ho.digest);
+      if (rank == 0) {
+        changed += ho.changed;
+        for (size_t i = 0; i < ho.excess.size(); i++) worse_rank += ho.excess[i] > ho.default_excess[i] + 1e-12;
+      }
+    }
+    for (int step = 0; step < steps; step++) {
+      std::multiset<uint64_t> want;
+      for (int i = 0; i < S2; i++) want.insert((uint64_t)S2 * step + i);
+      wrong_set += taken[step] != want;
+    }
+    for (uint64_t d : digests) wrong_digest += d != digests[0];
+    // off, or one rank: the default order, and no kept tokens
+    data::TokenStream stream(files, T, 50257, true);
+    for (auto [balance, w] : {std::pair<bool, int>{false, world}, {true, 1}}) {
+      const data::TrainSchedule sched{S2, w, 0};
+      data::StepHandOut ho(sched, T, balance);
+      for (int step = 0; step < 5; step++)
+        for (int m = 0; m < sched.micro_steps(); m++) {
+          const uint64_t k = ho.sequence(stream, step, m, 256);
+          not_default += k != sched.sequence_index(step, m) || ho.tokens_of(k) != nullptr || ho.on;
+        }
+    }
+  }
+  std::filesystem::remove_all(dir);
+  CHECK(wrong_set == 0, "StepHandOut: %d steps where the ranks together did not take each sequence once", wrong_set);
+  CHECK(wrong_tokens == 0, "StepHandOut: %d sequences whose kept tokens are not the stream's", wrong_tokens);
+  CHECK(wrong_digest == 0, "StepHandOut: %d ranks whose hand-outs' digest differs from rank 0's", wrong_digest);
+  CHECK(worse_rank == 0, "StepHandOut: %d steps with the slowest rank further over the mean than in order", worse_rank);
+  CHECK(changed > steps / 2, "StepHandOut: %d of %d steps (2 and 4 ranks) handed out otherwise: the shards' documents differ enough",
+        changed, 2 * steps);
+  CHECK(not_default == 0, "StepHandOut off, or on one rank: %d departures from the default order", not_default);
   return test_summary("hand-out");
 }

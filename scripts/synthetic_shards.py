@@ -9,7 +9,7 @@ because they decide how many attention tiles the document mask cuts and skips.
 
 The format and the manifest are `build/prepare`'s (docs/formats.md): synth_val_000000.bin, then
 synth_train_000001.bin ... of at most --shard-tokens tokens, and manifest.tsv. OUT_DIR must be new
-or empty; the shards are written into a hidden folder beside it (.OUT_DIR.part, made new: one that
+or empty (the folders above it are made as needed); the shards are written into a hidden folder beside it (.OUT_DIR.part, made new: one that
 exists is refused, never removed) that is renamed into place at the end, so an interrupted run leaves
 nothing half-written.
 """
@@ -68,7 +68,13 @@ def main(argv):
     out = a.out_dir.rstrip("/") or "/"
     if os.path.lexists(out) and (not os.path.isdir(out) or os.listdir(out)):
         raise ToolError(f"{out}: exists and is not an empty folder: name a new one")
-    tmp = os.path.join(os.path.dirname(os.path.abspath(out)), "." + os.path.basename(out) + ".part")
+    parent = os.path.dirname(os.path.abspath(out))
+    try:  # as mkdir -p would: a new OUT_DIR may sit in new folders
+        os.makedirs(parent, exist_ok=True)
+    except OSError as e:
+        why = "a file is in the way" if isinstance(e, (FileExistsError, NotADirectoryError)) else e.strerror
+        raise ToolError(f"{out}: cannot make the folder it goes in, {parent}: {why}") from None
+    tmp = os.path.join(parent, "." + os.path.basename(out) + ".part")
     try:  # made new: a folder of that name is not this run's to remove
         os.mkdir(tmp)
     except FileExistsError:

@@ -708,6 +708,12 @@ r = subprocess.run(SS + [path("ss_fine"), "--train-tokens", "3000", "--val-token
                    text=True)
 check("synthetic_shards on good values: the folder and its manifest, no staging folder left",
       r.returncode == 0 and os.path.isfile(path("ss_fine", "manifest.tsv")) and not os.path.exists(path(".ss_fine.part")), r.stderr)
+r = subprocess.run(SS + [path("ss_new", "deeper", "out"), "--train-tokens", "3000", "--val-tokens", "200"], capture_output=True, text=True)
+check("synthetic_shards into folders that do not exist yet: made, as mkdir -p would",
+      r.returncode == 0 and os.path.isfile(path("ss_new", "deeper", "out", "manifest.tsv")), r.stdout + r.stderr)
+open(path("ss_file"), "w").write("a file, not a folder\n")
+case("synthetic_shards under a file", SS + [path("ss_file", "out"), "--train-tokens", "3000"], 1, ["ss_file", "cannot make"],
+     keep=[path("ss_file")])
 FW_DIR = path("fw_parts")
 os.makedirs(FW_DIR)
 FW_PART = os.path.join(FW_DIR, "fineweb_val_000000.bin.part")

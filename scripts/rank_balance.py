@@ -3,7 +3,8 @@
 from the training shards themselves.
 
     python3 scripts/rank_balance.py TRAIN_PATTERN [--steps 11-30] [--gpus 2,4,8] [--window-blocks 8]
-                                    [--seq-len 65536] [--seqs-per-step 8] [--attention-ms MS]
+                                    [--seq-len 65536] [--seqs-per-step 8] [--count pairs|tiles]
+                                    [--attention-ms MS]
 
 The step waits for its slowest rank: the exchange after the backward starts when the last rank
 gets there. The matmuls cost the same for every sequence, but the attention's work goes with the
@@ -14,6 +15,14 @@ A sequence's attention work is counted as the (q, kv) pairs a causal window of W
 --window-blocks tokens keeps inside each of its documents: sum over i < n of min(i + 1, W) for a
 document of n tokens (a document starts at token 50256, and at the sequence's first token). This
 is a proxy: the kernels skip whole tiles and the block-granular window keeps a few more pairs.
+With --count tiles it is counted as the kernels visit it instead: for each block of 128 queries,
+the blocks of 128 keys from the block of its first query's lower bound (the later of its
+document's start and --window-blocks - 1 blocks back) up to its own block (attention/mask.h,
+key_range).
+
+Either count is work, not time. A balanced hand-out of these counts (train_gpt --balance-ranks)
+took back much less of the step than the excess printed here (results/scaling/, "The ranks'
+attention work differs").
 The sequences are data/dataloader.h's: sequence k is the (seq_len + 1)-token window at k x seq_len
 inside its shard (the shards in order, cycled; a shorter tail skipped), and at step s (1-based)
 rank r of N at micro-step m takes sequence S (s - 1) + m N + r, S the sequences a step.
@@ -63,6 +72,19 @@ def window_pairs(tokens, window):
     return int(np.sum(m * (m + 1) // 2 + (n - m) * window))
 
 
+def window_tiles(tokens, blocks):
+    """The 128 x 128 tiles the attention kernels visit for `tokens` under a causal window of
+    `blocks` blocks (q / 128 - k / 128 < blocks) and the document mask."""
+    n = len(tokens) // 128 * 128
+    bos = tokens[:n] == BOS
+    if n:
+        bos[0] = True
+    start = np.maximum.accumulate(np.where(bos, np.arange(n), 0))  # each position's document start
+    qb = np.arange(n // 128)
+    lo = np.maximum(qb - (blocks - 1), start[qb * 128] // 128)
+    return int(np.sum(qb - lo + 1))
+
+
 def best_split(work, groups):
     """The smallest possible largest group sum over splits of `work` into `groups` groups of equal
     size (branch and bound, the largest items first)."""
@@ -108,12 +130,16 @@ def main():
     p.add_argument("--window-blocks", type=int, default=8, help="the attention window in blocks of 128 tokens")
     p.add_argument("--seq-len", type=int, default=65536, help="tokens a sequence")
     p.add_argument("--seqs-per-step", type=int, default=8, help=f"sequences a step (at most {MAX_SEQS_PER_STEP})")
+    p.add_argument("--count", choices=["pairs", "tiles"], default="pairs",
+                   help="a sequence's work: the kept (q, kv) pairs, or the 128 x 128 tiles the kernels visit")
     p.add_argument("--attention-ms", type=float, help="the one-GPU step's attention forward + backward, ms (--profile)")
     a = p.parse_args()
     if not 1 <= a.window_blocks <= 1_000_000:
         p.error("--window-blocks must be from 1 to 1000000")
     if not 1 <= a.seq_len <= 1 << 24:
         p.error("--seq-len must be from 1 to 16777216")
+    if a.count == "tiles" and a.seq_len % 128:
+        p.error("--count tiles: --seq-len must be a multiple of 128 (the kernels' tiles)")
     if not 1 <= a.seqs_per_step <= MAX_SEQS_PER_STEP:
         p.error(f"--seqs-per-step must be from 1 to {MAX_SEQS_PER_STEP}")
     if a.attention_ms is not None and not 0 < a.attention_ms < 1e7:
@@ -152,11 +178,12 @@ def main():
         for i in range(S):
             k = S * (s - 1) + i
             if k not in work:
-                work[k] = window_pairs(sequence(k), W)
+                seq = sequence(k)
+                work[k] = window_pairs(seq, W) if a.count == "pairs" else window_tiles(seq, a.window_blocks)
     values = np.array(list(work.values()), dtype=np.float64)
     print(f"{len(files)} shard(s), {total} sequences of {T} tokens; steps {first}-{last}, {S} sequences a step; "
           f"window {W} tokens")
-    print(f"a sequence's attention pairs: mean {values.mean():.4g}, coefficient of variation {100 * values.std() / values.mean():.2f}%")
+    print(f"a sequence's attention {a.count}: mean {values.mean():.4g}, coefficient of variation {100 * values.std() / values.mean():.2f}%")
     ms_head = "  excess ms a step (as run, best split)" if a.attention_ms else ""
     print(f"\n{'GPUs':>4} {'a rank':>7}   slowest rank over the mean, as run: median   mean   best split: median   mean{ms_head}")
     for n in counts:

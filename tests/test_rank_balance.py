@@ -93,6 +93,41 @@ for trial in range(400):
         wrong.append((n, v))
 check("best split of small numbers with zeros and repeats equals the brute force's", not wrong, str(wrong[:3]))
 
+
+
+# --count tiles: for each block of 128 queries, the key blocks from the lowest key any of its
+# queries keeps (block-granular window: q / 128 - k / 128 < blocks) up to the block itself
+def tiles(seq, blocks):
+    total, start = 0, 0
+    for qb in range(len(seq) // 128):
+        lo = None
+        for q in range(qb * 128, qb * 128 + 128):
+            if seq[q] == 50256:
+                start = q
+            first = max(start, (q // 128 - blocks + 1) * 128)
+            lo = first if lo is None else min(lo, first)
+        total += qb - lo // 128 + 1
+    return total
+
+
+wrong = [(k, b) for b in (1, 2, 3) for k in list(work)[:48] if rank_balance.window_tiles(stream[k % len(stream)], b) != tiles(stream[k % len(stream)], b)]
+check("every sequence's visited tiles equal the brute force's, at windows of 1, 2 and 3 blocks", not wrong, str(wrong[:5]))
+one_doc = np.full(T, 7, dtype=np.uint16)
+check("one document: each query block visits its own and the window's earlier blocks",
+      rank_balance.window_tiles(one_doc, 2) == 1 + 2 + 2 + 2 and rank_balance.window_tiles(one_doc, 8) == 1 + 2 + 3 + 4)
+every_block = one_doc.copy()
+every_block[::128] = 50256
+check("a document starting at every block: one tile a block", rank_balance.window_tiles(every_block, 8) == T // 128)
+tile_work = {k: tiles(stream[k % len(stream)], 2) for k in work}
+rc, out = tool(pattern, "--seq-len", str(T), "--window-blocks", "2", "--gpus", "2", "--count", "tiles")
+m = re.search(r"^\s*2\s+4\s+([0-9.]+)%", out, re.M)
+v2 = []
+for s_ in steps:
+    v = [tile_work[S * (s_ - 1) + i] for i in range(S)]
+    v2.append(max(sum(v[m_ * 2 + r] for m_ in range(S // 2)) for r in range(2)) / (sum(v) / 2) - 1)
+check("--count tiles: the 2-GPU excess as the brute force counts it", rc == 0 and "attention tiles" in out and m is not None
+      and abs(float(m.group(1)) - 100 * np.median(v2)) <= 0.006, out)
+
 rc, out = tool(pattern, "--seq-len", str(T), "--window-blocks", str(BLOCKS), "--gpus", "1,2,4,8", "--attention-ms", "100")
 check("runs on small shards", rc == 0, out)
 got = {}
@@ -135,6 +170,8 @@ for name, args, code, words in [
     ("--seqs-per-step 17", [pattern, "--seqs-per-step", "17"], 2, ["--seqs-per-step"]),
     ("--attention-ms negative", [pattern, "--attention-ms", "-1"], 2, ["--attention-ms"]),
     ("--attention-ms nan", [pattern, "--attention-ms", "nan"], 2, ["--attention-ms"]),
+    ("--count tiles with --seq-len not a multiple of 128", [pattern, "--count", "tiles", "--seq-len", "500"], 2, ["--count", "128"]),
+    ("--count of another kind", [pattern, "--count", "flops"], 2, ["--count"]),
     ("no arguments", [], 2, ["train"]),
 ]:
     rc, out = tool(*args)

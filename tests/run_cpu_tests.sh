@@ -51,6 +51,7 @@ run ablation-tools "$PYTHON" tests/test_ablation_tools.py
 run schedule-model "$PYTHON" tests/test_schedule_model.py
 run rank-balance "$PYTHON" tests/test_rank_balance.py
 run torch-peer "$PYTHON" tests/test_torch_peer.py ./train_gpt
+run peer-full-run "$PYTHON" tests/test_peer_full_run.py
 run standalone "$PYTHON" tests/test_standalone.py
 run layout "$PYTHON" tests/test_layout.py
 run hostile "$PYTHON" tests/test_hostile.py "$BUILD"

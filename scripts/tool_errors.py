@@ -10,6 +10,7 @@ nothing outside the standard library."""
 import errno
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -109,11 +110,28 @@ def load_json(text, where):
         raise ToolError(f"{where}: JSON nested too deeply to read")
 
 
+class Stopped(BaseException):
+    """SIGTERM or SIGHUP, raised where the program is so that its cleanup runs as for Ctrl-C."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop(signum, frame):
+    raise Stopped(signum)
+
+
 def run(main, prog):
-    """Runs main() and exits with its status; bad input ends in a message and status 1."""
+    """Runs main() and exits with its status; bad input ends in a message and status 1. SIGTERM
+    and SIGHUP end it as Ctrl-C does, through the program's cleanup, with status 128 + the
+    signal."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop)
     try:
         rc = main()
-        sys.stdout.flush()
+        if sys.stdout is not None:
+            sys.stdout.flush()
     except ToolError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         rc = 1
@@ -140,8 +158,12 @@ def run(main, prog):
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         rc = 130
+    except Stopped as e:
+        print(f"{prog}: stopped by {signal.Signals(e.signum).name}", file=sys.stderr)
+        rc = 128 + e.signum
     try:
-        sys.stdout.flush()
+        if sys.stdout is not None:
+            sys.stdout.flush()
     except OSError as e:
         print(f"{prog}: error: writing the output failed: {e.strerror or e}", file=sys.stderr)
         rc = rc or 1

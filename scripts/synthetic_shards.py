@@ -17,6 +17,7 @@ import argparse
 import hashlib
 import os
 import shutil
+import stat
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -43,9 +44,23 @@ def write_shard(path, tokens):
     header = np.zeros(256, dtype="<i4")
     header[:3] = (MAGIC, VERSION, tokens.size)
     data = header.tobytes() + tokens.astype("<u2").tobytes()
-    with open(path, "xb") as f:
-        f.write(data)
+    try:
+        with open(path, "xb") as f:
+            f.write(data)
+    except OSError as e:  # (a failed write names no file of its own)
+        raise OSError(e.errno, e.strerror, path) from None
     return hashlib.sha256(data).hexdigest()
+
+
+def remove_empty(folders):
+    """Removes the folders (deepest first) that are still empty."""
+    for d in folders:
+        if not os.path.lexists(d):  # (never made: the run failed making it)
+            continue
+        try:
+            os.rmdir(d)
+        except OSError:
+            return
 
 
 def main(argv):
@@ -65,21 +80,40 @@ def main(argv):
             p.error(f"{flag} {v}: must be from {lo} to {hi}")
     if -(-a.train_tokens // a.shard_tokens) > MAX_SHARDS:
         p.error(f"--shard-tokens {a.shard_tokens}: --train-tokens {a.train_tokens} would make more than {MAX_SHARDS} shards")
+    if not a.out_dir:
+        p.error("OUT_DIR is empty: name the folder to write")
     out = a.out_dir.rstrip("/") or "/"
+    name = os.path.basename(out)
+    if name in ("", ".", "..") or os.path.ismount(out):
+        raise ToolError(f"{out}: not a folder this tool can put in place: name a new folder inside one")
+    if os.path.islink(out):
+        raise ToolError(f"{out}: a symbolic link: name the folder itself")
     if os.path.lexists(out) and (not os.path.isdir(out) or os.listdir(out)):
         raise ToolError(f"{out}: exists and is not an empty folder: name a new one")
+    if len(os.fsencode(name)) > 255 - len(".part") - 1:
+        raise ToolError(f"{out}: a name of at most 249 bytes, so that its staging folder's (.NAME.part) fits")
     parent = os.path.dirname(os.path.abspath(out))
+    made = []  # the folders above OUT_DIR this run makes, removed again if it fails
+    up = parent
+    while not os.path.lexists(up):
+        made.append(up)
+        up = os.path.dirname(up)
     try:  # as mkdir -p would: a new OUT_DIR may sit in new folders
         os.makedirs(parent, exist_ok=True)
     except OSError as e:
+        remove_empty(made)
         why = "a file is in the way" if isinstance(e, (FileExistsError, NotADirectoryError)) else e.strerror
         raise ToolError(f"{out}: cannot make the folder it goes in, {parent}: {why}") from None
-    tmp = os.path.join(parent, "." + os.path.basename(out) + ".part")
+    tmp = os.path.join(parent, "." + name + ".part")
+    target = os.path.join(parent, name)  # OUT_DIR, as the shards are put in place
     try:  # made new: a folder of that name is not this run's to remove
         os.mkdir(tmp)
     except FileExistsError:
         raise ToolError(f"{tmp}: exists (the staging folder of an interrupted run, or something else): "
                         "remove it, or name another OUT_DIR") from None
+    except OSError:
+        remove_empty(made)
+        raise
     rng = np.random.default_rng(a.seed)
     rows = []
     try:
@@ -97,11 +131,18 @@ def main(argv):
             f.write("# train_gpt shard manifest v1\nfile\ttokens\tdocuments\tsha256\n")
             for r in rows:
                 f.write("\t".join(map(str, r)) + "\n")
-        if os.path.isdir(out):
-            os.rmdir(out)
-        os.rename(tmp, out)
+        if os.path.isdir(target):  # an empty folder given: the shards take its place, with its mode and owner
+            st = os.stat(target)
+            os.chmod(tmp, stat.S_IMODE(st.st_mode))
+            try:
+                os.chown(tmp, st.st_uid, st.st_gid)
+            except OSError:  # (another user's folder: as far as this user may)
+                pass
+            os.rmdir(target)
+        os.rename(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        remove_empty(made)
         raise
     docs = sum(r[2] for r in rows)
     print(f"synthetic_shards: {len(rows)} shards, {sum(r[1] for r in rows)} tokens, {docs} documents in {out}")

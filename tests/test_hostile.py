@@ -11,6 +11,7 @@ import os
 import resource
 import shlex
 import shutil
+import stat
 import signal
 import struct
 import subprocess
@@ -553,6 +554,18 @@ PC = ["bash", os.path.join(ROOT, "peer", "peer_compare.sh")]
 case("peer_compare.sh STEPS=abc", PC, 2, ["STEPS"], env=dict(os.environ, STEPS="abc"))
 case("peer_compare.sh STEPS=5 (nothing timed)", PC, 2, ["STEPS"], env=dict(os.environ, STEPS="5"))
 case("peer_compare.sh DATA=bogus", PC, 2, ["DATA", "bogus"], env=dict(os.environ, DATA="bogus"))
+NO_GPU_BIN = path("no_gpu_bin")
+os.makedirs(NO_GPU_BIN)
+with open(os.path.join(NO_GPU_BIN, "nvidia-smi"), "w") as f:
+    f.write("#!/bin/sh\necho 'No devices were found' >&2\nexit 6\n")
+os.chmod(os.path.join(NO_GPU_BIN, "nvidia-smi"), 0o755)
+NO_GPU = dict(os.environ, PATH=NO_GPU_BIN + os.pathsep + os.environ.get("PATH", ""), LOG_DIR=path("pc_nogpu"))
+had_synthetic = os.path.exists(os.path.join(ROOT, "data", "synthetic"))
+train_gpt_mtime = os.path.getmtime(os.path.join(ROOT, "train_gpt")) if os.path.exists(os.path.join(ROOT, "train_gpt")) else None
+case("peer_compare.sh on one GPU where there is none", PC, 1, ["no GPU"], env=NO_GPU)
+check("peer_compare.sh with no GPU: no log folder, no shards made, nothing built",
+      not os.path.exists(path("pc_nogpu")) and os.path.exists(os.path.join(ROOT, "data", "synthetic")) == had_synthetic
+      and (os.path.getmtime(os.path.join(ROOT, "train_gpt")) if train_gpt_mtime else None) == train_gpt_mtime)
 case("peer_compare.sh into a LOG_DIR that exists", PC, 2, ["LOG_DIR"], env=dict(os.environ, LOG_DIR=T, DATA="gcide"), keep=[A_FILE])
 LC = ["bash", os.path.join(ROOT, "ablations", "learning_compare.sh")]
 write_shard(os.path.join(T, "sh_train_000001.bin"), [1, 2, 3])
@@ -714,6 +727,32 @@ check("synthetic_shards into folders that do not exist yet: made, as mkdir -p wo
 open(path("ss_file"), "w").write("a file, not a folder\n")
 case("synthetic_shards under a file", SS + [path("ss_file", "out"), "--train-tokens", "3000"], 1, ["ss_file", "cannot make"],
      keep=[path("ss_file")])
+for name, out, words in [("an empty OUT_DIR", "", ["OUT_DIR is empty"]), ("OUT_DIR .", ".", ["not a folder this tool can put in place"]),
+                         ("OUT_DIR a symbolic link to a folder", path("ss_link"), ["ss_link", "symbolic link"]),
+                         ("a name too long for its staging folder", path("n" * 252), ["at most 249 bytes"])]:
+    if name.startswith("OUT_DIR a symbolic"):
+        os.makedirs(path("ss_link_target"))
+        os.symlink(path("ss_link_target"), path("ss_link"))
+    case(f"synthetic_shards: {name} refused", SS + [out, "--train-tokens", "3000"], (1, 2), words)
+check("synthetic_shards: the linked folder left empty", os.listdir(path("ss_link_target")) == [])
+os.makedirs(path("ss_empty"))
+os.chmod(path("ss_empty"), 0o2750)
+r = subprocess.run(SS + [path("ss_empty"), "--train-tokens", "3000", "--val-tokens", "200"], capture_output=True, text=True)
+check("synthetic_shards into an empty folder: filled, its mode kept",
+      r.returncode == 0 and os.path.isfile(path("ss_empty", "manifest.tsv")) and stat.S_IMODE(os.stat(path("ss_empty")).st_mode) == 0o2750,
+      r.stderr + oct(os.stat(path("ss_empty")).st_mode))
+for sig, code in ((signal.SIGTERM, 143), (signal.SIGHUP, 129)):
+    p = subprocess.Popen(SS + [path("ss_sig", "new", "out"), "--train-tokens", "400000000"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 20
+    while not os.path.isdir(path("ss_sig", "new", ".out.part")) and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=60)
+    check(f"synthetic_shards stopped by {sig.name}: exit {code}, a message, no staging folder or new parent folder left",
+          p.returncode == code and sig.name in err and "Traceback" not in err and not os.path.exists(path("ss_sig")),
+          f"exit {p.returncode}: {err[-300:]} {os.listdir(T)}")
 FW_DIR = path("fw_parts")
 os.makedirs(FW_DIR)
 FW_PART = os.path.join(FW_DIR, "fineweb_val_000000.bin.part")

@@ -14,7 +14,7 @@ of the slowest rank over the mean is time that does not divide by the GPU count.
 A sequence's attention work is counted as the (q, kv) pairs a causal window of W = 128 x
 --window-blocks tokens keeps inside each of its documents: sum over i < n of min(i + 1, W) for a
 document of n tokens (a document starts at token 50256, and at the sequence's first token). This
-is a proxy: the kernels skip whole tiles and the block-granular window keeps a few more pairs.
+is a proxy: the kernels skip whole tiles, and the block-granular window keeps somewhat fewer pairs.
 With --count tiles it is counted as the kernels visit it instead: for each block of 128 queries,
 the blocks of 128 keys from the block of its first query's lower bound (the later of its
 document's start and --window-blocks - 1 blocks back) up to its own block (attention/mask.h,
@@ -36,6 +36,7 @@ backward, from --profile) it prints the excess in ms a step too: MS / N times th
 import argparse
 import glob
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -57,7 +58,8 @@ def read_shard(path):
     n = int(header[2])
     if n < 0 or size != HEADER_INTS * 4 + 2 * n:
         raise ToolError(f"{path}: the header says {n} tokens but the file has {size} bytes")
-    tokens = np.fromfile(path, dtype="<u2", offset=HEADER_INTS * 4)
+    # mapped, not read: only the sequences the steps name are paged in (and the id check's pass)
+    tokens = np.memmap(path, dtype="<u2", mode="r", offset=HEADER_INTS * 4, shape=(n,)) if n else np.zeros(0, np.uint16)
     if n and int(tokens.max()) >= VOCAB:
         raise ToolError(f"{path}: token id {int(tokens.max())} out of range (vocabulary {VOCAB})")
     return tokens
@@ -87,9 +89,14 @@ def window_tiles(tokens, blocks):
 
 def best_split(work, groups):
     """The smallest possible largest group sum over splits of `work` into `groups` groups of equal
-    size (branch and bound, the largest items first)."""
+    size: with one item a group the largest item, with two the largest paired with the smallest
+    (no other pairing has a smaller largest pair), else branch and bound, the largest items first."""
     items = sorted(work, reverse=True)
     size = len(items) // groups
+    if size == 1:
+        return items[0]
+    if size == 2:
+        return max(items[i] + items[-1 - i] for i in range(groups))
     best = [float(sum(items))]
     sums, counts = [0] * groups, [0] * groups
 
@@ -114,7 +121,7 @@ def best_split(work, groups):
 
 def parse_steps(text):
     parts = text.split("-")
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+    if len(parts) != 2 or not all(re.fullmatch(r"[0-9]{1,7}", p) for p in parts):
         raise ToolError(f"--steps: want FIRST-LAST (1-based, e.g. 11-30), got {text!r}")
     first, last = int(parts[0]), int(parts[1])
     if not 1 <= first <= last <= 1_000_000:
@@ -172,28 +179,34 @@ def main():
                 return t[k * T:k * T + T]  # (the target token after the window is not attended)
             k -= c
 
-    work = {}
+    per_seq = {}  # a sequence's work, by its place in the cycled stream (the steps repeat it)
+
+    def work(k):
+        k %= total
+        if k not in per_seq:
+            seq = sequence(k)
+            per_seq[k] = window_pairs(seq, W) if a.count == "pairs" else window_tiles(seq, a.window_blocks)
+        return per_seq[k]
+
     steps = range(first, last + 1)
-    for s in steps:
-        for i in range(S):
-            k = S * (s - 1) + i
-            if k not in work:
-                seq = sequence(k)
-                work[k] = window_pairs(seq, W) if a.count == "pairs" else window_tiles(seq, a.window_blocks)
-    values = np.array(list(work.values()), dtype=np.float64)
+    values = np.fromiter((work(S * (s - 1) + i) for s in steps for i in range(S)), dtype=np.float64)
     print(f"{len(files)} shard(s), {total} sequences of {T} tokens; steps {first}-{last}, {S} sequences a step; "
           f"window {W} tokens")
     print(f"a sequence's attention {a.count}: mean {values.mean():.4g}, coefficient of variation {100 * values.std() / values.mean():.2f}%")
     ms_head = "  excess ms a step (as run, best split)" if a.attention_ms else ""
     print(f"\n{'GPUs':>4} {'a rank':>7}   slowest rank over the mean, as run: median   mean   best split: median   mean{ms_head}")
+    best = {}  # a step's best split, by its sorted work (the steps repeat once the data cycles)
     for n in counts:
         run_excess, best_excess = [], []
         for s in steps:
-            v = [work[S * (s - 1) + i] for i in range(S)]
+            v = [int(values[S * (s - first) + i]) for i in range(S)]
             ranks = [sum(v[m * n + r] for m in range(S // n)) for r in range(n)]
             mean = sum(v) / n
             run_excess.append(max(ranks) / mean - 1)
-            best_excess.append(best_split(v, n) / mean - 1)
+            key = (n, tuple(sorted(v)))
+            if key not in best:
+                best[key] = best_split(v, n)
+            best_excess.append(best[key] / mean - 1)
         line = (f"{n:>4} {S // n:>7}   {100 * np.median(run_excess):>41.2f}% {100 * np.mean(run_excess):>5.2f}%"
                 f" {100 * np.median(best_excess):>20.2f}% {100 * np.mean(best_excess):>5.2f}%")
         if a.attention_ms:

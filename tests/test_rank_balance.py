@@ -162,6 +162,7 @@ for name, args, code, words in [
     ("--steps backwards", [pattern, "--steps", "30-11"], 1, ["--steps"]),
     ("--steps not numbers", [pattern, "--steps", "a-b"], 1, ["--steps"]),
     ("--steps from 0", [pattern, "--steps", "0-5"], 1, ["--steps"]),
+    ("--steps with digits that are not ASCII", [pattern, "--steps", "1-\u00b2"], 1, ["--steps"]),
     ("--gpus not dividing the step", [pattern, "--gpus", "3"], 2, ["--gpus", "does not divide"]),
     ("--gpus not a number", [pattern, "--gpus", "two"], 2, ["--gpus"]),
     ("--gpus twice", [pattern, "--gpus", "2,2"], 2, ["--gpus", "twice"]),
@@ -177,4 +178,7 @@ for name, args, code, words in [
     rc, out = tool(*args)
     check(f"refused: {name} (exit {code}, naming it)", rc == code and all(w in out for w in words) and "Traceback" not in out,
           f"exit {rc}: {out[-300:]}")
+r = subprocess.run([sys.executable, SCRIPT, pattern, "--seq-len", str(T)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                   pass_fds=(), close_fds=True, preexec_fn=lambda: os.close(1))
+check("stdout closed: no traceback", "Traceback" not in r.stderr, r.stderr[-300:])
 finish("rank-balance")

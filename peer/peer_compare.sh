@@ -35,6 +35,7 @@ whole() {
 STEPS=$(whole STEPS "$STEPS" 12 100000 "steps 1-10 are not timed") || exit 2
 RECORD_MS=$(whole RECORD_MS "$RECORD_MS" 1 1000000) || exit 2
 COUNTS=()
+case "$GPUS" in *[![:digit:],]*) echo "peer_compare: GPUS must list GPU counts separated by commas (no spaces), e.g. 1,2,4; got $(printf '%q' "$GPUS")" >&2; exit 2;; esac
 IFS=, read -r -a parts <<< "$GPUS,"  # the trailing comma keeps an empty last entry visible
 [ "${#parts[@]}" -ge 1 ] && [ -n "$GPUS" ] || { echo "peer_compare: GPUS must list GPU counts, e.g. 1,2,4" >&2; exit 2; }
 for n in "${parts[@]}"; do
@@ -56,13 +57,19 @@ esac
 [ -e "$LOG_DIR" ] && { echo "peer_compare: $LOG_DIR exists: name a new LOG_DIR" >&2; exit 2; }
 most=1
 for n in "${COUNTS[@]}"; do [ "$n" -gt "$most" ] && most=$n; done
+# everything the runs need, checked before anything is made or built
+nvidia-smi -L >/dev/null 2>&1 || { echo "peer_compare: no GPU on this machine (nvidia-smi finds none)" >&2; exit 1; }
+visible=$(gpu_count)
+[ "$visible" -ge "$most" ] || { echo "peer_compare: GPUS asks for $most GPU(s), $visible visible (nvidia-smi -L, CUDA_VISIBLE_DEVICES)" >&2; exit 2; }
 if [ "$most" -gt 1 ]; then
-  visible=$(gpu_count)
-  [ "$visible" -ge "$most" ] || { echo "peer_compare: GPUS asks for $most GPUs, $visible visible (nvidia-smi -L, CUDA_VISIBLE_DEVICES)" >&2; exit 2; }
   command -v mpirun >/dev/null || { echo "peer_compare: GPUS asks for $most GPUs: mpirun (for train_gpt) not found" >&2; exit 2; }
 fi
+if [ "$DATA" = gcide ] && ! compgen -G "$TRAIN" >/dev/null; then
+  echo "peer_compare: DATA=gcide: no $TRAIN (make data writes the GCIDE shards)" >&2; exit 2
+fi
+"$PYTHON_TORCH" -c 'import torch' 2>/dev/null || { echo "peer_compare: PYTHON_TORCH=$PYTHON_TORCH cannot import torch (the peer needs PyTorch)" >&2; exit 2; }
+mkdir -p -- "$(dirname -- "$LOG_DIR")" && mkdir -- "$LOG_DIR" || { echo "peer_compare: LOG_DIR $LOG_DIR: cannot make it new (another run's, or its parent is not a folder)" >&2; exit 2; }
 if [ "$DATA" = synthetic ] && [ ! -d data/synthetic ]; then python3 scripts/synthetic_shards.py data/synthetic || exit 1; fi
-mkdir -p "$LOG_DIR"
 echo "== build ($(date +%T))"
 make -j"$(nproc)" ${GIT_COMMIT:+GIT_COMMIT=$GIT_COMMIT} train_gpt > "$LOG_DIR/build.log" 2>&1 || { tail -20 "$LOG_DIR/build.log"; exit 1; }
 export NCCL_NVLS_ENABLE=0  # NVLink multicast off, as for every multi-GPU run of this project

@@ -49,7 +49,12 @@ if [ "${#todo[@]}" -gt 0 ]; then
   visible=$(gpu_count)
   [ "$visible" -ge "$GPUS" ] || { echo "peer_full_run: GPUS asks for $GPUS GPUs, $visible visible (nvidia-smi -L, CUDA_VISIBLE_DEVICES)" >&2; exit 2; }
   if [ "$GPUS" -gt 1 ]; then command -v mpirun >/dev/null || { echo "peer_full_run: GPUS=$GPUS: mpirun (for train_gpt) not found" >&2; exit 2; }; fi
-  mkdir -p "$LOG_DIR" || exit 1
+  for r in "${todo[@]}"; do
+    if [ "$r" = peer ]; then
+      "$PYTHON_TORCH" -c 'import torch' 2>/dev/null || { echo "peer_full_run: PYTHON_TORCH=$PYTHON_TORCH cannot import torch (the peer needs PyTorch)" >&2; exit 2; }
+    fi
+  done
+  mkdir -p -- "$LOG_DIR" || { echo "peer_full_run: LOG_DIR $LOG_DIR: cannot make it" >&2; exit 2; }
   if [ ! -d "$DATA" ]; then
     echo "== synthetic shards in $DATA ($(date +%T))"
     python3 scripts/synthetic_shards.py "$DATA" --train-tokens 100000000 --val-tokens 11000000 || exit 1

@@ -333,7 +333,7 @@ with tempfile.TemporaryDirectory() as tmp:
     for var, value, needle in (("GPUS", "3", "GPUS: 3 does not divide the batch of 8"), ("GPUS", "0", "GPUS must be from 1 to 8"),
                                ("GPUS", "1,,2", "GPUS must be a whole number"), ("GPUS", "16", "GPUS must be from 1 to 8"),
                                ("GPUS", "1,1", "GPUS: 1 is listed twice"), ("GPUS", "1,2,", "GPUS must be a whole number"),
-                               ("GPUS", "two", "GPUS must be a whole number"), ("STEPS", "11", "STEPS must be from 12"),
+                               ("GPUS", "two", "GPUS must list GPU counts"), ("GPUS", "0 2", "no spaces"), ("GPUS", "2\n4", "no spaces"), ("STEPS", "11", "STEPS must be from 12"),
                                ("STEPS", "100001", "STEPS must be from 12 to 100000"),
                                ("RECORD_MS", "0", "RECORD_MS must be from 1 to 1000000"),
                                ("RECORD_MS", "1.5", "RECORD_MS must be a whole number")):

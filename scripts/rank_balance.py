@@ -58,7 +58,7 @@ def read_shard(path):
     n = int(header[2])
     if n < 0 or size != HEADER_INTS * 4 + 2 * n:
         raise ToolError(f"{path}: the header says {n} tokens but the file has {size} bytes")
-    # mapped, not read: only the sequences the steps name are paged in (and the id check's pass)
+    # mapped, not read into memory: the id check streams through it, the steps then page in their sequences
     tokens = np.memmap(path, dtype="<u2", mode="r", offset=HEADER_INTS * 4, shape=(n,)) if n else np.zeros(0, np.uint16)
     if n and int(tokens.max()) >= VOCAB:
         raise ToolError(f"{path}: token id {int(tokens.max())} out of range (vocabulary {VOCAB})")

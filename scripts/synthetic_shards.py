@@ -84,15 +84,16 @@ def main(argv):
         p.error("OUT_DIR is empty: name the folder to write")
     out = a.out_dir.rstrip("/") or "/"
     name = os.path.basename(out)
-    if name in ("", ".", "..") or os.path.ismount(out):
+    parent = os.path.dirname(os.path.abspath(out))  # (lexically: new/../x is x, as it reads)
+    target = os.path.join(parent, name)  # OUT_DIR, where the shards are put in place
+    if name in ("", ".", "..") or os.path.ismount(target):
         raise ToolError(f"{out}: not a folder this tool can put in place: name a new folder inside one")
-    if os.path.islink(out):
+    if os.path.islink(target):
         raise ToolError(f"{out}: a symbolic link: name the folder itself")
-    if os.path.lexists(out) and (not os.path.isdir(out) or os.listdir(out)):
+    if os.path.lexists(target) and (not os.path.isdir(target) or os.listdir(target)):
         raise ToolError(f"{out}: exists and is not an empty folder: name a new one")
     if len(os.fsencode(name)) > 255 - len(".part") - 1:
         raise ToolError(f"{out}: a name of at most 249 bytes, so that its staging folder's (.NAME.part) fits")
-    parent = os.path.dirname(os.path.abspath(out))
     made = []  # the folders above OUT_DIR this run makes, removed again if it fails
     up = parent
     while not os.path.lexists(up):
@@ -105,7 +106,6 @@ def main(argv):
         why = "a file is in the way" if isinstance(e, (FileExistsError, NotADirectoryError)) else e.strerror
         raise ToolError(f"{out}: cannot make the folder it goes in, {parent}: {why}") from None
     tmp = os.path.join(parent, "." + name + ".part")
-    target = os.path.join(parent, name)  # OUT_DIR, as the shards are put in place
     try:  # made new: a folder of that name is not this run's to remove
         os.mkdir(tmp)
     except FileExistsError:

@@ -127,7 +127,8 @@ def run(main, prog):
     and SIGHUP end it as Ctrl-C does, through the program's cleanup, with status 128 + the
     signal."""
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _stop)
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # (nohup's ignored SIGHUP stays ignored)
+            signal.signal(sig, _stop)
     try:
         rc = main()
         if sys.stdout is not None:

@@ -180,5 +180,5 @@ for name, args, code, words in [
           f"exit {rc}: {out[-300:]}")
 r = subprocess.run([sys.executable, SCRIPT, pattern, "--seq-len", str(T)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                    pass_fds=(), close_fds=True, preexec_fn=lambda: os.close(1))
-check("stdout closed: no traceback", "Traceback" not in r.stderr, r.stderr[-300:])
+check("stdout closed: exit 0, no traceback", r.returncode == 0 and "Traceback" not in r.stderr, f"exit {r.returncode}: {r.stderr[-300:]}")
 finish("rank-balance")

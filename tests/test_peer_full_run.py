@@ -1,9 +1,13 @@
-"""peer/peer_full_run.sh without a GPU: its variables refused (exit 2, naming the variable,
-nothing written); a folder whose runs are all finished read into the table with no GPU needed
-(train_time, step average, final validation, peak memory, start-up, and the two ratios, from the
-logs' JSON lines); a log of another GPU count, step count or data refused (exit 1, naming it,
-an earlier summary.txt kept); and a folder with an unfinished run left as it is when no GPU is
-there to run it. A stand-in nvidia-smi that finds no GPU keeps the script off any real GPU.
+"""peer/peer_full_run.sh (and peer/full_run_logs.py, which reads its logs) without a GPU: its
+variables refused (exit 2, naming the variable, nothing written); a folder whose runs are all
+finished read into the table with no GPU needed (train_time, step average, final validation, peak
+memory, start-up, and the two ratios, from the logs' JSON lines); a log of another GPU count, step
+count or data refused before anything runs (exit 2, naming it, nothing moved, an earlier
+summary.txt kept); a folder with an unfinished run left as it is when no GPU is there to run it.
+A stand-in nvidia-smi that finds no GPU keeps the script off any real GPU; one that lists a GPU,
+with a stand-in peer (PYTHON_TORCH) that writes a finished log, drives the run path: an unfinished
+log moved into incomplete/ and the run made again, a finished one kept and not run again, a
+failing run ending the script with its output's tail, and no build when only the peer runs.
 
     python3 tests/test_peer_full_run.py
 """
@@ -30,8 +34,8 @@ os.chmod(os.path.join(fake_bin, "nvidia-smi"), stat.S_IRWXU)
 ENV = dict(os.environ, PATH=fake_bin + os.pathsep + os.environ.get("PATH", ""))
 
 
-def run(**env):
-    e = dict(ENV)
+def run(base=None, **env):
+    e = dict(base or ENV)
     e.update(env)
     return subprocess.run(SCRIPT, capture_output=True, text=True, timeout=60, env=e)
 
@@ -112,8 +116,8 @@ for what, kwargs, needle in (("GPU count", {"gpus_in_config": 2}, "world_size 2"
     open(path, "w").write("".join(json.dumps(e) + "\n" for e in ev))
     open(os.path.join(mixed, "summary.txt"), "w").write("an earlier table\n")
     r = run(GPUS="4", STEPS="20", LOG_DIR=mixed)
-    check(f"a log of another {what}: refused (exit 1), naming the file and the setting, no traceback",
-          r.returncode == 1 and "peer_g4.jsonl" in r.stderr and needle in r.stderr and "Traceback" not in r.stderr,
+    check(f"a log of another {what}: refused (exit 2), naming the file and the setting, no traceback",
+          r.returncode == 2 and "peer_g4.jsonl" in r.stderr and needle in r.stderr and "Traceback" not in r.stderr,
           f"rc {r.returncode}: {r.stdout[-300:]} {r.stderr[-300:]}")
     check(f"a log of another {what}: the earlier summary.txt kept", open(os.path.join(mixed, "summary.txt")).read() == "an earlier table\n")
 
@@ -124,7 +128,7 @@ write_run(broken, "train_gpt", 1, 20, 9000.0, 27000.0, 11.0, 8.0)
 with open(os.path.join(broken, "train_gpt_g1.jsonl"), "a") as f:
     f.write("{not json\n")
 r = run(GPUS="1", STEPS="20", LOG_DIR=broken, RUNS="train_gpt")
-check("JSON lines that do not parse: refused (exit 1), naming the file", r.returncode == 1 and "train_gpt_g1.jsonl" in r.stderr
+check("JSON lines that do not parse: refused (exit 2), naming the file", r.returncode == 2 and "train_gpt_g1.jsonl" in r.stderr
       and "Traceback" not in r.stderr, f"rc {r.returncode}: {r.stderr[-300:]}")
 
 # --- an unfinished run and no GPU: exit 1 naming the cause, the logs left where they are
@@ -143,5 +147,72 @@ check("RUNS=train_gpt, finished: its table alone, the peer's unfinished log name
       and any(ln.startswith("train_gpt ") for ln in r.stdout.splitlines()), f"rc {r.returncode}: {r.stdout} {r.stderr[-300:]}")
 check("RUNS=train_gpt: the peer's unfinished log not moved (it was not asked for)",
       os.path.isfile(os.path.join(partial, "peer_g2.txt")) and not os.path.exists(os.path.join(partial, "incomplete")))
+
+# --- the run path, on a stand-in GPU with a stand-in peer
+gpu_bin = os.path.join(tmp, "gpu_bin")
+os.makedirs(gpu_bin)
+with open(os.path.join(gpu_bin, "nvidia-smi"), "w") as f:
+    f.write("#!/bin/sh\necho 'GPU 0: Stand-in GPU (UUID: GPU-00000000-0000-0000-0000-000000000000)'\n")
+with open(os.path.join(gpu_bin, "make"), "w") as f:  # a build would be a defect when only the peer runs
+    f.write("#!/bin/sh\ntouch \"$MAKE_MARK\"\nexit 1\n")
+for tool in ("nvidia-smi", "make"):
+    os.chmod(os.path.join(gpu_bin, tool), stat.S_IRWXU)
+fake_peer = os.path.join(tmp, "fake_peer.py")
+with open(fake_peer, "w") as f:
+    f.write('''import json, os, sys
+args = sys.argv[1:]
+if args[:1] == ["-c"]:
+    sys.exit(0)  # "import torch"
+open(os.environ["PEER_MARK"], "a").write("ran\\n")
+if os.environ.get("PEER_FAIL"):
+    print("the peer fails here"); sys.exit(3)
+v = lambda flag: args[args.index(flag) + 1]
+steps, log = int(v("--steps")), v("--log-file")
+ev = [{"event": "config", "trainer": "torch_peer", "train_data": v("--train-data"), "steps": steps, "world_size": 1},
+      {"event": "startup", "startup_s": 70.0}]
+ev += [{"event": "step", "step": s, "train_time_ms": 100.0 * max(0, s - 10)} for s in range(1, steps + 1)]
+ev += [{"event": "val", "step": steps, "train_time_ms": 100.0 * (steps - 10), "val_loss": 10.9},
+       {"event": "summary", "peak_memory_mib": 33000.0}]
+open(log[:-4] + ".jsonl", "w").write("".join(json.dumps(e) + "\\n" for e in ev))
+open(log, "w").write(f"step:{steps}/{steps} val_loss:10.9000 train_time:{100 * (steps - 10)}ms step_avg:100.00ms\\n")
+''')
+shards = os.path.join(tmp, "shards")
+os.makedirs(shards)
+for n in ("synth_train_000001.bin", "synth_val_000000.bin"):
+    open(os.path.join(shards, n), "wb").close()
+peer_mark, make_mark = os.path.join(tmp, "peer_ran"), os.path.join(tmp, "make_ran")
+wrapper = os.path.join(gpu_bin, "fake_python")  # PYTHON_TORCH is one command: a script stands in for the interpreter
+with open(wrapper, "w") as f:
+    f.write(f"#!/bin/sh\nexec {sys.executable} {fake_peer} \"$@\"\n")
+os.chmod(wrapper, stat.S_IRWXU)
+GPU = dict(os.environ, PATH=gpu_bin + os.pathsep + os.environ.get("PATH", ""), PYTHON_TORCH=wrapper,
+           SHARDS=shards, PEER_MARK=peer_mark, MAKE_MARK=make_mark, GPUS="1", STEPS="20", RUNS="peer")
+train = os.path.join(shards, "synth_train_*.bin")
+
+runs_dir = os.path.join(tmp, "runs")
+os.makedirs(runs_dir)
+write_run(runs_dir, "peer", 1, 20, 900.0, 33000.0, 11.0, 80.0, train=train, finished=False)
+r = run(GPU, LOG_DIR=runs_dir)
+moved = sorted(os.listdir(os.path.join(runs_dir, "incomplete"))) if os.path.isdir(os.path.join(runs_dir, "incomplete")) else []
+check("an unfinished peer log: moved into incomplete/, the peer run again, its row in the table",
+      r.returncode == 0 and [m.split(".")[0] + "." + m.split(".")[1] for m in moved] == ["peer_g1.jsonl", "peer_g1.txt"]
+      and os.path.isfile(peer_mark) and any(ln.startswith("peer ") and "1.0" in ln.split()[1] for ln in r.stdout.splitlines()),
+      f"rc {r.returncode}: {moved} {r.stdout} {r.stderr[-300:]}")
+check("only the peer to run: nothing built", not os.path.exists(make_mark))
+os.remove(peer_mark)
+r = run(GPU, LOG_DIR=runs_dir)
+check("the peer's finished log kept: not run again, the table printed", r.returncode == 0 and not os.path.exists(peer_mark)
+      and "peer " in r.stdout, f"rc {r.returncode}: {r.stderr[-300:]}")
+r = run(GPU, LOG_DIR=runs_dir, STEPS="30")
+check("asked for another step count over a folder of 20-step logs: refused (exit 2), nothing run or moved",
+      r.returncode == 2 and "steps 20 (want 30)" in r.stderr and not os.path.exists(peer_mark)
+      and len(os.listdir(os.path.join(runs_dir, "incomplete"))) == 2, f"rc {r.returncode}: {r.stderr[-300:]}")
+fail_dir = os.path.join(tmp, "fails")
+r = run(GPU, LOG_DIR=fail_dir, PEER_FAIL="1")
+check("a failing peer run: exit 1, its output's tail shown, no summary.txt", r.returncode == 1 and "the peer fails here" in r.stdout
+      and not os.path.exists(os.path.join(fail_dir, "summary.txt")), f"rc {r.returncode}: {r.stdout[-300:]} {r.stderr[-300:]}")
+r = run(GPU, LOG_DIR=os.path.join(tmp, "no_shards"), SHARDS=a_file)
+check("SHARDS a file, not a folder of shards: refused (exit 2), naming it", r.returncode == 2 and "SHARDS" in r.stderr,
+      f"rc {r.returncode}: {r.stderr[-300:]}")
 
 finish("peer-full-run")

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Reads the whole-run logs of peer/peer_full_run.sh: LOG_DIR/train_gpt_gN.jsonl and peer_gN.jsonl,
+the JSON lines both trainers write beside their text logs.
+
+    python3 peer/full_run_logs.py check LOG_DIR GPUS STEPS TRAIN_PATTERN
+    python3 peer/full_run_logs.py table LOG_DIR GPUS STEPS TRAIN_PATTERN
+
+check: a log whose configuration is of another GPU count, step count or training data is named,
+exit 2 (so that nothing of another run is moved aside, run over or tabled with these).
+table: the same refusal (exit 1), then each finished run's train_time (steps 11 on, validation
+excluded, as the record counts it), step average, final validation loss, peak GPU memory and
+start-up, and with both runs the ratios train_gpt / peer; a run that has not finished (no
+validation at the last step, or no summary) is named and left out.
+"""
+import json
+import os
+import sys
+
+TRAINERS = ("train_gpt", "peer")
+
+
+def read(path, gpus, steps, train):
+    """(events, None) for a log of this configuration, or (None, why) for one that is not."""
+    try:
+        with open(path) as f:
+            ev = [json.loads(line) for line in f]
+    except (OSError, ValueError) as e:
+        return None, f"not JSON lines ({e})"
+    if not all(isinstance(e, dict) for e in ev):
+        return None, "not a run's JSON lines (a line that is not an object)"
+    conf = ev[0] if ev and isinstance(ev[0], dict) and ev[0].get("event") == "config" else {}
+    want = {"world_size": gpus, "steps": steps, "train_data": train}
+    off = [f"{k} {conf.get(k)!r} (want {v!r})" for k, v in want.items() if conf.get(k) != v]
+    if off:
+        return None, "another configuration's log: " + ", ".join(off) + ": move it, or name another LOG_DIR"
+    return ev, None
+
+
+def row(ev, steps):
+    """(train_time s, step average ms, final validation loss, peak MiB, start-up s), or None for a
+    run that did not finish (or whose last events lack those numbers)."""
+    last = [e for e in ev if e.get("event") == "val" and e.get("step") == steps]
+    summ = next((e for e in ev if e.get("event") == "summary"), None)
+    if not last or summ is None:
+        return None
+    try:
+        start = float(next((e["startup_s"] for e in ev if e.get("event") == "startup"), float("nan")))
+        t = float(last[0]["train_time_ms"]) / 1000
+        return t, 1000 * t / (steps - 10), float(last[0]["val_loss"]), float(summ["peak_memory_mib"]), start
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def main(argv):
+    if len(argv) != 5 or argv[0] not in ("check", "table"):
+        print("usage: full_run_logs.py check|table LOG_DIR GPUS STEPS TRAIN_PATTERN", file=sys.stderr)
+        return 2
+    mode, d, gpus, steps, train = argv[0], argv[1], int(argv[2]), int(argv[3]), argv[4]
+    rows, bad = [], []
+    for trainer in TRAINERS:
+        path = os.path.join(d, f"{trainer}_g{gpus}.jsonl")
+        if not os.path.isfile(path):
+            continue
+        ev, why = read(path, gpus, steps, train)
+        if why:
+            bad.append(f"{path}: {why}")
+        elif mode == "table":
+            r = row(ev, steps)
+            if r is None:
+                print(f"peer_full_run: {path}: the run did not finish (no validation at step {steps} or no summary): "
+                      "left out", file=sys.stderr)
+            else:
+                rows.append((trainer,) + r)
+    for b in bad:
+        print(f"peer_full_run: {b}", file=sys.stderr)
+    if bad:
+        return 2 if mode == "check" else 1
+    if mode == "check":
+        return 0
+    if not rows:
+        print(f"peer_full_run: {d} holds no finished run on {gpus} GPU(s)", file=sys.stderr)
+        return 1
+    print(f"{gpus} GPU(s), {steps} steps:")
+    print(f"{'run':<10} {'train_time s':>13} {'step_avg ms':>12} {'final val':>10} {'peak MiB':>9} {'start-up s':>11}")
+    for name, t, avg, val, mem, start in rows:
+        print(f"{name:<10} {t:>13.1f} {avg:>12.2f} {val:>10.4f} {mem:>9.0f} {start:>11.1f}")
+    if len(rows) == 2:
+        (_, t1, _, _, m1, _), (_, t2, _, _, m2, _) = rows
+        print(f"train_gpt / peer: train_time {t1 / t2:.3f}, peak memory {m1 / m2:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

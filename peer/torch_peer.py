@@ -91,7 +91,7 @@ class TokenStream:
     k * T inside its shard (a tail shorter than a window is skipped), cycled when `cycle`."""
 
     def __init__(self, pattern, flag, T, vocab, cycle):
-        self.files = sorted(glob.glob(pattern))
+        self.files = sorted(glob.glob(pattern), key=os.fsencode)  # by bytes, as data/shard.h sorts them
         if not self.files:
             raise PeerError(f"{flag} {pattern}: no shard matches")
         self.T, self.vocab, self.cycle = T, vocab, cycle

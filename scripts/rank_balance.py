@@ -162,7 +162,7 @@ def main():
         p.error("--gpus: a count is listed twice")
     first, last = parse_steps(a.steps)
 
-    files = sorted(glob.glob(a.train))
+    files = sorted(glob.glob(a.train), key=os.fsencode)  # by bytes, as data/shard.h sorts them
     if not files:
         raise ToolError(f"{a.train}: no shard matches")
     T, S, W = a.seq_len, a.seqs_per_step, 128 * a.window_blocks

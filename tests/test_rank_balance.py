@@ -147,6 +147,24 @@ check("the best split is never worse than the run's", all(got[n][2] <= got[n][0]
 check("with one sequence a rank the best split is the run's", got.get(8, [0, 0, 1, 1])[0] == got.get(8, [0, 0, 1, 1])[2])
 check("the sequences' work differs (the shards are not trivial)", want[2][0] > 0.1, str(want))
 
+# shards in the trainer's order (data/shard.h sorts the names' bytes): a name that is not UTF-8
+# sorts after U+E000's bytes, though before it as a Python str; one sequence a shard, the two
+# shards' documents different, so the first step's work says which shard came first
+odd = os.path.join(tmp, "odd")
+os.makedirs(odd)
+one_doc = np.full(T + 1, 7, dtype=np.uint16)
+one_doc[0] = 50256
+many_docs = one_doc.copy()
+many_docs[::16] = 50256
+for name, tok in ((os.fsencode(os.path.join(odd, "o_")) + b"\xff.bin", many_docs), (os.path.join(odd, "o_\ue000.bin"), one_doc)):
+    with open(name, "wb") as f:
+        f.write(np.array([20240520, 1, len(tok)] + [0] * 253, dtype="<i4").tobytes() + tok.astype("<u2").tobytes())
+rc, out = tool(os.path.join(odd, "o_*.bin"), "--seq-len", str(T), "--window-blocks", str(BLOCKS), "--seqs-per-step", "1",
+               "--gpus", "1", "--steps", "1-1")
+m = re.search(r"attention pairs: mean ([0-9.e+]+)", out)
+check("shards in the trainer's byte order: the first step reads the U+E000 shard",
+      rc == 0 and m is not None and abs(float(m.group(1)) / rank_balance.window_pairs(one_doc[:T], W) - 1) < 1e-3, out)  # (4 digits printed)
+
 # bad input: a message naming the flag or file, exit 1 or 2, never a traceback
 bad_magic = os.path.join(tmp, "bad_train_000001.bin")
 with open(bad_magic, "wb") as f:

@@ -228,6 +228,16 @@ with tempfile.TemporaryDirectory() as tmp:
     check("sequence k is the (T + 1)-window at k * T of its shard, tails and short shards skipped",
           len(want) == 10 and all(np.array_equal(g, w) for g, w in zip(got, want)), f"{len(want)} sequences")
     check("the stream cycles", np.array_equal(st.sequence(len(want) + 3), want[3]))
+    # shards in the trainer's order, which sorts the names' bytes (data/shard.h): a name that is not
+    # UTF-8 (b"\\xff", which Python holds as "\\udcff") sorts after U+E000's bytes there, before it as str
+    odd = os.path.join(tmp, "odd")
+    os.makedirs(odd)
+    write_shard(os.fsencode(os.path.join(odd, "o_")) + b"\xff.bin", a)
+    write_shard(os.path.join(odd, "o_\ue000.bin"), b)
+    ost = peer.TokenStream(os.path.join(odd, "o_*.bin"), "--train-data", T, 50257, cycle=True)
+    check("shards sorted by their names' bytes, as the trainer sorts them",
+          [os.fsencode(os.path.basename(f)) for f in ost.files] == [b"o_\xee\x80\x80.bin", b"o_\xff.bin"]
+          and np.array_equal(ost.sequence(0), b[:T + 1]), str([os.fsencode(f) for f in ost.files]))
     vs = peer.TokenStream(os.path.join(tmp, "s_*.bin"), "--val-data", T, 50257, cycle=False)
     try:
         vs.sequence(len(want))

@@ -540,6 +540,16 @@ GB = ["bash", os.path.join(ROOT, "bench", "gpu_bench.sh")]
 case("gpu_bench.sh PARTS=bogus", GB, 2, ["bogus"], env=dict(os.environ, PARTS="bogus"))
 case("gpu_bench.sh STEPS=abc", GB, 2, ["STEPS"], env=dict(os.environ, STEPS="abc"))
 case("gpu_bench.sh into a LOG_DIR that exists", GB, 2, ["LOG_DIR"], env=dict(os.environ, LOG_DIR=T), keep=[A_FILE])
+for n_gpus, needle in ((1, "needs several GPUs"), (3, "do not divide")):
+    fake = path(f"gpus_{n_gpus}_bin")
+    os.makedirs(fake)
+    with open(os.path.join(fake, "nvidia-smi"), "w") as f:
+        f.write("#!/bin/sh\n" + "".join(f"echo 'GPU {i}: Stand-in GPU (UUID: GPU-{i:08d})'\n" for i in range(n_gpus)))
+    os.chmod(os.path.join(fake, "nvidia-smi"), 0o755)
+    env = dict(os.environ, PATH=fake + os.pathsep + os.environ.get("PATH", ""), PARTS="exchange", LOG_DIR=path(f"gb_ex{n_gpus}"))
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    case(f"gpu_bench.sh PARTS=exchange on {n_gpus} GPU(s)", GB, 2, [needle], env=env)
+    check(f"gpu_bench.sh PARTS=exchange on {n_gpus} GPU(s): no log folder made", not os.path.exists(path(f"gb_ex{n_gpus}")))
 CT = ["bash", os.path.join(ROOT, "bench", "compare_trees.sh")]
 case("compare_trees.sh without a tree", CT, (1, 2), ["OTHER_TREE"])
 case("compare_trees.sh on a folder that is not a checkout", CT + [T], 2, ["not a checkout"])

@@ -38,6 +38,25 @@ def digest_tree(paths):
     return h.hexdigest()
 
 
+def outcome_problems(rc, out, wants, names, limit, absent=(), names_what="the output"):
+    """What is wrong with a refused (or accepted) command's outcome, for the hostile suites: rc is
+    its exit status or "hung" (still running after `limit` s); it must be one of `wants`, `out`
+    (its stdout and stderr) must name every string of `names` and none of `absent`, and hold no
+    traceback."""
+    found = []
+    if rc == "hung":
+        found.append(f"still running after {limit} s")
+    elif rc < 0:
+        found.append(f"killed by signal {-rc}")
+    elif rc not in wants:
+        found.append(f"exit {rc}, want {'/'.join(map(str, wants))}")
+    if "Traceback" in out:
+        found.append("a traceback")
+    found += [f"{names_what} does not name {n!r}" for n in names if n not in out]
+    found += [f"{names_what} says {n!r}" for n in absent if n in out]
+    return found
+
+
 def tracked_files(root):
     """The repository's files (git's list, those present), or every file but build outputs where
     root is not a git checkout."""

@@ -26,7 +26,7 @@ require("numpy", suite="hostile")
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import check, digest_tree, finish  # noqa: E402
+from harness import check, digest_tree, finish, outcome_problems  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build"))
@@ -64,18 +64,7 @@ def case(name, cmd, want_rc, names, stdin=None, keep=(), fsize=None, stdout_path
             out_f.close()
     el = time.time() - t0
     wants = want_rc if isinstance(want_rc, tuple) else (want_rc,)
-    problems = []
-    if rc == "hung":
-        problems.append(f"still running after {LIMIT_S} s")
-    elif rc < 0:
-        problems.append(f"killed by signal {-rc}")
-    elif rc not in wants:
-        problems.append(f"exit {rc}, want {'/'.join(map(str, wants))}")
-    if "Traceback" in out:
-        problems.append("a traceback")
-    for n in names:
-        if n not in out:
-            problems.append(f"the message does not name {n!r}")
+    problems = outcome_problems(rc, out, wants, names, LIMIT_S, names_what="the message")
     if keep and digest_tree(keep) != before:
         problems.append("files already written were changed")
     first = next((ln for ln in out.splitlines() if "error" in ln.lower() or "--" in ln or ":" in ln), out.strip()[:160])

@@ -27,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from harness import check, digest_tree, finish  # noqa: E402
+from harness import check, digest_tree, finish, outcome_problems  # noqa: E402
 from tool_errors import _missing  # noqa: E402
 
 PY = sys.executable
@@ -58,21 +58,7 @@ def case(name, cmd, want_rc, names, keep=(), env=None, limit=LIMIT_S, absent=())
         rc, out, err = "hung", (e.stdout or b"").decode("utf-8", "replace"), (e.stderr or b"").decode("utf-8", "replace")
     el = time.time() - t0
     wants = want_rc if isinstance(want_rc, tuple) else (want_rc,)
-    problems = []
-    if rc == "hung":
-        problems.append(f"still running after {limit} s")
-    elif rc < 0:
-        problems.append(f"killed by signal {-rc}")
-    elif rc not in wants:
-        problems.append(f"exit {rc}, want {'/'.join(map(str, wants))}")
-    if "Traceback" in out + err:
-        problems.append("a traceback")
-    for n in names:
-        if n not in out + err:
-            problems.append(f"the output does not name {n!r}")
-    for n in absent:
-        if n in out + err:
-            problems.append(f"the output says {n!r}")
+    problems = outcome_problems(rc, out + err, wants, names, limit, absent)
     if keep and digest_tree(keep) != before:
         problems.append("files already written were changed")
     first = next((ln for ln in err.splitlines() if "error" in ln.lower()), (err or out).strip().split("\n")[0])

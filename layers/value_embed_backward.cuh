@@ -26,9 +26,9 @@ constexpr int kVebThreads = 96;  // a block: 8 columns a thread, C = 768 in one 
 // scaled in place, and the chunk's two dot products into partial[j], partial[n_chunks + j].
 // The chain a block waits through is its index entries, then the table row, the gradient row
 // and the first position's dv and v_lin, which are all loaded at once (the gradient row is read
-// before the positions' loop, not after it), then the store. Registers capped at 56, the
-// positions' loop not unrolled: 12 blocks an SM keep more of those chains in flight than 10 at
-// 64 registers would, without the spills of a lower cap.
+// before the positions' loop, not after it), then the store. The launch bounds cap registers
+// so that 12 blocks fit an SM, keeping more of those chains in flight; the positions' loop is
+// not unrolled, so that the cap needs no spills.
 __global__ void __launch_bounds__(kVebThreads, 12)
     value_embed_backward_chunk_kernel(bf16* __restrict__ dv, const bf16* __restrict__ v_lin, const bf16* __restrict__ table,
                                       TokenIndexView ix, float* __restrict__ dtable, int C, const float* __restrict__ c,

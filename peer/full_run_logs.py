@@ -9,8 +9,10 @@ check: a log whose configuration is of another GPU count, step count or training
 exit 2 (so that nothing of another run is moved aside, run over or tabled with these).
 table: the same refusal (exit 1), then each finished run's train_time (steps 11 on, validation
 excluded, as the record counts it), step average, final validation loss, peak GPU memory and
-start-up, and with both runs the ratios train_gpt / peer; a run that has not finished (no
-validation at the last step, or no summary) is named and left out.
+start-up, and with both runs the ratios train_gpt / peer; then the step of each span between
+validations (from the train_time at each validation: the step grows with the window), side by
+side; a run that has not finished (no validation at the last step, or no summary) is named and
+left out.
 """
 import json
 import os
@@ -51,12 +53,28 @@ def row(ev, steps):
         return None
 
 
+def spans(ev):
+    """{(first step, last step): ms a step} between consecutive validations, from their train_time
+    (the clock starts after step 10, so the first span starts at step 11); {} if the times are not
+    numbers."""
+    out, prev_step, prev_ms = {}, 10, 0.0
+    try:
+        for e in ev:
+            if e.get("event") == "val" and int(e["step"]) > 10:
+                s, t = int(e["step"]), float(e["train_time_ms"])
+                out[(prev_step + 1, s)] = (t - prev_ms) / (s - prev_step)
+                prev_step, prev_ms = s, t
+    except (KeyError, TypeError, ValueError):
+        return {}
+    return out
+
+
 def main(argv):
     if len(argv) != 5 or argv[0] not in ("check", "table"):
         print("usage: full_run_logs.py check|table LOG_DIR GPUS STEPS TRAIN_PATTERN", file=sys.stderr)
         return 2
     mode, d, gpus, steps, train = argv[0], argv[1], int(argv[2]), int(argv[3]), argv[4]
-    rows, bad = [], []
+    rows, bad, span_ms = [], [], {}
     for trainer in TRAINERS:
         path = os.path.join(d, f"{trainer}_g{gpus}.jsonl")
         if not os.path.isfile(path):
@@ -71,6 +89,7 @@ def main(argv):
                       "left out", file=sys.stderr)
             else:
                 rows.append((trainer,) + r)
+                span_ms[trainer] = spans(ev)
     for b in bad:
         print(f"peer_full_run: {b}", file=sys.stderr)
     if bad:
@@ -87,6 +106,18 @@ def main(argv):
     if len(rows) == 2:
         (_, t1, _, _, m1, _), (_, t2, _, _, m2, _) = rows
         print(f"train_gpt / peer: train_time {t1 / t2:.3f}, peak memory {m1 / m2:.3f}")
+    names = [name for name in TRAINERS if span_ms.get(name)]
+    keys = sorted(set().union(*(span_ms[n] for n in names))) if names else []
+    if keys:
+        both = len(names) == 2
+        print("ms a step between validations:")
+        print(f"{'steps':<11}" + "".join(f" {n:>10}" for n in names) + (f" {'train_gpt / peer':>17}" if both else ""))
+        for k in keys:
+            cells = [span_ms[n].get(k) for n in names]
+            line = f"{k[0]}-{k[1]:<{10 - len(str(k[0]))}}" + "".join(f" {c:>10.2f}" if c is not None else f" {'-':>10}" for c in cells)
+            if both and None not in cells:
+                line += f" {cells[0] / cells[1]:>17.3f}"
+            print(line)
     return 0
 
 

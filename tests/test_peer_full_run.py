@@ -95,6 +95,18 @@ check("train_gpt's row: train_time 2.3 s, step average 230.00 ms (2300 / 10 time
 check("the peer's row", rows.get("peer") == ["3.0", "300.00", "11.2001", "33927", "82.0"], str(rows.get("peer")))
 check("the ratios: train_time 2300 / 3000, peak memory 27137 / 33927",
       "train_gpt / peer: train_time 0.767, peak memory 0.800" in r.stdout, r.stdout)
+span_line = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("11-20 ")]
+check("the step between validations: steps 11-20, 230.00 and 300.00 ms, ratio 0.767",
+      span_line == [["11-20", "230.00", "300.00", "0.767"]], r.stdout)
+sys.path.insert(0, os.path.join(root, "peer"))
+import full_run_logs  # noqa: E402
+ev = [{"event": "val", "step": 0, "train_time_ms": 0.0}, {"event": "val", "step": 125, "train_time_ms": 23000.0},
+      {"event": "step", "step": 126, "train_time_ms": 23200.0}, {"event": "val", "step": 250, "train_time_ms": 48000.0}]
+got = full_run_logs.spans(ev)
+check("spans: steps 11-125 from the clock's start after step 10 (23000 / 115 ms), 126-250 from the last validation (25000 / 125)",
+      got == {(11, 125): 200.0, (126, 250): 200.0}, str(got))
+check("spans: a validation time that is not a number gives no spans (no traceback)",
+      full_run_logs.spans([{"event": "val", "step": 125, "train_time_ms": "x"}]) == {})
 check("summary.txt holds the table", os.path.isfile(os.path.join(done, "summary.txt"))
       and open(os.path.join(done, "summary.txt")).read().strip() == r.stdout.strip())
 check("nothing moved aside for finished runs", not os.path.exists(os.path.join(done, "incomplete")))

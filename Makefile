@@ -151,7 +151,8 @@ $(BUILD)/tests/test_attention_gpu.o: tests/test_attention_gpu.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -Xcompiler -fopenmp -c $< -o $@
 
-test: train_gpt $(TOOLS) $(CPU_TESTS) $(BUILD)/attn_run $(BUILD)/model_dump $(BUILD)/bench/bench_attention $(BUILD)/bench/bench_matmul
+test: train_gpt $(TOOLS) $(CPU_TESTS) $(BUILD)/attn_run $(BUILD)/model_dump $(BUILD)/bench/bench_attention $(BUILD)/bench/bench_matmul \
+      $(BUILD)/bench/exchange_bench
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) VOCAB_DIR=$(VOCAB_DIR) GCIDE_DIR=$(GCIDE_DIR) bash tests/run_cpu_tests.sh
 
 test-gpu: $(GPU_TESTS) $(BUILD)/attn_run $(BUILD)/model_dump train_gpt
@@ -178,6 +179,10 @@ $(BUILD)/bench/bench_attention: $(BUILD)/bench/bench_attention.o $(ATTN_OBJS)
 
 $(BUILD)/bench/bench_matmul: $(BUILD)/bench/bench_matmul.o
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS)
+
+# several GPUs: mpirun -np N build/bench/exchange_bench (bench/gpu_bench.sh PARTS=exchange runs it)
+$(BUILD)/bench/exchange_bench: $(BUILD)/bench/exchange_bench.o $(BUILD)/train/dist.o $(MODEL_OBJS)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(MPI_LIBS) -Xcompiler -fopenmp -lgomp
 
 # ---------------------------------------------------------------------------- data
 data: data/gcide/manifest.tsv

@@ -11,7 +11,9 @@
 #   default    the default job (300 steps of the default preset)
 #   exchange   on a machine with several GPUs (not in the default PARTS): the collectives' bus
 #              bandwidth at the exchange's sizes (bench/collective_bandwidth.py under torchrun,
-#              where PyTorch is installed), then the speedrun step on all of them under each
+#              where PyTorch is installed), the trainer's own exchange alone against one
+#              collective each way (build/bench/exchange_bench under mpirun), then the speedrun
+#              step on all of them under each
 #              --grad-sync schedule (end, embeddings, overlap), to show which suits this
 #              machine's links
 #
@@ -52,7 +54,9 @@ step() { echo "== $1 ($(date +%T))"; }
 set -f  # the shard patterns go to train_gpt as they are
 
 step build
-if ! make -j"$JOBS" ${GIT_COMMIT:+GIT_COMMIT=$GIT_COMMIT} train_gpt build/bench/bench_attention > "$LOG_DIR/build.log" 2>&1; then
+targets="train_gpt build/bench/bench_attention"
+[[ " $PARTS " == *" exchange "* ]] && targets+=" build/bench/exchange_bench"
+if ! make -j"$JOBS" ${GIT_COMMIT:+GIT_COMMIT=$GIT_COMMIT} $targets > "$LOG_DIR/build.log" 2>&1; then
   tail -30 "$LOG_DIR/build.log"; exit 1
 fi
 nvidia-smi -L > "$LOG_DIR/gpu.txt"
@@ -83,6 +87,8 @@ if [[ " $PARTS " == *" exchange "* ]]; then
     NCCL_NVLS_ENABLE=0 timeout 600 python3 -m torch.distributed.run --standalone --nproc_per_node "$NGPU" bench/collective_bandwidth.py \
       --json "$LOG_DIR/collective_bandwidth.json" > "$LOG_DIR/collective_bandwidth.txt" 2>&1
   fi
+  step "the exchange alone, $NGPU GPUs"
+  timeout 600 mpirun --allow-run-as-root -np "$NGPU" -x NCCL_NVLS_ENABLE=0 build/bench/exchange_bench > "$LOG_DIR/exchange_bench.txt" 2>&1
   for sync in end embeddings overlap; do
     step "speedrun step, $NGPU GPUs, --grad-sync $sync"
     mpirun --allow-run-as-root -np "$NGPU" -x NCCL_NVLS_ENABLE=0 ./train_gpt "${SR[@]}" --grad-sync "$sync" \
@@ -100,6 +106,7 @@ cat "$LOG_DIR/gpu.txt"
 [ -f "$LOG_DIR/bench_attention.txt" ] && cat "$LOG_DIR/bench_attention.txt"
 [ -f "$LOG_DIR/compare_flex.log" ] && tail -34 "$LOG_DIR/compare_flex.log"
 [ -f "$LOG_DIR/collective_bandwidth.txt" ] && tail -8 "$LOG_DIR/collective_bandwidth.txt"
+[ -f "$LOG_DIR/exchange_bench.txt" ] && tail -5 "$LOG_DIR/exchange_bench.txt"
 for f in "$LOG_DIR"/speedrun_g*.out "$LOG_DIR"/exchange_*.out "$LOG_DIR"/default.out; do
   [ -f "$f" ] || continue
   echo "-- $(basename "$f" .out)"

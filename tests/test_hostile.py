@@ -524,6 +524,16 @@ case("bench_matmul --ranks 17", [BM, "--ranks", "17"], 2, ["--ranks"])
 if shutil.which("nvidia-smi") is None:
     case("bench_matmul without a GPU: a message, not a crash", [BM], 1, ["bench_matmul: "])
 
+EB = os.path.join(BUILD, "bench", "exchange_bench")
+case("exchange_bench alone (one rank): it needs mpirun with several", [EB], 2, ["mpirun -np N"])
+case("exchange_bench --reps 0", [EB, "--reps", "0"], 2, ["--reps", "from 1 to 1000"])
+case("exchange_bench --layers 3 (odd)", [EB, "--layers", "3"], 2, ["--layers must be even", "3"])
+case("exchange_bench --width 1e3", [EB, "--width", "1e3"], 2, ["--width"])
+if shutil.which("mpirun") and shutil.which("nvidia-smi") is None:
+    case("exchange_bench under mpirun -np 2 without a GPU: a message, not a crash", ["mpirun", "--oversubscribe", "-np", "2", EB], 2,
+         ["2 ranks on this machine, 0 GPU(s) visible"],
+         env=dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1"))
+
 # the GPU scripts check their inputs before they build or need a GPU
 GB = ["bash", os.path.join(ROOT, "bench", "gpu_bench.sh")]
 case("gpu_bench.sh PARTS=bogus", GB, 2, ["bogus"], env=dict(os.environ, PARTS="bogus"))

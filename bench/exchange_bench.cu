@@ -14,8 +14,10 @@
 //
 // For each: the median over the repetitions of the gradients' and the weights' time (CUDA events
 // on the communication stream, the staging copies included, as the trainer's log counts them) and
-// the bus bandwidth, a rank's bytes on the wire ((N - 1) / N of what is exchanged) over that time.
-// The gradients are random (never zeros) and refilled before each repetition.
+// the bus bandwidth, a rank's bytes on the wire ((N - 1) / N of what is exchanged) over that time;
+// "sum" adds the two medians. Every repetition starts on all ranks at once (the GPUs idle, then
+// an MPI barrier), so that no rank's times hold another's lateness; the gradients hold random
+// values, refilled before each repetition.
 #include <CLI/CLI.hpp>
 #include <cuda_runtime.h>
 
@@ -59,6 +61,8 @@ void time_exchange(const dist::Context& ctx, float* grads, __nv_bfloat16* weight
   std::vector<double> g, w;
   for (int i = -3; i < reps; i++) {  // three untimed first
     cuda_check(layers::cast_to_fp32(source, grads, n), "refilling the gradients");
+    cuda_check(cudaDeviceSynchronize(), "refilling the gradients");
+    dist::barrier(ctx);
     cuda_check(cudaEventRecord(ready, 0), "event");
     cudaEvent_t mats = stage_rank ? dp.reduce_staged(matrices, ready) : nullptr;
     cudaEvent_t sums = dp.reduce(others, ready);
@@ -80,7 +84,7 @@ int run(int argc, char** argv, const dist::Context& ctx) {
   CLI::App app{"exchange_bench: the data-parallel exchange's collectives alone, as the trainer issues them and as one collective"};
   cli::integer(app, "--reps", reps, 1, 1000, "timed repetitions of each exchange")->capture_default_str();
   cli::integer(app, "--layers", cfg.layers, 2, 256, "layers (even)")->capture_default_str();
-  cli::integer(app, "--width", cfg.width, 64, 1 << 14, "model width")->capture_default_str();
+  cli::integer(app, "--width", cfg.width, 12, 1 << 14, "model width (a multiple of 12)")->capture_default_str();
   cli::integer(app, "--hidden", cfg.hidden, 64, 1 << 16, "MLP width")->capture_default_str();
   cli::integer(app, "--vocab", cfg.vocab, 64, 1 << 20, "vocabulary (padded)")->capture_default_str();
   try {
@@ -92,17 +96,24 @@ int run(int argc, char** argv, const dist::Context& ctx) {
     if (ctx.rank == 0) std::fprintf(stderr, "exchange_bench: --layers must be even (the model's U-net skips pair them), got %d\n", cfg.layers);
     return 2;
   }
+  if (cfg.width % (2 * cfg.heads)) {
+    if (ctx.rank == 0)
+      std::fprintf(stderr, "exchange_bench: --width must be a multiple of %d (%d heads of an even size), got %d\n", 2 * cfg.heads, cfg.heads,
+                   cfg.width);
+    return 2;
+  }
   if (ctx.world < 2) {
     std::fprintf(stderr, "exchange_bench: needs several ranks: run it under mpirun -np N with N from 2 to the GPUs of this machine\n");
     return 2;
   }
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;  // (no driver, no device: none)
-  if (ctx.local_size > gpus) {
-    if (ctx.rank == 0)
-      std::fprintf(stderr, "exchange_bench: %d ranks on this machine, %d GPU(s) visible: one rank a GPU\n", ctx.local_size, gpus);
-    return 2;
-  }
+  // every rank's verdict, so that all of them stop together (the first collective would wait
+  // for a rank that left); the ranks that lack a GPU say so
+  const bool short_here = ctx.local_size > gpus;
+  if (short_here) std::fprintf(stderr, "exchange_bench: %s: %d ranks on this machine, %d GPU(s) visible: one rank a GPU\n", ctx.who().c_str(),
+                               ctx.local_size, gpus);
+  if (dist::max(ctx, short_here ? 1.0 : 0.0) > 0) return 2;
   cuda_check(cudaSetDevice(ctx.local_rank), "choosing this rank's GPU");
   const model::Layout layout(cfg);
   const size_t n = layout.size(), N = (size_t)ctx.world;
@@ -139,10 +150,10 @@ int run(int argc, char** argv, const dist::Context& ctx) {
     cudaDeviceProp prop;
     cuda_check(cudaGetDeviceProperties(&prop, ctx.local_rank), "device properties");
     std::printf("exchange_bench: %d ranks, %s, %zu parameters (fp32 gradients, bf16 weights), median of %d\n", ctx.world, prop.name, n, reps);
-    std::printf("%-28s %5s %9s %12s %8s %9s %12s %8s %9s\n", "exchange", "ops", "grads MB", "gradients ms", "GB/s", "weights MB",
-                "weights ms", "GB/s", "total ms");
+    std::printf("%-28s %5s %9s %12s %10s %10s %10s %10s %7s\n", "exchange", "ops", "grads MB", "gradients ms", "busbw GB/s", "weights MB",
+                "weights ms", "busbw GB/s", "sum ms");
     for (const Row& r : rows)
-      std::printf("%-28s %2d+%-2d %9.0f %12.2f %8.1f %9.0f %12.2f %8.1f %9.2f\n", r.name.c_str(), r.grad_ops, r.weight_ops,
+      std::printf("%-28s %2d+%-2d %9.0f %12.2f %10.1f %10.0f %10.2f %10.1f %7.2f\n", r.name.c_str(), r.grad_ops, r.weight_ops,
                   r.grad_bytes / 1e6, r.grad_ms, r.grad_bytes / r.grad_ms / 1e6, r.weight_bytes / 1e6, r.weight_ms,
                   r.weight_bytes / r.weight_ms / 1e6, r.grad_ms + r.weight_ms);
   }

@@ -88,7 +88,8 @@ if [[ " $PARTS " == *" exchange "* ]]; then
       --json "$LOG_DIR/collective_bandwidth.json" > "$LOG_DIR/collective_bandwidth.txt" 2>&1
   fi
   step "the exchange alone, $NGPU GPUs"
-  timeout 600 mpirun --allow-run-as-root -np "$NGPU" -x NCCL_NVLS_ENABLE=0 build/bench/exchange_bench > "$LOG_DIR/exchange_bench.txt" 2>&1
+  timeout 600 mpirun --allow-run-as-root -np "$NGPU" -x NCCL_NVLS_ENABLE=0 build/bench/exchange_bench > "$LOG_DIR/exchange_bench.txt" 2>&1 \
+    || echo "gpu_bench: exchange_bench failed (exit $?); its output is above" >> "$LOG_DIR/exchange_bench.txt"
   for sync in end embeddings overlap; do
     step "speedrun step, $NGPU GPUs, --grad-sync $sync"
     mpirun --allow-run-as-root -np "$NGPU" -x NCCL_NVLS_ENABLE=0 ./train_gpt "${SR[@]}" --grad-sync "$sync" \

@@ -529,6 +529,7 @@ case("exchange_bench alone (one rank): it needs mpirun with several", [EB], 2, [
 case("exchange_bench --reps 0", [EB, "--reps", "0"], 2, ["--reps", "from 1 to 1000"])
 case("exchange_bench --layers 3 (odd)", [EB, "--layers", "3"], 2, ["--layers must be even", "3"])
 case("exchange_bench --width 1e3", [EB, "--width", "1e3"], 2, ["--width"])
+case("exchange_bench --width 100 (6 heads of an even size need a multiple of 12)", [EB, "--width", "100"], 2, ["--width must be a multiple of 12", "100"])
 if shutil.which("mpirun") and shutil.which("nvidia-smi") is None:
     case("exchange_bench under mpirun -np 2 without a GPU: a message, not a crash", ["mpirun", "--oversubscribe", "-np", "2", EB], 2,
          ["2 ranks on this machine, 0 GPU(s) visible"],

@@ -3,9 +3,10 @@
 // without a GPU; train/optimizer.cuh runs it, train/data_parallel.cuh issues the collectives).
 //
 // Adam's embeddings and head are split element-wise. A tensor of n elements, with q = floor(n / N),
-// is N slices of q elements and a remainder of n - N q < N (adjacent tensors of one Adam group
-// whose gradients are final at the same point count as one: the embedding and the value
-// embeddings at the end are one run of 7 V C elements, so one collective each way):
+// is N slices of q elements and a remainder of n - N q < N (tensors of one Adam group that
+// follow one another in the layout with no gap and are exchanged at the same point count as
+// one: under kEnd the embedding and the value embeddings are one run of 7 V C elements, so one
+// collective each way):
 //   rank r updates slice r and keeps its Adam moments; every rank updates the remainder;
 //   gradient: a reduce-scatter of the N q elements (rank r receives the sum of slice r) and an
 //   all-reduce of the remainder; weights: an all-gather of the slices' bf16 copies.

@@ -2,13 +2,9 @@
 // model's parameter layout (the speedrun's by default): the gradients' reduce-scatter and the
 // weights' all-gather exactly as the trainer issues them after the backward (--grad-sync end:
 // train/data_parallel.cuh over train/shard_plan.h; the matrices staged and reduced in one
-// collective, then the Adam slices and the scalars in one NCCL group; the weights the same way
-// back), for two plans:
-//   runs:    adjacent Adam tensors of one group sliced as one (the trainer's plan: the embedding
-//            and the value embeddings are one collective each way);
-//   tensors: a slice a tensor;
-// and, for the collectives' own rate at the same bytes, one reduce-scatter of the whole fp32
-// gradient buffer and one all-gather of the whole bf16 weight buffer.
+// collective, then each embedding's and the head's slices and the scalars in one NCCL group; the
+// weights the same way back), against one reduce-scatter of the whole fp32 gradient buffer and
+// one all-gather of the whole bf16 weight buffer (the collectives' own rate at the same bytes).
 //
 //   mpirun -np N build/bench/exchange_bench [--reps 20] [--layers 12 --width 768 --hidden 3072 --vocab 50304]
 //
@@ -81,7 +77,7 @@ int run(int argc, char** argv, const dist::Context& ctx) {
   int reps = 20;
   model::Config cfg;
   cfg.vocab = 50304, cfg.width = 768, cfg.heads = 6, cfg.layers = 12, cfg.hidden = 3072;
-  CLI::App app{"exchange_bench: the data-parallel exchange's collectives alone, as the trainer issues them and as one collective"};
+  CLI::App app{"exchange_bench: the data-parallel exchange's collectives alone, as the trainer issues them and as one collective each way"};
   cli::integer(app, "--reps", reps, 1, 1000, "timed repetitions of each exchange")->capture_default_str();
   cli::integer(app, "--layers", cfg.layers, 2, 256, "layers (even)")->capture_default_str();
   cli::integer(app, "--width", cfg.width, 12, 1 << 14, "model width (a multiple of 12)")->capture_default_str();
@@ -126,14 +122,14 @@ int run(int argc, char** argv, const dist::Context& ctx) {
   cuda_check(cudaMemcpy(weights, source, n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToDevice), "weight buffer");
 
   std::vector<Row> rows;
-  for (bool merge : {true, false}) {
-    const train::ShardPlan plan = train::shard_plan(layout, cfg.layers, ctx.world, ctx.rank, train::Sync::kEnd, merge);
+  {
+    const train::ShardPlan plan = train::shard_plan(layout, cfg.layers, ctx.world, ctx.rank, train::Sync::kEnd);
     std::vector<train::Piece> matrices, others;
     for (const train::Piece& p : plan.points.at(-1)) (p.kind == train::Piece::kMatrix ? matrices : others).push_back(p);
     const train::WireBytes wire = train::wire_bytes(plan, 4);
     int slices = 0;
     for (const train::Piece& p : others) slices += p.kind == train::Piece::kSlice;
-    Row r{merge ? "runs (the trainer's plan)" : "tensors (a slice a tensor)", 1 + (int)others.size(), 1 + slices, wire.grads, wire.weights, 0, 0};
+    Row r{"the trainer's", 1 + (int)others.size(), 1 + slices, wire.grads, wire.weights, 0, 0};
     time_exchange(ctx, grads, weights, source, n, matrices, others, plan.stage_rank, reps, &r);
     rows.push_back(r);
   }
@@ -141,7 +137,7 @@ int run(int argc, char** argv, const dist::Context& ctx) {
     const size_t q = n / N;
     const train::Piece whole{train::Piece::kSlice, 0, 0, q * N, q * (size_t)ctx.rank, q, -1};
     const double f = (double)(N - 1) / N;
-    Row r{"one buffer (each way)", 1, 1, f * 4.0 * q * N, f * 2.0 * q * N, 0, 0};
+    Row r{"one collective each way", 1, 1, f * 4.0 * q * N, f * 2.0 * q * N, 0, 0};
     time_exchange(ctx, grads, weights, source, n, {}, {whole}, 0, reps, &r);
     rows.push_back(r);
   }
@@ -150,10 +146,10 @@ int run(int argc, char** argv, const dist::Context& ctx) {
     cudaDeviceProp prop;
     cuda_check(cudaGetDeviceProperties(&prop, ctx.local_rank), "device properties");
     std::printf("exchange_bench: %d ranks, %s, %zu parameters (fp32 gradients, bf16 weights), median of %d\n", ctx.world, prop.name, n, reps);
-    std::printf("%-28s %5s %9s %12s %10s %10s %10s %10s %7s\n", "exchange", "ops", "grads MB", "gradients ms", "busbw GB/s", "weights MB",
+    std::printf("%-24s %5s %9s %12s %10s %10s %10s %10s %7s\n", "exchange", "ops", "grads MB", "gradients ms", "busbw GB/s", "weights MB",
                 "weights ms", "busbw GB/s", "sum ms");
     for (const Row& r : rows)
-      std::printf("%-28s %2d+%-2d %9.0f %12.2f %10.1f %10.0f %10.2f %10.1f %7.2f\n", r.name.c_str(), r.grad_ops, r.weight_ops,
+      std::printf("%-24s %2d+%-2d %9.0f %12.2f %10.1f %10.0f %10.2f %10.1f %7.2f\n", r.name.c_str(), r.grad_ops, r.weight_ops,
                   r.grad_bytes / 1e6, r.grad_ms, r.grad_bytes / r.grad_ms / 1e6, r.weight_bytes / 1e6, r.weight_ms,
                   r.weight_bytes / r.weight_ms / 1e6, r.grad_ms + r.weight_ms);
   }

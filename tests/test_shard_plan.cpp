@@ -4,8 +4,7 @@
 // masters, and remainders shorter than the rank count); each piece sits at the point where its
 // gradient is final; the slices and the matrices' owners are what the collectives assume; each
 // rank's compact state is laid out without overlap; the work is shared out evenly; and the bytes
-// on the wire are what the ring algorithms send. Both plans: adjacent Adam tensors of one group
-// and point sliced as one run (the trainer's), and a slice a tensor.
+// on the wire are what the ring algorithms send.
 #include <algorithm>
 #include <tuple>
 #include <cmath>
@@ -22,8 +21,6 @@ int main() {
     cfg.vocab = vocab, cfg.width = width, cfg.heads = L == 12 ? 6 : 2, cfg.layers = L;
     cfg.hidden = 4 * cfg.width;
     const model::Layout layout(cfg);
-    const bool gaps = (size_t)vocab * width % 64 != 0;
-    for (bool merge : {true, false})
     for (train::Sync sync : {train::Sync::kOverlap, train::Sync::kEmbeddings, train::Sync::kEnd})
       for (int N : {1, 2, 3, 4, 5, 7, 8}) {
         const bool overlap = sync == train::Sync::kOverlap;
@@ -36,27 +33,12 @@ int main() {
           if (name.rfind("value_embed.", 0) == 0 && std::stoi(name.substr(12)) > 0) return std::stoi(name.substr(12));
           return -1;
         };
-        // the runs sliced as one, by hand: merged, the embedding with the value embeddings at its
-        // point (end: all of them; embeddings: value_embed.0, the others have points of their own;
-        // overlap: none) where no gap parts them, each other Adam tensor alone; run_of[i]: tensor
-        // i's run [first, last]
-        std::vector<std::pair<size_t, size_t>> run_of(layout.tensors.size());
-        for (size_t i = 0; i < layout.tensors.size(); i++) run_of[i] = {i, i};
-        if (merge && !overlap && !gaps) {
-          const size_t first = 0, last = sync == train::Sync::kEnd ? (size_t)L / 2 : 1;  // embed, value_embed.0 .. last - 1
-          for (size_t i = first; i <= last; i++) run_of[i] = {first, last};
-        }
-        auto run_elems = [&](size_t i) {
-          size_t n = 0;
-          for (size_t k = run_of[i].first; k <= run_of[i].second; k++) n += layout.tensors[k].size();
-          return n;
-        };
         // updates[e]: how many ranks update element e of the layout
         std::vector<int> updates(layout.size(), 0);
         int bad_point = 0, bad_piece = 0, bad_state = 0;
         std::vector<size_t> updated(N, 0);
         for (int r = 0; r < N; r++) {
-          const train::ShardPlan p = train::shard_plan(layout, L, N, r, sync, merge);
+          const train::ShardPlan p = train::shard_plan(layout, L, N, r, sync);
           std::vector<std::pair<size_t, size_t>> adam, muon;  // state ranges
                   for (const auto& kv : p.points)
             for (const train::Piece& x : kv.second) {
@@ -68,12 +50,11 @@ int main() {
                 bad_piece += !is_matrix || x.base != t.offset || x.span != t.size() || x.owner < 0 || x.owner >= N ||
                              x.count != (x.owner == r ? t.size() : 0) || x.offset != t.offset;
               } else if (x.kind == train::Piece::kSlice) {
-                const size_t q = run_elems(x.tensor) / N;
-                bad_piece += is_matrix || is_scalar || run_of[x.tensor].first != (size_t)x.tensor || x.base != t.offset || x.span != q * N ||
-                             x.count != q || x.offset != t.offset + q * r;
+                const size_t q = t.size() / N;
+                bad_piece += is_matrix || is_scalar || x.base != t.offset || x.span != q * N || x.count != q || x.offset != t.offset + q * r;
               } else {
-                bad_piece += is_matrix || run_of[x.tensor].second != (size_t)x.tensor || x.base + x.span != t.offset + t.size() ||
-                             x.count != x.span || x.offset != x.base || (!is_scalar && x.span >= (size_t)N);
+                bad_piece += is_matrix || x.base + x.span != t.offset + t.size() || x.count != x.span || x.offset != x.base ||
+                             (!is_scalar && x.span >= (size_t)N);
               }
               for (size_t e = x.offset; e < x.offset + x.count; e++) updates[e]++;
               updated[r] += x.count;
@@ -82,7 +63,7 @@ int main() {
           // every rank's plan names the same owners and staging places (the collectives' roots and
           // buffers must agree); staged, each matrix lies 64-aligned inside its owner's region, and
           // the regions' matrices do not overlap
-          const train::ShardPlan p0 = train::shard_plan(layout, L, N, 0, sync, merge);
+          const train::ShardPlan p0 = train::shard_plan(layout, L, N, 0, sync);
           bad_piece += p.staged != (N > 1 && !overlap) || p.stage_rank != p0.stage_rank;
           std::vector<std::pair<size_t, size_t>> staged;
           for (const auto& kv : p.points)
@@ -102,31 +83,22 @@ int main() {
             bad_state += at != total;
           }
         }
-        // each element: once, or N times where replicated (scalars, a run's remainder); gaps: never
+        // each element: once, or N times where replicated (scalars, remainders); gaps: never
         int wrong = 0;
         for (size_t i = 0; i < layout.tensors.size(); i++) {
           const model::Tensor& t = layout.tensors[i];
           const bool scalar = model::group_of(t) == model::ParamGroup::kScalar, matrix = model::group_of(t) == model::ParamGroup::kMatrix;
-          const size_t start = layout.tensors[run_of[i].first].offset, q = scalar || matrix ? 0 : run_elems(i) / N;
+          const size_t q = scalar || matrix ? 0 : t.size() / N;
           for (size_t e = 0; e < t.size(); e++) {
-            const int want = matrix || t.offset + e - start < q * N ? 1 : N;
+            const int want = matrix || e < q * N ? 1 : N;
             wrong += updates[t.offset + e] != want;
           }
-        }
-        // merged at the end: the embedding and the six value embeddings are one slice, one collective
-        if (merge && sync == train::Sync::kEnd && L == 12 && N > 1) {
-          int slices = 0;
-          for (const train::Piece& x : train::shard_plan(layout, L, N, 0, sync).points.at(-1))
-            slices += x.kind == train::Piece::kSlice && x.span == (size_t)7 * cfg.vocab * cfg.width / N * N;
-          CHECK(slices == 1, "L=12 N=%d end: %d slices span the embedding and the value embeddings (want 1)", N, slices);
         }
         size_t in_tensors = 0;
         for (const model::Tensor& t : layout.tensors) in_tensors += t.size();
         size_t touched = 0;
         for (int u : updates) touched += u > 0;
-        const std::string tag_s = std::string(overlap ? "overlap" : sync == train::Sync::kEmbeddings ? "embeddings" : "end") +
-                                  (merge ? "" : ", a slice a tensor");
-        const char* tag = tag_s.c_str();
+        const char* tag = overlap ? "overlap" : sync == train::Sync::kEmbeddings ? "embeddings" : "end";
         CHECK(wrong == 0, "L=%d N=%d %s: %d elements updated by the wrong number of ranks", L, N, tag, wrong);
         CHECK(touched == in_tensors, "L=%d N=%d %s: %zu elements touched, %zu in the tensors (gaps must stay untouched)", L, N, tag, touched,
               in_tensors);
@@ -137,7 +109,7 @@ int main() {
           const double most = (double)*std::max_element(updated.begin(), updated.end()), least = *std::min_element(updated.begin(), updated.end());
           CHECK(most / least < 1.05, "L=12 N=%d %s: the ranks update %.0f to %.0f elements", N, tag, least, most);
           if (N > 1) {
-            const train::ShardPlan p = train::shard_plan(layout, L, N, 0, sync, merge);
+            const train::ShardPlan p = train::shard_plan(layout, L, N, 0, sync);
             const train::WireBytes fp32 = train::wire_bytes(p, 4), bf16 = train::wire_bytes(p, 2),
                                    before = train::unsharded_wire_bytes(layout, N);
             // by hand: the fp32 all-reduce 2 (N-1)/N 4 n, Muon's broadcast (N-1)/N 2 m; sharded: (N-1)/N (4 + 2) of the
@@ -156,7 +128,7 @@ int main() {
             CHECK(fp32.total() < 0.73 * before.total() && bf16.total() < 0.5 * before.total(),
                   "N=%d %s: fp32 %.3f and bf16 %.3f of the unsharded bytes (want < 0.73 and < 0.5)", N, tag, fp32.total() / before.total(),
                   bf16.total() / before.total());
-            if (N == 4 && merge)
+            if (N == 4)
               std::printf("speedrun on 4 ranks (%s): %.0f MB a rank a step sharded (fp32 gradients), %.0f (bf16), %.0f unsharded\n", tag,
                           fp32.total() / 1e6, bf16.total() / 1e6, before.total() / 1e6);
           }

@@ -3,8 +3,7 @@
 // model/optimizer_reference.cpp), sharded over the ranks of a data-parallel run.
 //
 // Sharding (train/shard_plan.h): each rank updates a 1/N share of the parameters and keeps only
-// that share's state: a slice of the embeddings (those exchanged at one point are one run) and of
-// the head with its Adam moments, and whole
+// that share's state: a slice of each embedding and of the head with its Adam moments, and whole
 // Muon matrices (the largest first, each to the least loaded rank) with their momentum and
 // Newton-Schulz. The scalars are updated by every rank.
 //

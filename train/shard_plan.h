@@ -3,10 +3,7 @@
 // without a GPU; train/optimizer.cuh runs it, train/data_parallel.cuh issues the collectives).
 //
 // Adam's embeddings and head are split element-wise. A tensor of n elements, with q = floor(n / N),
-// is N slices of q elements and a remainder of n - N q < N (tensors of one Adam group that
-// follow one another in the layout with no gap and are exchanged at the same point count as
-// one: under kEnd the embedding and the value embeddings are one run of 7 V C elements, so one
-// collective each way):
+// is N slices of q elements and a remainder of n - N q < N:
 //   rank r updates slice r and keeps its Adam moments; every rank updates the remainder;
 //   gradient: a reduce-scatter of the N q elements (rank r receives the sum of slice r) and an
 //   all-reduce of the remainder; weights: an all-gather of the slices' bf16 copies.
@@ -51,7 +48,7 @@ namespace train {
 struct Piece {
   enum Kind { kSlice, kReplicated, kMatrix };
   Kind kind;
-  int tensor;         // index in the layout's tensors (a merged run's slice: its first; its remainder: its last)
+  int tensor;         // index in the layout's tensors
   size_t base;        // the collective's first element in the layout: the tensor's offset (slices, matrix) or the replicated part's
   size_t span;        // elements the collective covers: N q (slices), the replicated part, or the matrix
   size_t offset;      // the first element this rank updates (its slice, the replicated part, or the matrix)
@@ -83,9 +80,7 @@ struct ShardPlan {
   size_t stage_rank = 0;                     // elements of each rank's region of the staging buffers
 };
 
-// merge: slice each run of adjacent Adam tensors of one group and point as one (the trainer's
-// plan); false: each tensor on its own (bench/exchange_bench.cu compares the two).
-inline ShardPlan shard_plan(const model::Layout& layout, int layers, int world, int rank, Sync sync, bool merge = true) {
+inline ShardPlan shard_plan(const model::Layout& layout, int layers, int world, int rank, Sync sync) {
   ShardPlan p;
   p.world = world, p.rank = rank;
   const size_t N = (size_t)world;
@@ -117,26 +112,17 @@ inline ShardPlan shard_plan(const model::Layout& layout, int layers, int world, 
       out.push_back(m);
       continue;
     }
-    // (merge) the Adam tensors of this one's group and point that follow it without a gap join
-    // its slice: the embedding and the value embeddings are then one collective, not seven
-    size_t run = n, last = i;
-    while (merge && model::group_of(t) != model::ParamGroup::kScalar && last + 1 < layout.tensors.size()) {
-      const model::Tensor &prev = layout.tensors[last], &u = layout.tensors[last + 1];
-      if (model::group_of(u) != model::group_of(t) || sync_point(u, layers, sync) != point || u.offset != prev.offset + prev.size()) break;
-      run += u.size(), last++;
-    }
-    const size_t q = model::group_of(t) == model::ParamGroup::kScalar ? 0 : run / N, rem = run - q * N;
+    const size_t q = model::group_of(t) == model::ParamGroup::kScalar ? 0 : n / N, rem = n - q * N;
     if (q) {
       Piece s{Piece::kSlice, (int)i, t.offset, q * N, t.offset + q * (size_t)rank, q, -1};
       s.state = p.adam_state, p.adam_state += q;
       out.push_back(s);
     }
-    if (rem) {  // (the run's last rem < N elements)
-      Piece r{Piece::kReplicated, (int)last, t.offset + q * N, rem, t.offset + q * N, rem, -1};
+    if (rem) {
+      Piece r{Piece::kReplicated, (int)i, t.offset + q * N, rem, t.offset + q * N, rem, -1};
       r.state = p.adam_state, p.adam_state += rem;
       out.push_back(r);
     }
-    i = last;
   }
   p.stage_rank = *std::max_element(place.begin(), place.end());
   for (auto& kv : p.points)

@@ -336,6 +336,11 @@ static void report(const Options& o, const dist::Context& ctx, const cudaDeviceP
   double sums[2] = {t.flops, t.targets};  // every rank's FLOPs and predicted targets
   dist::sum(ctx, sums, 2);
   const int timed_steps = (int)t.step_ms.size();
+  // Each rank times its gradients' collectives from the end of its own backward, and none of
+  // them ends before the last rank has ended its backward: over the ranks, the least time is the
+  // collectives' own (the last rank's) and the spread is how far apart the ranks end the backward.
+  const double reduce_rank = timed_steps > 0 ? t.reduce_ms / timed_steps : 0.0;
+  const double reduce_most = dist::max(ctx, reduce_rank), reduce_least = -dist::max(ctx, -reduce_rank);
   char b[512];
   if (timed_steps > 0) {
     const double tok_s = sums[1] / (t.train_ms / 1e3);  // predicted targets: all tokens without a prefix
@@ -359,15 +364,16 @@ static void report(const Options& o, const dist::Context& ctx, const cudaDeviceP
       if (o.grad_sync != "end")  // (the exposed time holds the optimiser's update after the backward too)
         std::snprintf(hid, sizeof(hid), "%.0f%% hidden, the optimiser's tail included", ex > 0 ? 100 * (1 - exposed / ex) : 0.0);
       std::snprintf(b, sizeof(b),
-                    "train_gpt: exchange %.1f ms a step (gradients %.1f, weights %.1f; --grad-sync %s), %.1f ms exposed (%s); %.0f MB a "
-                    "rank a step (%s gradients; an fp32 all-reduce with Muon's broadcast: %.0f MB)",
-                    ex, t.reduce_ms / timed_steps, t.gather_ms / timed_steps, o.grad_sync.c_str(), exposed, hid, wire.total() / 1e6,
-                    o.grad_exchange.c_str(), before.total() / 1e6);
+                    "train_gpt: exchange %.1f ms a step (gradients %.1f, %.1f to %.1f over the ranks; weights %.1f; --grad-sync %s), "
+                    "%.1f ms exposed (%s); %.0f MB a rank a step (%s gradients; an fp32 all-reduce with Muon's broadcast: %.0f MB)",
+                    ex, t.reduce_ms / timed_steps, reduce_least, reduce_most, t.gather_ms / timed_steps, o.grad_sync.c_str(), exposed, hid,
+                    wire.total() / 1e6, o.grad_exchange.c_str(), before.total() / 1e6);
       log.note(b);
     }
     log.event("summary", {{"timed_steps", timed_steps}, {"median_step_ms", median(t.step_ms)}, {"tokens_per_s", tok_s},
                           {"mfu", std::isfinite(mfu) ? mfu : 0.0}, {"peak_memory_mib", t.peak_mem / (1 << 20)},
-                          {"reduce_ms", t.reduce_ms / timed_steps}, {"gather_ms", t.gather_ms / timed_steps},
+                          {"reduce_ms", t.reduce_ms / timed_steps}, {"reduce_ms_least_rank", reduce_least},
+                          {"reduce_ms_most_rank", reduce_most}, {"gather_ms", t.gather_ms / timed_steps},
                           {"exposed_ms", t.exposed_ms / timed_steps}, {"optimizer_ms", t.update_ms / timed_steps}});
   }
   if (o.profile > 0) log.note(model.profiler().table());

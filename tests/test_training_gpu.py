@@ -298,6 +298,12 @@ if gpu_count() >= 2 and shutil.which("mpirun"):
     check("2 ranks from a host file over NCCL's network transport: the ordinary 2-GPU run's losses to the bit",
           r.returncode == 0 and net_losses == two, (r.stdout + r.stderr)[-1500:])
     check("2 GPUs: the run reports the exchange, its exposed part and its bytes", "exposed" in out2 and "MB a rank a step" in out2, out2[-1500:])
+    summ = {}
+    if os.path.exists(os.path.join(TMP, "g2.jsonl")):
+        summ = next((e for e in map(json.loads, open(os.path.join(TMP, "g2.jsonl"))) if e.get("event") == "summary"), {})
+    lo, hi, r0 = summ.get("reduce_ms_least_rank", -1), summ.get("reduce_ms_most_rank", -1), summ.get("reduce_ms", -1)
+    check("2 GPUs: the gradients' time over the ranks brackets rank 0's (0 < least <= rank 0 <= most), in the log line too",
+          0 < lo <= r0 <= hi and " over the ranks; weights " in out2, f"{summ} {out2[-800:]}")
 
     # faults: every case must end the job, non-zero, naming the rank, well within the limit
     for kind, flags, want in [

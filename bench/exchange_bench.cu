@@ -3,8 +3,9 @@
 // weights' all-gather exactly as the trainer issues them after the backward (--grad-sync end:
 // train/data_parallel.cuh over train/shard_plan.h; the matrices staged and reduced in one
 // collective, then each embedding's and the head's slices and the scalars in one NCCL group; the
-// weights the same way back), against one reduce-scatter of the whole fp32 gradient buffer and
-// one all-gather of the whole bf16 weight buffer (the collectives' own rate at the same bytes).
+// weights the same way back); the same without the scalars' all-reduces (a few dozen values in
+// as many collectives: what they cost); and one reduce-scatter of the whole fp32 gradient buffer
+// and one all-gather of the whole bf16 weight buffer (the collectives' own rate at the same bytes).
 //
 //   mpirun -np N build/bench/exchange_bench [--reps 20] [--layers 12 --width 768 --hidden 3072 --vocab 50304]
 //
@@ -122,21 +123,28 @@ int run(int argc, char** argv, const dist::Context& ctx) {
   cuda_check(cudaMemcpy(weights, source, n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToDevice), "weight buffer");
 
   std::vector<Row> rows;
-  {
+  const double f = (double)(N - 1) / N;
+  for (bool scalars : {true, false}) {  // the second leaves out the scalars' all-reduces: what they cost
     const train::ShardPlan plan = train::shard_plan(layout, cfg.layers, ctx.world, ctx.rank, train::Sync::kEnd);
     std::vector<train::Piece> matrices, others;
-    for (const train::Piece& p : plan.points.at(-1)) (p.kind == train::Piece::kMatrix ? matrices : others).push_back(p);
     const train::WireBytes wire = train::wire_bytes(plan, 4);
+    double grad_bytes = wire.grads;
+    for (const train::Piece& p : plan.points.at(-1)) {
+      if (!scalars && model::group_of(layout.tensors[p.tensor]) == model::ParamGroup::kScalar) {
+        grad_bytes -= 2 * f * (double)p.span * 4;  // (an all-reduce's bytes)
+        continue;
+      }
+      (p.kind == train::Piece::kMatrix ? matrices : others).push_back(p);
+    }
     int slices = 0;
     for (const train::Piece& p : others) slices += p.kind == train::Piece::kSlice;
-    Row r{"the trainer's", 1 + (int)others.size(), 1 + slices, wire.grads, wire.weights, 0, 0};
+    Row r{scalars ? "the trainer's" : "the trainer's, no scalars", 1 + (int)others.size(), 1 + slices, grad_bytes, wire.weights, 0, 0};
     time_exchange(ctx, grads, weights, source, n, matrices, others, plan.stage_rank, reps, &r);
     rows.push_back(r);
   }
   {
     const size_t q = n / N;
     const train::Piece whole{train::Piece::kSlice, 0, 0, q * N, q * (size_t)ctx.rank, q, -1};
-    const double f = (double)(N - 1) / N;
     Row r{"one collective each way", 1, 1, f * 4.0 * q * N, f * 2.0 * q * N, 0, 0};
     time_exchange(ctx, grads, weights, source, n, {}, {whole}, 0, reps, &r);
     rows.push_back(r);
@@ -146,10 +154,10 @@ int run(int argc, char** argv, const dist::Context& ctx) {
     cudaDeviceProp prop;
     cuda_check(cudaGetDeviceProperties(&prop, ctx.local_rank), "device properties");
     std::printf("exchange_bench: %d ranks, %s, %zu parameters (fp32 gradients, bf16 weights), median of %d\n", ctx.world, prop.name, n, reps);
-    std::printf("%-24s %5s %9s %12s %10s %10s %10s %10s %7s\n", "exchange", "ops", "grads MB", "gradients ms", "busbw GB/s", "weights MB",
+    std::printf("%-26s %5s %9s %12s %10s %10s %10s %10s %7s\n", "exchange", "ops", "grads MB", "gradients ms", "busbw GB/s", "weights MB",
                 "weights ms", "busbw GB/s", "sum ms");
     for (const Row& r : rows)
-      std::printf("%-24s %2d+%-2d %9.0f %12.2f %10.1f %10.0f %10.2f %10.1f %7.2f\n", r.name.c_str(), r.grad_ops, r.weight_ops,
+      std::printf("%-26s %2d+%-2d %9.0f %12.2f %10.1f %10.0f %10.2f %10.1f %7.2f\n", r.name.c_str(), r.grad_ops, r.weight_ops,
                   r.grad_bytes / 1e6, r.grad_ms, r.grad_bytes / r.grad_ms / 1e6, r.weight_bytes / 1e6, r.weight_ms,
                   r.weight_bytes / r.weight_ms / 1e6, r.grad_ms + r.weight_ms);
   }

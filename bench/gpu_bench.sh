@@ -107,7 +107,7 @@ cat "$LOG_DIR/gpu.txt"
 [ -f "$LOG_DIR/bench_attention.txt" ] && cat "$LOG_DIR/bench_attention.txt"
 [ -f "$LOG_DIR/compare_flex.log" ] && tail -34 "$LOG_DIR/compare_flex.log"
 [ -f "$LOG_DIR/collective_bandwidth.txt" ] && tail -8 "$LOG_DIR/collective_bandwidth.txt"
-[ -f "$LOG_DIR/exchange_bench.txt" ] && tail -5 "$LOG_DIR/exchange_bench.txt"
+[ -f "$LOG_DIR/exchange_bench.txt" ] && tail -6 "$LOG_DIR/exchange_bench.txt"
 for f in "$LOG_DIR"/speedrun_g*.out "$LOG_DIR"/exchange_*.out "$LOG_DIR"/default.out; do
   [ -f "$f" ] || continue
   echo "-- $(basename "$f" .out)"

@@ -7,8 +7,8 @@
 // later than others. balanced_hand_out() gives each rank the same number of the step's sequences
 // with their attention work as even as it can, counted by window_pairs() from the tokens alone,
 // so that every rank computes the same hand-out, and both arms of a mask ablation get it too.
-// It is off by default: evening these counts has not made the step measurably faster
-// (results/scaling/, "The ranks' attention work differs").
+// It is off by default, and --balance-ranks turns it on (whether it pays: results/scaling/,
+// "The ranks' attention work differs").
 //
 // window_pairs(tokens, n, W): the (q, kv) pairs a causal window of W tokens keeps inside the
 //   documents of tokens[0 .. n) (a document starts at shard::kBos and at tokens[0]): for a

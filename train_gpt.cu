@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "common/files.h"
+#include "common/median.h"
 #include "data/dataloader.h"
 #include "data/hand_out.h"
 #include "data/manifest.h"
@@ -123,12 +124,6 @@ static double peak_flops(const std::string& gpu) {
   if (gpu.find("H100") != std::string::npos) return gpu.find("PCIe") != std::string::npos ? 756.0e12 : gpu.find("NVL") != std::string::npos ? 835.0e12 : 989.4e12;
   if (gpu.find("A100") != std::string::npos) return 312.0e12;
   return 0;
-}
-
-static double median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
 static model::Config model_config(const Options& o);

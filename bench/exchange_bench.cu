@@ -27,6 +27,7 @@
 #include "bench/fill.cuh"
 #include "common/cli.h"
 #include "common/cuda_check.h"
+#include "common/median.h"
 #include "layers/cast.cuh"
 #include "model/config.h"
 #include "train/data_parallel.cuh"
@@ -41,11 +42,6 @@ struct Row {
   double grad_bytes, weight_bytes;  // a rank's bytes on the wire
   double grad_ms, weight_ms;  // medians
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 // The repetitions of one exchange: pieces `others` (and `matrices`, staged, when stage_rank > 0)
 // at point -1, as train/optimizer.cuh issues them; returns the medians of the two phases.

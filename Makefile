@@ -40,7 +40,8 @@ ATTN_OBJS := $(BUILD)/attention/dispatch.o $(BUILD)/attention/doc_spans.o $(BUIL
              $(BUILD)/attention/attention_fwd_sm90.o $(BUILD)/attention/attention_bwd_sm90.o
 CPU_TESTS := $(BUILD)/tests/test_data $(BUILD)/tests/test_attention_cpu $(BUILD)/tests/test_model_cpu \
              $(BUILD)/tests/test_optimizer_cpu $(BUILD)/tests/test_loader_log $(BUILD)/tests/test_checkpoint \
-             $(BUILD)/tests/test_dist $(BUILD)/tests/test_ready_point $(BUILD)/tests/test_shard_plan $(BUILD)/tests/test_hand_out
+             $(BUILD)/tests/test_dist $(BUILD)/tests/test_ready_point $(BUILD)/tests/test_exchange_windows \
+             $(BUILD)/tests/test_shard_plan $(BUILD)/tests/test_hand_out
 MODEL_OBJS := $(BUILD)/model/config.o $(BUILD)/model/batch.o
 MODEL_REF_OBJS := $(MODEL_OBJS) $(BUILD)/model/reference_model.o $(BUILD)/model/optimizer_reference.o $(BUILD)/attention/reference.o
 # one test binary a layer (tests/layers/NAME.cu)
@@ -112,6 +113,9 @@ $(BUILD)/tests/test_checkpoint: $(BUILD)/tests/test_checkpoint.o $(BUILD)/train/
 	$(CXX) $^ -o $@
 
 $(BUILD)/tests/test_ready_point: $(BUILD)/tests/test_ready_point.o $(MODEL_OBJS)
+	$(CXX) -fopenmp $^ -o $@
+
+$(BUILD)/tests/test_exchange_windows: $(BUILD)/tests/test_exchange_windows.o $(MODEL_OBJS)
 	$(CXX) -fopenmp $^ -o $@
 
 $(BUILD)/tests/test_shard_plan: $(BUILD)/tests/test_shard_plan.o $(MODEL_OBJS)

@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -44,6 +45,7 @@
 #include "layers/muon.cuh"
 #include "model/gpt.cuh"
 #include "train/data_parallel.cuh"
+#include "train/exchange_windows.h"
 #include "train/optimizer.cuh"
 
 using train::Optimizer;
@@ -206,6 +208,13 @@ static model::Schedule schedule(const Options& o) {
 static train::Sync grad_sync(const Options& o) {
   if (o.grad_sync == "overlap") return train::Sync::kOverlap;
   return o.grad_sync == "embeddings" ? train::Sync::kEmbeddings : train::Sync::kEnd;
+}
+
+// The points of the backward with an exchange and update of their own (train/exchange_windows.h).
+static std::set<int> points_of(const train::ShardPlan& plan) {
+  std::set<int> points;
+  for (const auto& [point, pieces] : plan.points) points.insert(point);
+  return points;
 }
 
 // The window of a step, counted in blocks of 128 (fixed or scheduled); with token granularity
@@ -383,6 +392,7 @@ class Trainer {
   Trainer(const Options& o, const dist::Context& ctx)
       : o_(o), ctx_(ctx), resume_from_(before_the_gpu(o, ctx)), data_(o, ctx), prop_(open_gpu(ctx)), cfg_(model_config(o)),
         sched_(schedule(o)), model_(cfg_, o.seq_len), opt_(model_.layout(), o.layers, ctx.rank, ctx.world, grad_sync(o)),
+        windows_(grad_sync(o) == train::Sync::kEmbeddings, points_of(opt_.plan())),
         reader_(o.seq_len, cfg_.mask), batch_(o.seq_len), next_(o.seq_len), hand_out_(data_.schedule, o.seq_len, o.balance_ranks), flops_(o, model_.layout()) {
     model_.load(model::init_values(model_.layout(), o.seed));
     if (ctx.world > 1)
@@ -473,8 +483,9 @@ class Trainer {
       kept.push_back(batch_.kept_targets);
       if (timed) timing_.flops += flops_.sequence(o_, batch_), timing_.targets += batch_.kept_targets;
       model_.enqueue_forward(batch_, 1.f / ((float)std::max(batch_.kept_targets, 1) * o_.seqs_per_step));
-      if (last) opt_.ready(o_.layers);  // the head's gradient is final
-      if (last) model_.backward([&](int point) { opt_.ready(point); });
+      if (last) start_exchange(windows_.ready(o_.layers));  // the head's gradient is final
+      if (last)
+        model_.backward([&](int point) { start_exchange(windows_.ready(point)); }, [&](int) { start_exchange(windows_.at_attention()); });
       else model_.backward();
     }
     prof.mark(gpt::Profiler::kOptimizer);  // what of the optimiser and the exchange the backward did not hide
@@ -557,6 +568,10 @@ class Trainer {
   int micro() const { return data_.schedule.micro_steps(); }
   // the attention window of step (0-based) in tokens, whatever its granularity
   int window_tokens(int step) const { return 128 * (o_.window_blocks ? o_.window_blocks : sched_.window_blocks(step)); }
+  // the exchange and update of these points, enqueued now (train/exchange_windows.h: when)
+  void start_exchange(const std::vector<int>& points) {
+    for (int p : points) opt_.ready(p);
+  }
   void sync(const std::string& what) {
     if (dp_) dp_->sync(what);
     else gpt::cuda_check(cudaDeviceSynchronize(), what.c_str());
@@ -589,6 +604,7 @@ class Trainer {
   model::Schedule sched_;
   gpt::Model model_;
   Optimizer opt_;
+  train::ExchangeWindows windows_;
   SequenceReader reader_;
   model::Batch batch_, next_;  // next_: the first sequence of step next_step_, read ahead
   int next_step_ = -1;

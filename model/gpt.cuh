@@ -379,8 +379,11 @@ class Model {
   // Backward of the last forward (which must have had grad_scale != 0); adds into the gradients.
   // ready(i), when given, is called once layer i's gradients are final (enqueued on the compute
   // stream, in order L-1 .. 0), and ready(-1) at the end: the data-parallel exchange starts there
-  // (which tensors are final at which call: train/ready_point.h).
-  void backward(const std::function<void(int)>& ready = {}) {
+  // (which tensors are final at which call: train/ready_point.h). at_attention(i), when given,
+  // is called just before layer i's attention backward is enqueued: work enqueued on other
+  // streams from there starts beside that kernel, whose blocks the GPU schedules one by one as
+  // SMs free up (the persistent matmuls' grids wait for SMs another kernel holds).
+  void backward(const std::function<void(int)>& ready = {}, const std::function<void(int)>& at_attention = {}) {
     const int T = T_, C = cfg_.width, H = cfg_.heads, Dh = cfg_.head_dim(), L = cfg_.layers, F = cfg_.hidden;
     prof_.mark(Profiler::kNormMix, "final norm backward");
     ok(layers::rmsnorm_backward(x_, rstd_f_, dhf_, dx_, T, C, false, 0, head_scaled_ ? row_scale_ : nullptr));
@@ -416,6 +419,7 @@ class Model {
       // backward as dQ and dK leave it (attention.h NormRotary)
       prof_.mark(Profiler::kAttnBwd);
       const attn::NormRotary q_norm{a.rstd_q, rot_}, k_norm{a.rstd_k, rot_};
+      if (at_attention) at_attention(i);
       ok(attn::attention_backward(a.qn, a.kn, a.v, a.y, dy_, a.lse, dq_, dk_, dv_, ws_, T, H, Dh, mask(), 0, &q_norm, &k_norm));
       // v = a0 v_lin + a1 ve (ve gathered from its table again): d ve = a1 dv goes straight into
       // the table's gradient (summed by token, rounded to bf16 as a tensor of it would be), the

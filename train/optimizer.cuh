@@ -22,7 +22,9 @@
 //     over its owned matrices of one shape, Muon's update;
 //   the exchange of its new bf16 weights (gather, after the update);
 // so that a point's work before the end runs beside the backward of the layers below (with one
-// GPU too, where there is no exchange). wait() makes the compute stream wait for the last of it.
+// GPU too, where there is no exchange). The trainer calls ready(point) at the point, or, with
+// --grad-sync embeddings, with the next layer's attention backward (train/exchange_windows.h).
+// wait() makes the compute stream wait for the last of it.
 //
 // The arithmetic is the unsharded optimiser's, element by element (layers/multi_tensor.cuh, each
 // stage tested against the one-tensor kernels of layers/adam.cuh and layers/muon.cuh). A

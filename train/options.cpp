@@ -98,7 +98,8 @@ std::vector<Row> table(Options& o) {
       text("--resume", o.resume, log, "continue from this checkpoint (same configuration only)"),
       text("--grad-sync", o.grad_sync, log,
            "end (the gradients' exchange and the optimiser's update after the backward, in large collectives), embeddings (the "
-           "head's and the value embeddings' during the backward as their gradients become final, the rest after it) or overlap "
+           "head's and the value embeddings' during the backward, each started with the attention backward of the layer after "
+           "its gradients became final, the rest after it) or overlap "
            "(each layer's during the backward, which on one host slows the backward more than it saves)",
            {"end", "embeddings", "overlap"}),
       text("--grad-exchange", o.grad_exchange, Role::kDefinesRunIfSet,

@@ -27,7 +27,8 @@
 //     are final (the head after the forward, value_embed.j after layer j) while a layer's
 //     backward still follows; the rest (the block matrices, staged; the token embedding and the
 //     scalars) at point -1. The largest tensors' exchange then runs beside the backward, in a
-//     few large collectives, and the matrices' stays in the staged ones;
+//     few large collectives (each started with the next layer's attention backward:
+//     train/exchange_windows.h), and the matrices' stays in the staged ones;
 //   kOverlap: every piece at the point where its gradient is final.
 //
 // Bytes on the wire, a rank's share of what the ring algorithms send, for S bytes exchanged:

@@ -69,8 +69,8 @@ int main() {
       if (where == -1) std::printf("  L=%d: point %d starts at the end of the backward\n", L, p);
       else std::printf("  L=%d: point %d starts with the attention backward of layer %d\n", L, p, where);
 
-    // windows off (--grad-sync end, overlap; one GPU too): every point starts at itself, and
-    // points without an exchange start nothing
+    // windows off (--grad-sync end, overlap): every point starts at itself, those without an
+    // exchange too (the optimiser has nothing to do at them)
     train::ExchangeWindows off(false, points);
     int self = 0, total = 0;
     for (int p = L; p >= -1; p--) {

@@ -6,11 +6,12 @@
 // matmuls, whose persistent grids (one block an SM, tiles dealt out at launch) then wait for the
 // SMs it holds: the backward stalls for about as long as the collective runs. The attention
 // backward's blocks are scheduled by the GPU one by one as SMs free up, so a collective started
-// with it takes a few SMs from it instead. A point's exchange (a slice of a 50304 x 768 table:
-// its reduce-scatter, Adam on the slice, the all-gather) takes less than one layer's attention
-// backward of a speedrun sequence, so each point waits for the next such window and takes it
-// alone; what is still waiting at the end of the backward starts there, before the point at the
-// end. Nothing changes what is summed or in which order: only when.
+// with it takes a few SMs from it instead. Each point waits for the next such window and takes
+// it alone, so that one collective at a time starts beside an attention backward (the points
+// are slices of 50304 x 768 tables: their reduce-scatter, Adam on the slice, the all-gather);
+// what is still waiting at the end of the backward starts there, in order, before the point at
+// the end. Nothing changes what is summed or in which order: only when
+// (results/scaling/, "The ranks' spread, and the embeddings' exchange in attention windows").
 #pragma once
 #include <deque>
 #include <set>
@@ -21,8 +22,9 @@ namespace train {
 
 class ExchangeWindows {
  public:
-  // on: wait for windows (else every point starts at itself); points: those with an exchange
-  // (the others start nothing and take no window).
+  // on: wait for windows (else every point starts at itself, whether it has an exchange or not);
+  // points: those with an exchange (with the windows on, the others start nothing and take no
+  // window).
   ExchangeWindows(bool on, std::set<int> points) : on_(on), points_(std::move(points)) {}
   // The gradients of a point are final (-1: the end of the backward): the points whose exchange
   // starts now, in order.

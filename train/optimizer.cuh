@@ -23,7 +23,8 @@
 //   the exchange of its new bf16 weights (gather, after the update);
 // so that a point's work before the end runs beside the backward of the layers below (with one
 // GPU too, where there is no exchange). The trainer calls ready(point) at the point, or, with
-// --grad-sync embeddings, with the next layer's attention backward (train/exchange_windows.h).
+// --grad-sync embeddings, with the next layer's attention backward (train/exchange_windows.h;
+// the point at the end still at the end).
 // wait() makes the compute stream wait for the last of it.
 //
 // The arithmetic is the unsharded optimiser's, element by element (layers/multi_tensor.cuh, each

@@ -282,6 +282,7 @@ struct FlopCounter {
 struct Timing {
   double train_ms = 0, flops = 0, targets = 0, reduce_ms = 0, gather_ms = 0, exposed_ms = 0, update_ms = 0, peak_mem = 0;
   std::vector<double> step_ms;
+  std::vector<double> compute_ms;  // several ranks: this rank's forward and backward, a step
 };
 
 // Test-only fault injection (--fault RANK:STEP:KIND, checked when parsed): crash throws an
@@ -333,6 +334,32 @@ static void log_startup(train::RunLog& log) {
   log.event("startup", {{"startup_s", s}});
 }
 
+// Each rank's time a step (several ranks: its forward and backward), gathered: rank 0's mean, the
+// least and most of the ranks' means, and the mean over the steps of the most less the least.
+// Collective: every rank calls it with as many steps.
+struct RankSpread {
+  double rank0 = 0, least = 0, most = 0, apart = 0;
+};
+static RankSpread rank_spread(const dist::Context& ctx, const std::vector<double>& mine) {
+  const size_t n = mine.size(), R = (size_t)ctx.world;
+  std::vector<double> all(R * n, 0.0);  // rank r's steps at r n..: the sum over the ranks gathers them
+  std::copy(mine.begin(), mine.end(), all.begin() + (size_t)ctx.rank * n);
+  dist::sum(ctx, all.data(), (int)all.size());
+  RankSpread s;
+  if (n == 0) return s;
+  std::vector<double> mean(R, 0.0);
+  for (size_t r = 0; r < R; r++) {
+    for (size_t i = 0; i < n; i++) mean[r] += all[r * n + i] / n;
+  }
+  s.rank0 = mean[0], s.least = *std::min_element(mean.begin(), mean.end()), s.most = *std::max_element(mean.begin(), mean.end());
+  for (size_t i = 0; i < n; i++) {
+    double lo = all[i], hi = all[i];
+    for (size_t r = 1; r < R; r++) lo = std::min(lo, all[r * n + i]), hi = std::max(hi, all[r * n + i]);
+    s.apart += (hi - lo) / n;
+  }
+  return s;
+}
+
 // The end of the run: speed, MFU, memory, the all-reduce, the profile.
 static void report(const Options& o, const dist::Context& ctx, const cudaDeviceProp& prop, Timing& t, gpt::Model& model,
                    const Optimizer& opt, const train::DataParallel* dp, train::RunLog& log) {
@@ -346,6 +373,7 @@ static void report(const Options& o, const dist::Context& ctx, const cudaDeviceP
   const double reduce_rank = timed_steps > 0 ? t.reduce_ms / timed_steps : 0.0;
   const double reduce_most = dist::max(ctx, reduce_rank), reduce_least = -dist::max(ctx, -reduce_rank);
   char b[512];
+  RankSpread spread;
   if (timed_steps > 0) {
     const double tok_s = sums[1] / (t.train_ms / 1e3);  // predicted targets: all tokens without a prefix
     const double peak = peak_flops(prop.name) * ctx.world, mfu = peak > 0 ? sums[0] / (t.train_ms / 1e3) / peak : NAN;
@@ -373,12 +401,21 @@ static void report(const Options& o, const dist::Context& ctx, const cudaDeviceP
                     ex, t.reduce_ms / timed_steps, reduce_least, reduce_most, t.gather_ms / timed_steps, o.grad_sync.c_str(), exposed, hid,
                     wire.total() / 1e6, o.grad_exchange.c_str(), before.total() / 1e6);
       log.note(b);
+      const RankSpread f = rank_spread(ctx, t.compute_ms);
+      std::snprintf(b, sizeof(b),
+                    "train_gpt: forward and backward %.1f ms a step on rank 0 (%.1f to %.1f over the ranks' means); the ranks end "
+                    "them %.1f ms apart a step (the mean over the steps of the last rank's time less the first's)",
+                    f.rank0, f.least, f.most, f.apart);
+      log.note(b);
+      spread = f;
     }
     log.event("summary", {{"timed_steps", timed_steps}, {"median_step_ms", median(t.step_ms)}, {"tokens_per_s", tok_s},
                           {"mfu", std::isfinite(mfu) ? mfu : 0.0}, {"peak_memory_mib", t.peak_mem / (1 << 20)},
                           {"reduce_ms", t.reduce_ms / timed_steps}, {"reduce_ms_least_rank", reduce_least},
                           {"reduce_ms_most_rank", reduce_most}, {"gather_ms", t.gather_ms / timed_steps},
-                          {"exposed_ms", t.exposed_ms / timed_steps}, {"optimizer_ms", t.update_ms / timed_steps}});
+                          {"exposed_ms", t.exposed_ms / timed_steps}, {"optimizer_ms", t.update_ms / timed_steps},
+                          {"compute_ms", spread.rank0}, {"compute_ms_least_rank", spread.least}, {"compute_ms_most_rank", spread.most},
+                          {"compute_ms_apart", spread.apart}});
   }
   if (o.profile > 0) log.note(model.profiler().table());
 }
@@ -470,6 +507,7 @@ class Trainer {
     gpt::Profiler& prof = model_.profiler();
     prof.on = o_.profile > 0 && timed && step < 10 + o_.profile;
     const auto t0 = std::chrono::steady_clock::now();
+    if (dp_) dp_->step_start();
     model_.zero_grad();
     opt_.begin_step(model_, mm_, step, sched_, dp_.get());
     train::LossMean tl;
@@ -590,6 +628,7 @@ class Trainer {
     if (dp_) {  // read every step: reading resets the exchange's per-step records
       const auto t = dp_->times();
       if (timed) timing_.reduce_ms += t.reduce_ms, timing_.gather_ms += t.gather_ms, timing_.exposed_ms += t.exposed_ms;
+      if (timed) timing_.compute_ms.push_back(t.compute_ms);
     }
     size_t free_b = 0, total_b = 0;
     if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) timing_.peak_mem = std::max(timing_.peak_mem, (double)(total_b - free_b));

@@ -304,6 +304,12 @@ if gpu_count() >= 2 and shutil.which("mpirun"):
     lo, hi, r0 = summ.get("reduce_ms_least_rank", -1), summ.get("reduce_ms_most_rank", -1), summ.get("reduce_ms", -1)
     check("2 GPUs: the gradients' time over the ranks brackets rank 0's (0 < least <= rank 0 <= most), in the log line too",
           0 < lo <= r0 <= hi and " over the ranks; weights " in out2, f"{summ} {out2[-800:]}")
+    # the forward and backward over the ranks: rank 0's mean between the least and most means;
+    # the steps' mean spread at least the means' (a mean of maxima is at least the maximum of means)
+    clo, chi, c0, apart = (summ.get(k, -1) for k in ("compute_ms_least_rank", "compute_ms_most_rank", "compute_ms", "compute_ms_apart"))
+    check("2 GPUs: the forward and backward over the ranks brackets rank 0's, the steps' spread at least the means', in the log",
+          0 < clo <= c0 <= chi and apart >= (chi - clo) - 1e-9 and "forward and backward" in out2 and "apart a step" in out2,
+          f"{summ} {out2[-800:]}")
 
     # faults: every case must end the job, non-zero, naming the rank, well within the limit
     for kind, flags, want in [

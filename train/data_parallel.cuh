@@ -59,7 +59,7 @@ class DataParallel {
     dist::broadcast(ctx, &id, sizeof(id), 0);
     nccl_ok(ncclCommInitRank(&comm_, ctx.world, id, ctx.rank), "ncclCommInitRank");
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "data parallel: communication stream");
-    for (cudaEvent_t* e : {&host_wait_, &compute_done_, &comm_done_}) cuda_check(cudaEventCreate(e), "data parallel: event");
+    for (cudaEvent_t* e : {&host_wait_, &step_start_, &compute_done_, &comm_done_}) cuda_check(cudaEventCreate(e), "data parallel: event");
     if (bf16_grads) cuda_check(cudaMalloc(&scratch_, n * sizeof(__nv_bfloat16)), "data parallel: bf16 gradient buffer");
     if (stage_rank) {
       const size_t s = stage_rank * ctx.world;
@@ -75,7 +75,7 @@ class DataParallel {
     if (comm_) std::uncaught_exceptions() ? ncclCommAbort(comm_) : ncclCommDestroy(comm_);
     if (stream_) cudaStreamDestroy(stream_);
     for (void* p : {(void*)scratch_, (void*)gstage_, (void*)wstage_}) cudaFree(p);
-    for (cudaEvent_t e : {host_wait_, compute_done_, comm_done_}) cudaEventDestroy(e);
+    for (cudaEvent_t e : {host_wait_, step_start_, compute_done_, comm_done_}) cudaEventDestroy(e);
     for (const std::vector<Timed>* list : {&reduce_, &gather_})
       for (const Timed& t : *list) cudaEventDestroy(t.start), cudaEventDestroy(t.end);
   }
@@ -192,6 +192,11 @@ class DataParallel {
     cuda_check(cudaEventRecord(comm_done_, stream_), "data parallel: event");
     cuda_check(cudaStreamWaitEvent(0, comm_done_, 0), "data parallel: stream wait");
   }
+  // A step's work starts on the compute stream (its forward and backward are timed from here to wait()).
+  void step_start() {
+    cuda_check(cudaEventRecord(step_start_, 0), "data parallel: event");
+    started_ = true;
+  }
   // The compute stream waits for every collective enqueued; the time it waits is "exposed".
   void wait() {
     cuda_check(cudaEventRecord(compute_done_, 0), "data parallel: event");
@@ -229,10 +234,11 @@ class DataParallel {
   }
 
   // After sync(): the step's time in the gradients' and the weights' collectives (summed over
-  // the points, as they ran beside the backward), and how long the compute stream waited at
-  // wait() for the last of them.
+  // the points, as they ran beside the backward), how long the compute stream waited at wait()
+  // for the last of them, and the compute stream's time from step_start() to wait() (this rank's
+  // forward and backward, its waits for the host included).
   struct StepTimes {
-    double reduce_ms = 0, gather_ms = 0, exposed_ms = 0;
+    double reduce_ms = 0, gather_ms = 0, exposed_ms = 0, compute_ms = 0;
   };
   StepTimes times() {
     StepTimes r;
@@ -240,7 +246,8 @@ class DataParallel {
       for (size_t i = 0; i < used(list); i++) *ms += elapsed((*list)[i].start, (*list)[i].end);
     }
     if (waited_) r.exposed_ms = std::max(0.0, elapsed(compute_done_, comm_done_));
-    waited_ = false;
+    if (waited_ && started_) r.compute_ms = elapsed(step_start_, compute_done_);
+    waited_ = started_ = false;
     used_reduce_ = used_gather_ = 0;
     return r;
   }
@@ -285,8 +292,8 @@ class DataParallel {
   cudaStream_t stream_ = nullptr;
   std::vector<Timed> reduce_, gather_;
   size_t used_reduce_ = 0, used_gather_ = 0;
-  cudaEvent_t host_wait_ = nullptr, compute_done_ = nullptr, comm_done_ = nullptr;
-  bool waited_ = false;
+  cudaEvent_t host_wait_ = nullptr, step_start_ = nullptr, compute_done_ = nullptr, comm_done_ = nullptr;
+  bool waited_ = false, started_ = false;
 };
 
 }  // namespace train

@@ -211,6 +211,20 @@ static train::Sync grad_sync(const Options& o) {
 }
 
 // The points of the backward with an exchange and update of their own (train/exchange_windows.h).
+// The allocator of the model's weights and gradients: memory the copy engines can reach on every
+// rank when the collectives run on them (train/data_parallel.cuh), else nullptr (cudaMalloc).
+static const gpt::ExchangeAllocator* exchange_allocator(const Options& o, const dist::Context& ctx) {
+  static const gpt::ExchangeAllocator shared{train::DataParallel::exchange_alloc, train::DataParallel::exchange_free};
+  return ctx.world > 1 && o.collectives == "copy-engines" ? &shared : nullptr;
+}
+// The most elements one slice piece of the plan spans (the copy engines' receive buffer).
+static size_t largest_slice(const train::ShardPlan& plan) {
+  size_t m = 0;
+  for (const auto& kv : plan.points)
+    for (const train::Piece& p : kv.second)
+      if (p.kind == train::Piece::kSlice) m = std::max(m, p.span);
+  return m;
+}
 static std::set<int> points_of(const train::ShardPlan& plan) {
   std::set<int> points;
   for (const auto& [point, pieces] : plan.points) points.insert(point);
@@ -396,9 +410,10 @@ static void report(const Options& o, const dist::Context& ctx, const cudaDeviceP
       if (o.grad_sync != "end")  // (the exposed time holds the optimiser's update after the backward too)
         std::snprintf(hid, sizeof(hid), "%.0f%% hidden, the optimiser's tail included", ex > 0 ? 100 * (1 - exposed / ex) : 0.0);
       std::snprintf(b, sizeof(b),
-                    "train_gpt: exchange %.1f ms a step (gradients %.1f, %.1f to %.1f over the ranks; weights %.1f; --grad-sync %s), "
+                    "train_gpt: exchange %.1f ms a step (gradients %.1f, %.1f to %.1f over the ranks; weights %.1f; --grad-sync %s; %s), "
                     "%.1f ms exposed (%s); %.0f MB a rank a step (%s gradients; an fp32 all-reduce with Muon's broadcast: %.0f MB)",
-                    ex, t.reduce_ms / timed_steps, reduce_least, reduce_most, t.gather_ms / timed_steps, o.grad_sync.c_str(), exposed, hid,
+                    ex, t.reduce_ms / timed_steps, reduce_least, reduce_most, t.gather_ms / timed_steps, o.grad_sync.c_str(),
+                    dp->copy_engines() ? "slices on the copy engines" : "kernel collectives", exposed, hid,
                     wire.total() / 1e6, o.grad_exchange.c_str(), before.total() / 1e6);
       log.note(b);
       const RankSpread f = rank_spread(ctx, t.compute_ms);
@@ -415,7 +430,7 @@ static void report(const Options& o, const dist::Context& ctx, const cudaDeviceP
                           {"reduce_ms_most_rank", reduce_most}, {"gather_ms", t.gather_ms / timed_steps},
                           {"exposed_ms", t.exposed_ms / timed_steps}, {"optimizer_ms", t.update_ms / timed_steps},
                           {"compute_ms", spread.rank0}, {"compute_ms_least_rank", spread.least}, {"compute_ms_most_rank", spread.most},
-                          {"compute_ms_apart", spread.apart}});
+                          {"compute_ms_apart", spread.apart}, {"copy_engines", dp != nullptr && dp->copy_engines()}});
   }
   if (o.profile > 0) log.note(model.profiler().table());
 }
@@ -428,13 +443,14 @@ class Trainer {
  public:
   Trainer(const Options& o, const dist::Context& ctx)
       : o_(o), ctx_(ctx), resume_from_(before_the_gpu(o, ctx)), data_(o, ctx), prop_(open_gpu(ctx)), cfg_(model_config(o)),
-        sched_(schedule(o)), model_(cfg_, o.seq_len), opt_(model_.layout(), o.layers, ctx.rank, ctx.world, grad_sync(o)),
+        sched_(schedule(o)), model_(cfg_, o.seq_len, 16384, exchange_allocator(o, ctx)), opt_(model_.layout(), o.layers, ctx.rank, ctx.world, grad_sync(o)),
         windows_(grad_sync(o) == train::Sync::kEmbeddings, points_of(opt_.plan())),
         reader_(o.seq_len, cfg_.mask), batch_(o.seq_len), next_(o.seq_len), hand_out_(data_.schedule, o.seq_len, o.balance_ranks), flops_(o, model_.layout()) {
     model_.load(model::init_values(model_.layout(), o.seed));
     if (ctx.world > 1)
       dp_ = std::make_unique<train::DataParallel>(ctx, model_.grads(), model_.weights(), model_.layout().size(), o.grad_exchange == "bf16",
-                                                  opt_.plan().staged ? opt_.plan().stage_rank : 0, o.timeout);
+                                                  opt_.plan().staged ? opt_.plan().stage_rank : 0, o.timeout,
+                                                  o.collectives == "copy-engines", largest_slice(opt_.plan()));
     if (dp_) {
       // the tuned matmuls' host waits (a shape's first call) get the deadline too: Muon's
       // products run on the optimiser's stream after the exchange of their gradients

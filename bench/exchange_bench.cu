@@ -6,6 +6,8 @@
 // weights the same way back); the same without the scalars' all-reduces (a few dozen values in
 // as many collectives: what they cost); and one reduce-scatter of the whole fp32 gradient buffer
 // and one all-gather of the whole bf16 weight buffer (the collectives' own rate at the same bytes).
+// Each twice: on NCCL's kernels and on the copy engines (--collectives: the slices' reduce-scatters
+// as an all-to-all and a sum, the all-gathers copied; the buffers in symmetric windows).
 //
 //   mpirun -np N build/bench/exchange_bench [--reps 20] [--layers 12 --width 768 --hidden 3072 --vocab 50304]
 //
@@ -47,8 +49,12 @@ struct Row {
 // at point -1, as train/optimizer.cuh issues them; returns the medians of the two phases.
 void time_exchange(const dist::Context& ctx, float* grads, __nv_bfloat16* weights, const __nv_bfloat16* source, size_t n,
                    const std::vector<train::Piece>& matrices, const std::vector<train::Piece>& others, size_t stage_rank, int reps,
-                   Row* row) {
-  train::DataParallel dp(ctx, grads, weights, n, false, stage_rank, 300.0);
+                   bool copy_engines, Row* row) {
+  size_t max_slice = 0;
+  for (const train::Piece& p : others)
+    if (p.kind == train::Piece::kSlice) max_slice = std::max(max_slice, p.span);
+  train::DataParallel dp(ctx, grads, weights, n, false, stage_rank, 300.0, copy_engines, max_slice);
+  if (copy_engines && !dp.copy_engines()) throw std::runtime_error("NCCL could not register the buffers for its copy engines");
   cudaEvent_t ready;
   cuda_check(cudaEventCreate(&ready), "event");
   std::vector<double> g, w;
@@ -112,48 +118,53 @@ int run(int argc, char** argv, const dist::Context& ctx) {
   const size_t n = layout.size(), N = (size_t)ctx.world;
   float* grads = nullptr;
   __nv_bfloat16 *weights = nullptr, *source = nullptr;
-  cuda_check(cudaMalloc(&grads, n * sizeof(float)), "gradient buffer");
-  cuda_check(cudaMalloc(&weights, n * sizeof(__nv_bfloat16)), "weight buffer");
+  // (as the trainer allocates them: memory the copy engines reach on every rank)
+  grads = (float*)train::DataParallel::exchange_alloc(n * sizeof(float));
+  weights = (__nv_bfloat16*)train::DataParallel::exchange_alloc(n * sizeof(__nv_bfloat16));
+  if (!grads || !weights) throw std::runtime_error("cannot allocate the gradient and weight buffers");
   cuda_check(cudaMalloc(&source, n * sizeof(__nv_bfloat16)), "random values");
   cuda_check(bench::fill_random(source, n, 1234u + ctx.rank), "random values");
   cuda_check(cudaMemcpy(weights, source, n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToDevice), "weight buffer");
 
   std::vector<Row> rows;
   const double f = (double)(N - 1) / N;
-  for (bool scalars : {true, false}) {  // the second leaves out the scalars' all-reduces: what they cost
-    const train::ShardPlan plan = train::shard_plan(layout, cfg.layers, ctx.world, ctx.rank, train::Sync::kEnd);
-    std::vector<train::Piece> matrices, others;
-    const train::WireBytes wire = train::wire_bytes(plan, 4);
-    double grad_bytes = wire.grads;
-    for (const train::Piece& p : plan.points.at(-1)) {
-      if (!scalars && model::group_of(layout.tensors[p.tensor]) == model::ParamGroup::kScalar) {
-        grad_bytes -= 2 * f * (double)p.span * 4;  // (an all-reduce's bytes)
-        continue;
+  for (bool ce : {false, true}) {  // kernels, then copy engines
+    for (bool scalars : {true, false}) {  // the second leaves out the scalars' all-reduces: what they cost
+      const train::ShardPlan plan = train::shard_plan(layout, cfg.layers, ctx.world, ctx.rank, train::Sync::kEnd);
+      std::vector<train::Piece> matrices, others;
+      const train::WireBytes wire = train::wire_bytes(plan, 4);
+      double grad_bytes = wire.grads;
+      for (const train::Piece& p : plan.points.at(-1)) {
+        if (!scalars && model::group_of(layout.tensors[p.tensor]) == model::ParamGroup::kScalar) {
+          grad_bytes -= 2 * f * (double)p.span * 4;  // (an all-reduce's bytes)
+          continue;
+        }
+        (p.kind == train::Piece::kMatrix ? matrices : others).push_back(p);
       }
-      (p.kind == train::Piece::kMatrix ? matrices : others).push_back(p);
+      int slices = 0;
+      for (const train::Piece& p : others) slices += p.kind == train::Piece::kSlice;
+      Row r{std::string(scalars ? "the trainer's" : "the trainer's, no scalars") + (ce ? ", copy" : ""), 1 + (int)others.size(), 1 + slices,
+            grad_bytes, wire.weights, 0, 0};
+      time_exchange(ctx, grads, weights, source, n, matrices, others, plan.stage_rank, reps, ce, &r);
+      rows.push_back(r);
     }
-    int slices = 0;
-    for (const train::Piece& p : others) slices += p.kind == train::Piece::kSlice;
-    Row r{scalars ? "the trainer's" : "the trainer's, no scalars", 1 + (int)others.size(), 1 + slices, grad_bytes, wire.weights, 0, 0};
-    time_exchange(ctx, grads, weights, source, n, matrices, others, plan.stage_rank, reps, &r);
-    rows.push_back(r);
   }
-  {
+  for (bool ce : {false, true}) {
     const size_t q = n / N;
     const train::Piece whole{train::Piece::kSlice, 0, 0, q * N, q * (size_t)ctx.rank, q, -1};
-    Row r{"one collective each way", 1, 1, f * 4.0 * q * N, f * 2.0 * q * N, 0, 0};
-    time_exchange(ctx, grads, weights, source, n, {}, {whole}, 0, reps, &r);
+    Row r{std::string("one collective each way") + (ce ? ", copy" : ""), 1, 1, f * 4.0 * q * N, f * 2.0 * q * N, 0, 0};
+    time_exchange(ctx, grads, weights, source, n, {}, {whole}, 0, reps, ce, &r);
     rows.push_back(r);
   }
-  cudaFree(grads), cudaFree(weights), cudaFree(source);
+  train::DataParallel::exchange_free(grads), train::DataParallel::exchange_free(weights), cudaFree(source);
   if (ctx.rank == 0) {
     cudaDeviceProp prop;
     cuda_check(cudaGetDeviceProperties(&prop, ctx.local_rank), "device properties");
     std::printf("exchange_bench: %d ranks, %s, %zu parameters (fp32 gradients, bf16 weights), median of %d\n", ctx.world, prop.name, n, reps);
-    std::printf("%-26s %5s %9s %12s %10s %10s %10s %10s %7s\n", "exchange", "ops", "grads MB", "gradients ms", "busbw GB/s", "weights MB",
+    std::printf("%-32s %5s %9s %12s %10s %10s %10s %10s %7s\n", "exchange", "ops", "grads MB", "gradients ms", "busbw GB/s", "weights MB",
                 "weights ms", "busbw GB/s", "sum ms");
     for (const Row& r : rows)
-      std::printf("%-26s %2d+%-2d %9.0f %12.2f %10.1f %10.0f %10.2f %10.1f %7.2f\n", r.name.c_str(), r.grad_ops, r.weight_ops,
+      std::printf("%-32s %2d+%-2d %9.0f %12.2f %10.1f %10.0f %10.2f %10.1f %7.2f\n", r.name.c_str(), r.grad_ops, r.weight_ops,
                   r.grad_bytes / 1e6, r.grad_ms, r.grad_bytes / r.grad_ms / 1e6, r.weight_bytes / 1e6, r.weight_ms,
                   r.weight_bytes / r.weight_ms / 1e6, r.grad_ms + r.weight_ms);
   }

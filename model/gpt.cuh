@@ -68,18 +68,36 @@ using ::cuda_check;  // common/cuda_check.h
 
 static_assert(model::kIgnoreTarget == layers::kIgnoreTarget, "the batch's dropped target is the loss kernel's ignored one");
 
+// Where the buffers that a data-parallel exchange reads and writes (the bf16 weights and the
+// fp32 gradients) are allocated, when not by cudaMalloc: the exchange's copy engines need memory
+// that every rank can map (train/data_parallel.cuh). alloc returns nullptr when it cannot.
+struct ExchangeAllocator {
+  std::function<void*(size_t bytes)> alloc;
+  std::function<void(void*)> free;
+};
+
 class Model {
  public:
   // T: tokens per forward (documents start at cfg.mask.bos tokens); head_chunk: rows of the lm
-  // head computed at once (16384 x 50304 bf16: 1.6 GB, reused by every chunk).
-  Model(const model::Config& cfg, int T, int head_chunk = 16384)
+  // head computed at once (16384 x 50304 bf16: 1.6 GB, reused by every chunk); exchange: the
+  // allocator of the weights and the gradients (nullptr: cudaMalloc).
+  Model(const model::Config& cfg, int T, int head_chunk = 16384, const ExchangeAllocator* exchange = nullptr)
       : cfg_(cfg), layout_(cfg), at_(resolve(layout_, cfg.layers)), T_(T), chunk_(std::min(T, head_chunk)) {
     if (cfg.head_dim() != 64 && cfg.head_dim() != 128) throw std::invalid_argument("head dim must be 64 or 128 (attention kernel)");
     if (cfg.width % 8 || cfg.hidden % 8 || cfg.vocab % 8) throw std::invalid_argument("width, hidden and vocab must be multiples of 8");
     const size_t n = layout_.size(), TC = (size_t)T * cfg.width, TF = (size_t)T * cfg.hidden, TH = (size_t)T * cfg.heads;
-    alloc(&w16_, n * sizeof(bf16));
+    if (exchange) {
+      exchange_free_ = exchange->free;
+      for (auto [p, bytes] : {std::pair<void**, size_t>{(void**)&w16_, n * sizeof(bf16)}, {(void**)&g32_, n * sizeof(float)}}) {
+        *p = exchange->alloc(bytes);
+        if (!*p) throw std::runtime_error("out of GPU memory: asked for " + std::to_string(bytes >> 20) + " MiB for the exchanged buffers");
+        exchanged_.push_back(*p);
+      }
+    } else {
+      alloc(&w16_, n * sizeof(bf16));
+      alloc(&g32_, n * sizeof(float));
+    }
     alloc(&w32_, n * sizeof(float));
-    alloc(&g32_, n * sizeof(float));
     for (bf16** p : {&emb_, &x0_, &x_, &hf_, &dhf_, &dx_, &dx0_, &dh_, &dy_, &dq_, &dk_, &dv_, &t1_}) alloc(p, TC * sizeof(bf16));
     alloc(&du_, TF * sizeof(bf16));
     set_fused_mlp(gemm::available());  // the unfused path allocates dr_
@@ -126,6 +144,7 @@ class Model {
   ~Model() {
     cudaDeviceSynchronize();  // no copy into or out of the pinned buffers is left in flight
     for (void* p : buffers_) cudaFree(p);
+    for (void* p : exchanged_) exchange_free_(p);
     for (void* p : pinned_) cudaFreeHost(p);
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
   }
@@ -571,6 +590,8 @@ class Model {
   layers::Matmul mm_;
   Profiler prof_;
   std::vector<void*> buffers_, pinned_;
+  std::vector<void*> exchanged_;              // the weights and gradients, when an exchange allocator made them
+  std::function<void(void*)> exchange_free_;
   std::vector<cudaEvent_t> events_;
   Staging staging_[2];
   unsigned staged_ = 0;                 // forwards uploaded so far (the set used next: staged_ % 2)

@@ -20,6 +20,21 @@
 // reduce-scatter; the owners' Muon reads its sums there and writes the new bf16 weights into the
 // weights' staging buffer, which gather_staged all-gathers and copies back into the model.
 //
+// Copy engines (--collectives copy-engines, the default): the slices' reduce-scatters (each
+// embedding's and the head's, and the staged matrices') run as an all-to-all that the GPUs' copy
+// engines carry over NVLink (NCCL's zero-CTA policy, on buffers registered as symmetric windows),
+// then a kernel adds the N slices that arrived in rank order (layers/sum_slices.cuh); the
+// all-gathers run on the copy engines alone. Kernel collectives hold SMs for as long as they run,
+// and the trainer's persistent matmuls wait for every SM they hold; the copy engines hold none,
+// so a collective can run beside the backward at the cost of the sum's short passes. The
+// weights, the gradients and the staging buffers then come from exchange_alloc() (memory every
+// rank of the host can map). Where NCCL cannot register them (ranks on several hosts), every
+// collective runs as kernels (copy_engines() says which). The all-reduces of the remainders and
+// scalars, and in --grad-sync overlap the matrices' reduces and broadcasts, stay kernels, as do
+// the gradients' collectives with --grad-exchange bf16. The sum in rank order is fixed, as NCCL's
+// ring is; the two add N > 2 values in different orders, so their sums differ in the last bits
+// (two values: one addition either way, the same bits).
+//
 // Every rank applies the same arithmetic to the same sums and receives the same bf16 weights: the
 // replicas' weights stay bit-identical, which --check-replicas verifies after every step.
 //
@@ -41,6 +56,7 @@
 
 #include "common/cuda_check.h"
 #include "layers/cast.cuh"
+#include "layers/sum_slices.cuh"
 #include "train/dist.h"
 #include "train/shard_plan.h"
 
@@ -48,11 +64,13 @@ namespace train {
 
 class DataParallel {
  public:
-  // grads, weights: the model's flat buffers of n elements; bf16_grads: --grad-exchange bf16;
-  // stage_rank: elements of a rank's region of the staging buffers (0: none); timeout_s: the
-  // longest wait for a collective.
+  // grads, weights: the model's flat buffers of n elements (from exchange_alloc() when
+  // copy_engines); bf16_grads: --grad-exchange bf16; stage_rank: elements of a rank's region of
+  // the staging buffers (0: none); timeout_s: the longest wait for a collective; copy_engines:
+  // --collectives copy-engines; max_slice: the most elements a slice piece spans (the all-to-all's
+  // receive buffer holds that many, or the staging buffer's, whichever is larger).
   DataParallel(const dist::Context& ctx, float* grads, __nv_bfloat16* weights, size_t n, bool bf16_grads, size_t stage_rank,
-               double timeout_s)
+               double timeout_s, bool copy_engines = false, size_t max_slice = 0)
       : ctx_(ctx), grads_(grads), weights_(weights), n_(n), bf16_grads_(bf16_grads), stage_rank_(stage_rank), timeout_s_(timeout_s) {
     ncclUniqueId id;
     if (ctx.rank == 0) nccl_ok(ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -63,18 +81,25 @@ class DataParallel {
     if (bf16_grads) cuda_check(cudaMalloc(&scratch_, n * sizeof(__nv_bfloat16)), "data parallel: bf16 gradient buffer");
     if (stage_rank) {
       const size_t s = stage_rank * ctx.world;
-      cuda_check(cudaMalloc(&gstage_, s * sizeof(float)), "data parallel: gradient staging buffer");
-      cuda_check(cudaMalloc(&wstage_, s * sizeof(__nv_bfloat16)), "data parallel: weight staging buffer");
+      gstage_ = (float*)buffer(s * sizeof(float), copy_engines, "data parallel: gradient staging buffer");
+      wstage_ = (__nv_bfloat16*)buffer(s * sizeof(__nv_bfloat16), copy_engines, "data parallel: weight staging buffer");
       cuda_check(cudaMemset(gstage_, 0, s * sizeof(float)), "data parallel: gradient staging buffer");  // (the padding stays zero)
       cuda_check(cudaMemset(wstage_, 0, s * sizeof(__nv_bfloat16)), "data parallel: weight staging buffer");
     }
+    if (copy_engines) start_copy_engines(std::max(stage_rank * ctx.world, max_slice));
   }
   ~DataParallel() {
     // while an error unwinds, the peers may never join NCCL's collective tear-down: abort, which
     // returns at once, so that the error reaches main and MPI_Abort ends the job
-    if (comm_) std::uncaught_exceptions() ? ncclCommAbort(comm_) : ncclCommDestroy(comm_);
+    const bool unwinding = std::uncaught_exceptions() > 0;
+    if (ce_comm_ && !unwinding)
+      for (ncclWindow_t w : windows_) ncclCommWindowDeregister(ce_comm_, w);
+    if (ce_comm_) unwinding ? ncclCommAbort(ce_comm_) : ncclCommDestroy(ce_comm_);
+    if (comm_) unwinding ? ncclCommAbort(comm_) : ncclCommDestroy(comm_);
     if (stream_) cudaStreamDestroy(stream_);
-    for (void* p : {(void*)scratch_, (void*)gstage_, (void*)wstage_}) cudaFree(p);
+    cudaFree(scratch_);
+    for (void* p : {(void*)gstage_, (void*)wstage_, (void*)recv_})
+      if (p) shared_ ? (void)ncclMemFree(p) : (void)cudaFree(p);
     for (cudaEvent_t e : {host_wait_, step_start_, compute_done_, comm_done_}) cudaEventDestroy(e);
     for (const std::vector<Timed>* list : {&reduce_, &gather_})
       for (const Timed& t : *list) cudaEventDestroy(t.start), cudaEventDestroy(t.end);
@@ -87,6 +112,15 @@ class DataParallel {
   float* grad_stage() const { return gstage_; }
   __nv_bfloat16* weight_stage() const { return wstage_; }
   int rank() const { return ctx_.rank; }
+  bool copy_engines() const { return ce_; }
+
+  // The allocator of the buffers the copy engines read and write (the model's weights and
+  // gradients): memory that every rank of the host can map. nullptr when it cannot.
+  static void* exchange_alloc(size_t bytes) {
+    void* p = nullptr;
+    return ncclMemAlloc(&p, bytes) == ncclSuccess ? p : nullptr;
+  }
+  static void exchange_free(void* p) { ncclMemFree(p); }
   int world() const { return ctx_.world; }
   cudaStream_t stream() const { return stream_; }
 
@@ -100,8 +134,13 @@ class DataParallel {
     // backward when the exchange runs beside it)
     if (bf16_grads_)
       for (const Piece& p : pieces) cuda_check(layers::cast_to_bf16(grads_ + p.base, scratch_ + p.base, p.span, stream_), "bf16 gradients");
+    const bool ce = ce_ && !bf16_grads_;
+    if (ce)
+      for (const Piece& p : pieces)
+        if (p.kind == Piece::kSlice) reduce_scatter_ce(grads_ + p.base, p.span / ctx_.world);
     nccl_ok(ncclGroupStart(), "ncclGroupStart");
     for (const Piece& p : pieces) {
+      if (ce && p.kind == Piece::kSlice) continue;
       void* base = bf16_grads_ ? (void*)(scratch_ + p.base) : (void*)(grads_ + p.base);
       const ncclDataType_t type = bf16_grads_ ? ncclBfloat16 : ncclFloat32;
       const size_t elem = bf16_grads_ ? sizeof(__nv_bfloat16) : sizeof(float);
@@ -126,10 +165,17 @@ class DataParallel {
     cuda_check(cudaStreamWaitEvent(stream_, after, 0), "data parallel: stream wait");
     Timed& t = timed(&gather_);
     cuda_check(cudaEventRecord(t.start, stream_), "data parallel: event");
+    if (ce_)  // (the copy engines' collectives one by one, outside the kernels' group)
+      for (const Piece& p : pieces)
+        if (p.kind == Piece::kSlice) {
+          const size_t q = p.span / ctx_.world;
+          nccl_ok(ncclAllGather(weights_ + p.base + ctx_.rank * q, weights_ + p.base, q, ncclBfloat16, ce_comm_, stream_),
+                  "ncclAllGather (weights, copy engines)");
+        }
     nccl_ok(ncclGroupStart(), "ncclGroupStart");
     for (const Piece& p : pieces) {
       __nv_bfloat16* base = weights_ + p.base;
-      if (p.kind == Piece::kSlice) {
+      if (p.kind == Piece::kSlice && !ce_) {
         const size_t q = p.span / ctx_.world;
         nccl_ok(ncclAllGather(base + ctx_.rank * q, base, q, ncclBfloat16, comm_, stream_), "ncclAllGather (weights)");
       } else if (p.kind == Piece::kMatrix) {
@@ -154,7 +200,8 @@ class DataParallel {
       for (const Piece& p : matrices)
         cuda_check(cudaMemcpyAsync(gstage_ + p.stage, grads_ + p.base, p.span * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
                    "data parallel: staging");
-      nccl_ok(ncclReduceScatter(gstage_, gstage_ + ctx_.rank * q, q, ncclFloat32, ncclSum, comm_, stream_), "ncclReduceScatter (matrices)");
+      if (ce_) reduce_scatter_ce(gstage_, q);
+      else nccl_ok(ncclReduceScatter(gstage_, gstage_ + ctx_.rank * q, q, ncclFloat32, ncclSum, comm_, stream_), "ncclReduceScatter (matrices)");
     }
     cuda_check(cudaEventRecord(t.end, stream_), "data parallel: event");
     return t.end;
@@ -166,7 +213,7 @@ class DataParallel {
     Timed& t = timed(&gather_);
     cuda_check(cudaEventRecord(t.start, stream_), "data parallel: event");
     const size_t q = stage_rank_;
-    nccl_ok(ncclAllGather(wstage_ + ctx_.rank * q, wstage_, q, ncclBfloat16, comm_, stream_), "ncclAllGather (matrices)");
+    nccl_ok(ncclAllGather(wstage_ + ctx_.rank * q, wstage_, q, ncclBfloat16, ce_ ? ce_comm_ : comm_, stream_), "ncclAllGather (matrices)");
     for (const Piece& p : matrices)
       cuda_check(cudaMemcpyAsync(weights_ + p.base, wstage_ + p.stage, p.span * sizeof(__nv_bfloat16), cudaMemcpyDeviceToDevice, stream_),
                  "data parallel: staging");
@@ -215,17 +262,17 @@ class DataParallel {
       cudaError_t q = cudaEventQuery(host_wait_);
       if (q == cudaSuccess) break;
       if (q != cudaErrorNotReady) cuda_check(q, what.c_str());
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
-      if (async != ncclSuccess && async != ncclInProgress) {
-        ncclCommAbort(comm_);
-        comm_ = nullptr;
-        throw std::runtime_error(what + ": NCCL reported " + ncclGetErrorString(async) + " (a peer rank or the link failed)");
+      for (ncclComm_t c : {comm_, ce_comm_}) {
+        ncclResult_t async = ncclSuccess;
+        if (c) ncclCommGetAsyncError(c, &async);
+        if (async != ncclSuccess && async != ncclInProgress) {
+          abort_comms();
+          throw std::runtime_error(what + ": NCCL reported " + ncclGetErrorString(async) + " (a peer rank or the link failed)");
+        }
       }
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (s > timeout_s_) {
-        ncclCommAbort(comm_);
-        comm_ = nullptr;
+        abort_comms();
         throw std::runtime_error(what + ": no progress for " + std::to_string((int)timeout_s_) +
                                  " s (--timeout): another rank has stopped or failed");
       }
@@ -253,6 +300,46 @@ class DataParallel {
   }
 
  private:
+  // The copy engines' communicator (NCCL's zero-CTA policy) and the buffers it reads and writes,
+  // registered on every rank as symmetric windows; recv elements: the all-to-all's receive
+  // buffer. If any rank cannot register them, every rank goes on with kernel collectives.
+  void start_copy_engines(size_t recv) {
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+    nccl_ok(ncclCommSplit(comm_, 0, ctx_.rank, &ce_comm_, &cfg), "ncclCommSplit (copy engines)");
+    recv_ = (float*)buffer(recv * sizeof(float), true, "data parallel: all-to-all receive buffer");
+    bool ok = true;
+    for (auto [p, bytes] : {std::pair<void*, size_t>{grads_, n_ * sizeof(float)}, {weights_, n_ * sizeof(__nv_bfloat16)},
+                            {gstage_, stage_rank_ * ctx_.world * sizeof(float)}, {wstage_, stage_rank_ * ctx_.world * sizeof(__nv_bfloat16)},
+                            {recv_, recv * sizeof(float)}}) {
+      if (!p || !bytes) continue;
+      ncclWindow_t w = nullptr;
+      if (ncclCommWindowRegister(ce_comm_, p, bytes, &w, NCCL_WIN_COLL_SYMMETRIC) != ncclSuccess || !w) {
+        ok = false;  // (registering is collective: every rank tries every buffer, so that none waits for the others)
+        continue;
+      }
+      windows_.push_back(w);
+    }
+    ce_ = dist::max(ctx_, ok ? 0.0 : 1.0) == 0;
+  }
+  // This rank's slice of the sum over the ranks of x (N slices of q floats, in a registered
+  // window), written over x's slice `rank`: the copy engines' all-to-all, then the sum.
+  void reduce_scatter_ce(float* x, size_t q) {
+    nccl_ok(ncclAlltoAll(x, recv_, q, ncclFloat32, ce_comm_, stream_), "ncclAlltoAll (gradients, copy engines)");
+    cuda_check(layers::sum_slices(recv_, ctx_.world, q, x + ctx_.rank * q, stream_), "data parallel: sum of the slices");
+  }
+  // A buffer of the exchange: from exchange_alloc() for the copy engines, else cudaMalloc.
+  void* buffer(size_t bytes, bool shared, const char* what) {
+    shared_ = shared;
+    void* p = shared ? exchange_alloc(bytes) : nullptr;
+    if (!shared) cuda_check(cudaMalloc(&p, bytes), what);
+    if (!p) throw std::runtime_error(std::string(what) + ": cannot allocate " + std::to_string(bytes >> 20) + " MiB");
+    return p;
+  }
+  void abort_comms() {
+    for (ncclComm_t* c : {&ce_comm_, &comm_})
+      if (*c) ncclCommAbort(*c), *c = nullptr;
+  }
   struct Timed {
     cudaEvent_t start, end;
   };
@@ -288,7 +375,11 @@ class DataParallel {
   __nv_bfloat16* scratch_ = nullptr;
   float* gstage_ = nullptr;
   __nv_bfloat16* wstage_ = nullptr;
-  ncclComm_t comm_ = nullptr;
+  ncclComm_t comm_ = nullptr, ce_comm_ = nullptr;
+  bool ce_ = false;      // the copy engines run the slices' collectives
+  bool shared_ = false;  // the staging and receive buffers came from exchange_alloc()
+  float* recv_ = nullptr;
+  std::vector<ncclWindow_t> windows_;
   cudaStream_t stream_ = nullptr;
   std::vector<Timed> reduce_, gather_;
   size_t used_reduce_ = 0, used_gather_ = 0;

@@ -20,7 +20,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -46,6 +48,7 @@
 #include "model/gpt.cuh"
 #include "train/data_parallel.cuh"
 #include "train/exchange_windows.h"
+#include "train/ready_point.h"
 #include "train/optimizer.cuh"
 
 using train::Optimizer;
@@ -211,19 +214,11 @@ static train::Sync grad_sync(const Options& o) {
 }
 
 // The points of the backward with an exchange and update of their own (train/exchange_windows.h).
-// The allocator of the model's weights and gradients: memory the copy engines can reach on every
-// rank when the collectives run on them (train/data_parallel.cuh), else nullptr (cudaMalloc).
+// The allocator of the model's bf16 weights: memory the copy engines can reach on every rank
+// when the all-gathers run on them (train/data_parallel.cuh), else nullptr (cudaMalloc).
 static const gpt::ExchangeAllocator* exchange_allocator(const Options& o, const dist::Context& ctx) {
   static const gpt::ExchangeAllocator shared{train::DataParallel::exchange_alloc, train::DataParallel::exchange_free};
-  return ctx.world > 1 && o.collectives == "copy-engines" ? &shared : nullptr;
-}
-// The most elements one slice piece of the plan spans (the copy engines' receive buffer).
-static size_t largest_slice(const train::ShardPlan& plan) {
-  size_t m = 0;
-  for (const auto& kv : plan.points)
-    for (const train::Piece& p : kv.second)
-      if (p.kind == train::Piece::kSlice) m = std::max(m, p.span);
-  return m;
+  return ctx.world > 1 && o.gather_engine == "copy-engines" ? &shared : nullptr;
 }
 static std::set<int> points_of(const train::ShardPlan& plan) {
   std::set<int> points;
@@ -295,6 +290,7 @@ struct FlopCounter {
 // Times of the timed steps (from step 11 on, validation excluded, as in the record).
 struct Timing {
   double train_ms = 0, flops = 0, targets = 0, reduce_ms = 0, gather_ms = 0, exposed_ms = 0, update_ms = 0, peak_mem = 0;
+  double arrival_wait_ms = 0;  // several ranks: the forwards' waits for the weights' arrival (in exposed_ms too)
   std::vector<double> step_ms;
   std::vector<double> compute_ms;  // several ranks: this rank's forward and backward, a step
 };
@@ -406,14 +402,18 @@ static void report(const Options& o, const dist::Context& ctx, const cudaDeviceP
       const train::WireBytes wire = train::wire_bytes(opt.plan(), o.grad_exchange == "bf16" ? 2 : 4);
       const train::WireBytes before = train::unsharded_wire_bytes(model.layout(), ctx.world);
       const double ex = (t.reduce_ms + t.gather_ms) / timed_steps, exposed = t.exposed_ms / timed_steps;
-      char hid[64] = "after the backward, with the optimiser's update";
+      char hid[160];
+      const double arrival = t.arrival_wait_ms / timed_steps;
       if (o.grad_sync != "end")  // (the exposed time holds the optimiser's update after the backward too)
         std::snprintf(hid, sizeof(hid), "%.0f%% hidden, the optimiser's tail included", ex > 0 ? 100 * (1 - exposed / ex) : 0.0);
+      else std::snprintf(hid, sizeof(hid), "after the backward, with the optimiser's update");
+      if (o.gather_wait == "layer")
+        std::snprintf(hid + std::strlen(hid), sizeof(hid) - std::strlen(hid), "; %.1f ms of it the next forward's waits for the weights", arrival);
       std::snprintf(b, sizeof(b),
                     "train_gpt: exchange %.1f ms a step (gradients %.1f, %.1f to %.1f over the ranks; weights %.1f; --grad-sync %s; %s), "
                     "%.1f ms exposed (%s); %.0f MB a rank a step (%s gradients; an fp32 all-reduce with Muon's broadcast: %.0f MB)",
                     ex, t.reduce_ms / timed_steps, reduce_least, reduce_most, t.gather_ms / timed_steps, o.grad_sync.c_str(),
-                    dp->copy_engines() ? "slices on the copy engines" : "kernel collectives", exposed, hid,
+                    dp->copy_engines() ? "all-gathers on the copy engines" : "all-gathers as kernels", exposed, hid,
                     wire.total() / 1e6, o.grad_exchange.c_str(), before.total() / 1e6);
       log.note(b);
       const RankSpread f = rank_spread(ctx, t.compute_ms);
@@ -428,7 +428,8 @@ static void report(const Options& o, const dist::Context& ctx, const cudaDeviceP
                           {"mfu", std::isfinite(mfu) ? mfu : 0.0}, {"peak_memory_mib", t.peak_mem / (1 << 20)},
                           {"reduce_ms", t.reduce_ms / timed_steps}, {"reduce_ms_least_rank", reduce_least},
                           {"reduce_ms_most_rank", reduce_most}, {"gather_ms", t.gather_ms / timed_steps},
-                          {"exposed_ms", t.exposed_ms / timed_steps}, {"optimizer_ms", t.update_ms / timed_steps},
+                          {"exposed_ms", t.exposed_ms / timed_steps}, {"arrival_wait_ms", t.arrival_wait_ms / timed_steps},
+                          {"optimizer_ms", t.update_ms / timed_steps},
                           {"compute_ms", spread.rank0}, {"compute_ms_least_rank", spread.least}, {"compute_ms_most_rank", spread.most},
                           {"compute_ms_apart", spread.apart}, {"copy_engines", dp != nullptr && dp->copy_engines()}});
   }
@@ -450,13 +451,19 @@ class Trainer {
     if (ctx.world > 1)
       dp_ = std::make_unique<train::DataParallel>(ctx, model_.grads(), model_.weights(), model_.layout().size(), o.grad_exchange == "bf16",
                                                   opt_.plan().staged ? opt_.plan().stage_rank : 0, o.timeout,
-                                                  o.collectives == "copy-engines", largest_slice(opt_.plan()));
+                                                  o.gather_engine == "copy-engines");
     if (dp_) {
       // the tuned matmuls' host waits (a shape's first call) get the deadline too: Muon's
       // products run on the optimiser's stream after the exchange of their gradients
       const layers::Matmul::HostWait wait = [this](cudaStream_t s, const std::string& what) { dp_->sync("matmul tuning, " + what, s); };
       model_.matmul().set_host_wait(wait);
       mm_.set_host_wait(wait);
+      if (o.gather_wait == "layer") {  // the next forward waits for each stage's weights as it reaches it
+        dp_->set_gated(true);
+        for (size_t t = 0; t < model_.layout().tensors.size(); t++)
+          stage_tensors_[train::first_read_stage(model_.layout().tensors[t].name, o.layers)].push_back((int)t);
+        model_.set_before_stage([this](int stage) { wait_for_weights(stage); });
+      }
     }
     start_step_ = o.resume.empty() ? 0 : load_checkpoint(o, resume_from_, model_, opt_);
     last_checkpoint_ = o.resume.empty() ? "none" : o.resume;
@@ -543,7 +550,13 @@ class Trainer {
       else model_.backward();
     }
     prof.mark(gpt::Profiler::kOptimizer);  // what of the optimiser and the exchange the backward did not hide
-    opt_.wait();
+    // --gather-wait layer: the weights' last gathers are left to the next step's forward, unless
+    // what follows this step reads every weight (validation, a checkpoint, the replica check, the
+    // end), which then waits for them inside the step's time
+    const int done = step + 1;
+    const bool settle = done % o_.val_every == 0 || done == o_.steps || o_.check_replicas ||
+                        (!o_.checkpoint_dir.empty() && o_.checkpoint_every && done % o_.checkpoint_every == 0);
+    opt_.wait(!stage_tensors_.empty() && !settle);
     prof.mark(gpt::Profiler::kHost);
     next_step_ = -1;
     if (step + 1 < o_.steps) {  // the next step's first sequence, read while the GPU works
@@ -622,6 +635,19 @@ class Trainer {
   int micro() const { return data_.schedule.micro_steps(); }
   // the attention window of step (0-based) in tokens, whatever its granularity
   int window_tokens(int step) const { return 128 * (o_.window_blocks ? o_.window_blocks : sched_.window_blocks(step)); }
+  // Before a forward's stage (gpt::Model::set_before_stage): the compute stream waits for the
+  // arrival of the weights that the stage is the first to read (train/ready_point.h), of those a
+  // gather brought (the rest are updated on this rank, before the step ended).
+  void wait_for_weights(int stage) {
+    auto it = stage_tensors_.find(stage);
+    if (it == stage_tensors_.end()) return;
+    std::vector<cudaEvent_t> events;
+    for (int t : it->second)
+      if (cudaEvent_t e = dp_->arrival(t); e && std::find(events.begin(), events.end(), e) == events.end()) events.push_back(e);
+    if (events.empty()) return;
+    model_.profiler().mark(gpt::Profiler::kOptimizer, "weights' all-gather, waited");
+    dp_->wait_for(events);
+  }
   // the exchange and update of these points, enqueued now (train/exchange_windows.h: when)
   void start_exchange(const std::vector<int>& points) {
     for (int p : points) opt_.ready(p);
@@ -643,7 +669,8 @@ class Trainer {
     if (timed) timing_.update_ms += opt_.update_ms(), timing_.exposed_ms += opt_.exposed_ms();
     if (dp_) {  // read every step: reading resets the exchange's per-step records
       const auto t = dp_->times();
-      if (timed) timing_.reduce_ms += t.reduce_ms, timing_.gather_ms += t.gather_ms, timing_.exposed_ms += t.exposed_ms;
+      if (timed) timing_.reduce_ms += t.reduce_ms, timing_.gather_ms += t.gather_ms, timing_.exposed_ms += t.exposed_ms + t.arrival_wait_ms;
+      if (timed) timing_.arrival_wait_ms += t.arrival_wait_ms;
       if (timed) timing_.compute_ms.push_back(t.compute_ms);
     }
     size_t free_b = 0, total_b = 0;
@@ -668,6 +695,7 @@ class Trainer {
   std::optional<train::RunLog> log_;
   layers::Matmul mm_;
   std::unique_ptr<train::DataParallel> dp_;
+  std::map<int, std::vector<int>> stage_tensors_;  // --gather-wait layer: forward stage -> the tensors it reads first
   Timing timing_;
   int start_step_ = 0;
   std::string last_checkpoint_;

@@ -6,8 +6,8 @@
 // weights the same way back); the same without the scalars' all-reduces (a few dozen values in
 // as many collectives: what they cost); and one reduce-scatter of the whole fp32 gradient buffer
 // and one all-gather of the whole bf16 weight buffer (the collectives' own rate at the same bytes).
-// Each twice: on NCCL's kernels and on the copy engines (--collectives: the slices' reduce-scatters
-// as an all-to-all and a sum, the all-gathers copied; the buffers in symmetric windows).
+// Each twice: with the all-gathers on NCCL's kernels and on the copy engines (--gather-engine; the
+// weights in symmetric windows).
 //
 //   mpirun -np N build/bench/exchange_bench [--reps 20] [--layers 12 --width 768 --hidden 3072 --vocab 50304]
 //
@@ -50,10 +50,7 @@ struct Row {
 void time_exchange(const dist::Context& ctx, float* grads, __nv_bfloat16* weights, const __nv_bfloat16* source, size_t n,
                    const std::vector<train::Piece>& matrices, const std::vector<train::Piece>& others, size_t stage_rank, int reps,
                    bool copy_engines, Row* row) {
-  size_t max_slice = 0;
-  for (const train::Piece& p : others)
-    if (p.kind == train::Piece::kSlice) max_slice = std::max(max_slice, p.span);
-  train::DataParallel dp(ctx, grads, weights, n, false, stage_rank, 300.0, copy_engines, max_slice);
+  train::DataParallel dp(ctx, grads, weights, n, false, stage_rank, 300.0, copy_engines);
   if (copy_engines && !dp.copy_engines()) throw std::runtime_error("NCCL could not register the buffers for its copy engines");
   cudaEvent_t ready;
   cuda_check(cudaEventCreate(&ready), "event");
@@ -118,17 +115,16 @@ int run(int argc, char** argv, const dist::Context& ctx) {
   const size_t n = layout.size(), N = (size_t)ctx.world;
   float* grads = nullptr;
   __nv_bfloat16 *weights = nullptr, *source = nullptr;
-  // (as the trainer allocates them: memory the copy engines reach on every rank)
-  grads = (float*)train::DataParallel::exchange_alloc(n * sizeof(float));
-  weights = (__nv_bfloat16*)train::DataParallel::exchange_alloc(n * sizeof(__nv_bfloat16));
-  if (!grads || !weights) throw std::runtime_error("cannot allocate the gradient and weight buffers");
+  cuda_check(cudaMalloc(&grads, n * sizeof(float)), "gradient buffer");
+  weights = (__nv_bfloat16*)train::DataParallel::exchange_alloc(n * sizeof(__nv_bfloat16));  // (as the trainer's: the copy engines reach it)
+  if (!weights) throw std::runtime_error("cannot allocate the weight buffer");
   cuda_check(cudaMalloc(&source, n * sizeof(__nv_bfloat16)), "random values");
   cuda_check(bench::fill_random(source, n, 1234u + ctx.rank), "random values");
   cuda_check(cudaMemcpy(weights, source, n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToDevice), "weight buffer");
 
   std::vector<Row> rows;
   const double f = (double)(N - 1) / N;
-  for (bool ce : {false, true}) {  // kernels, then copy engines
+  for (bool ce : {false, true}) {  // the all-gathers on kernels, then on the copy engines
     for (bool scalars : {true, false}) {  // the second leaves out the scalars' all-reduces: what they cost
       const train::ShardPlan plan = train::shard_plan(layout, cfg.layers, ctx.world, ctx.rank, train::Sync::kEnd);
       std::vector<train::Piece> matrices, others;
@@ -156,7 +152,7 @@ int run(int argc, char** argv, const dist::Context& ctx) {
     time_exchange(ctx, grads, weights, source, n, {}, {whole}, 0, reps, ce, &r);
     rows.push_back(r);
   }
-  train::DataParallel::exchange_free(grads), train::DataParallel::exchange_free(weights), cudaFree(source);
+  cudaFree(grads), train::DataParallel::exchange_free(weights), cudaFree(source);
   if (ctx.rank == 0) {
     cudaDeviceProp prop;
     cuda_check(cudaGetDeviceProperties(&prop, ctx.local_rank), "device properties");

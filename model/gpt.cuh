@@ -68,9 +68,9 @@ using ::cuda_check;  // common/cuda_check.h
 
 static_assert(model::kIgnoreTarget == layers::kIgnoreTarget, "the batch's dropped target is the loss kernel's ignored one");
 
-// Where the buffers that a data-parallel exchange reads and writes (the bf16 weights and the
-// fp32 gradients) are allocated, when not by cudaMalloc: the exchange's copy engines need memory
-// that every rank can map (train/data_parallel.cuh). alloc returns nullptr when it cannot.
+// Where the bf16 weights, which a data-parallel exchange gathers from the ranks, are allocated
+// when not by cudaMalloc: the exchange's copy engines need memory that every rank can map
+// (train/data_parallel.cuh). alloc returns nullptr when it cannot.
 struct ExchangeAllocator {
   std::function<void*(size_t bytes)> alloc;
   std::function<void(void*)> free;
@@ -80,7 +80,7 @@ class Model {
  public:
   // T: tokens per forward (documents start at cfg.mask.bos tokens); head_chunk: rows of the lm
   // head computed at once (16384 x 50304 bf16: 1.6 GB, reused by every chunk); exchange: the
-  // allocator of the weights and the gradients (nullptr: cudaMalloc).
+  // allocator of the bf16 weights (nullptr: cudaMalloc).
   Model(const model::Config& cfg, int T, int head_chunk = 16384, const ExchangeAllocator* exchange = nullptr)
       : cfg_(cfg), layout_(cfg), at_(resolve(layout_, cfg.layers)), T_(T), chunk_(std::min(T, head_chunk)) {
     if (cfg.head_dim() != 64 && cfg.head_dim() != 128) throw std::invalid_argument("head dim must be 64 or 128 (attention kernel)");
@@ -88,16 +88,13 @@ class Model {
     const size_t n = layout_.size(), TC = (size_t)T * cfg.width, TF = (size_t)T * cfg.hidden, TH = (size_t)T * cfg.heads;
     if (exchange) {
       exchange_free_ = exchange->free;
-      for (auto [p, bytes] : {std::pair<void**, size_t>{(void**)&w16_, n * sizeof(bf16)}, {(void**)&g32_, n * sizeof(float)}}) {
-        *p = exchange->alloc(bytes);
-        if (!*p) throw std::runtime_error("out of GPU memory: asked for " + std::to_string(bytes >> 20) + " MiB for the exchanged buffers");
-        exchanged_.push_back(*p);
-      }
+      w16_ = static_cast<bf16*>(exchange->alloc(n * sizeof(bf16)));
+      if (!w16_) throw std::runtime_error("out of GPU memory: asked for " + std::to_string((n * sizeof(bf16)) >> 20) + " MiB for the weights");
     } else {
       alloc(&w16_, n * sizeof(bf16));
-      alloc(&g32_, n * sizeof(float));
     }
     alloc(&w32_, n * sizeof(float));
+    alloc(&g32_, n * sizeof(float));
     for (bf16** p : {&emb_, &x0_, &x_, &hf_, &dhf_, &dx_, &dx0_, &dh_, &dy_, &dq_, &dk_, &dv_, &t1_}) alloc(p, TC * sizeof(bf16));
     alloc(&du_, TF * sizeof(bf16));
     set_fused_mlp(gemm::available());  // the unfused path allocates dr_
@@ -144,7 +141,7 @@ class Model {
   ~Model() {
     cudaDeviceSynchronize();  // no copy into or out of the pinned buffers is left in flight
     for (void* p : buffers_) cudaFree(p);
-    for (void* p : exchanged_) exchange_free_(p);
+    if (exchange_free_) exchange_free_(w16_);
     for (void* p : pinned_) cudaFreeHost(p);
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
   }
@@ -221,6 +218,12 @@ class Model {
     }
   }
   bool fused_head() const { return fused_head_; }
+  // Called by each forward before it reads a stage's weights, on the host as it enqueues them:
+  // stage -1 before the embedding, i before layer i, L before the head. A data-parallel trainer
+  // makes the compute stream wait there for those weights to arrive from their ranks (train_gpt.cu),
+  // so that the next step's forward starts while the later layers' weights are still on the wire.
+  // Empty: no call.
+  void set_before_stage(std::function<void(int stage)> f) { before_stage_ = std::move(f); }
   std::vector<float> gradients() const {
     std::vector<float> g(layout_.size());
     cuda_check(cudaMemcpy(g.data(), g32_, g.size() * sizeof(float), cudaMemcpyDeviceToHost), "gradients");
@@ -277,6 +280,7 @@ class Model {
     cuda_check(cudaMemsetAsync(bad_, 0, sizeof(int), 0), "flag");
     const float eps = (float)cfg_.eps;
 
+    if (before_stage_) before_stage_(-1);
     prof_.mark(Profiler::kEmbed, "embedding");
     ok(layers::embedding_forward(W(at_.embed), tokens_, emb_, T, C));
     prof_.mark(Profiler::kNormMix, "norm of the embedding");
@@ -289,6 +293,7 @@ class Model {
     for (int i = 0; i < L; i++) {
       const LayerParams& lp = at_.layer[i];
       Acts& a = acts_[i];
+      if (before_stage_) before_stage_(i);
       // layers i >= L/2: x_in = x + s pushed_[L - 1 - i] (the U-net skip), made in the same pass
       a.x_in = i >= L / 2 ? a.x_in_own : x;
       const layers::SkipAdd skip = i >= L / 2 ? layers::SkipAdd{pushed_[L - 1 - i], S(at_.skip), i - L / 2, a.x_in_own} : layers::SkipAdd{};
@@ -326,6 +331,7 @@ class Model {
       mm_.xW_plus(a.r, W(lp.wproj), a.x_attn, out, T, F, C);  // x_attn + r Wproj
       x = out;
     }
+    if (before_stage_) before_stage_(L);
     prof_.mark(Profiler::kNormMix, "final norm");
     ok(layers::rmsnorm_forward(x, hf_, rstd_f_, T, C, eps));  // x is x_ (L is even, at least 2)
     if (z_out) z_out->resize((size_t)T * V);
@@ -590,8 +596,8 @@ class Model {
   layers::Matmul mm_;
   Profiler prof_;
   std::vector<void*> buffers_, pinned_;
-  std::vector<void*> exchanged_;              // the weights and gradients, when an exchange allocator made them
-  std::function<void(void*)> exchange_free_;
+  std::function<void(void*)> exchange_free_;  // frees w16_ when an exchange allocator made it
+  std::function<void(int)> before_stage_;
   std::vector<cudaEvent_t> events_;
   Staging staging_[2];
   unsigned staged_ = 0;                 // forwards uploaded so far (the set used next: staged_ % 2)

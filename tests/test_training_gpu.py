@@ -25,7 +25,10 @@ significant digits, so "equal" below means equal to the bit.
   the mean, keeps the replicas identical, and drifts from the default as 1 and 2 GPUs do. --grad-sync
   overlap and embeddings give the default run's losses to the bit (a two-rank
   sum is one addition, whatever the grouping); with --grad-exchange bf16 the three schedules agree
-  to the bit and differ from fp32's by little. Two ranks started from a host file with NCCL on its
+  to the bit and differ from fp32's by little. The weights' last all-gathers left to the next
+  step's forward, which waits for each layer's weights before that layer (--gather-wait layer,
+  the default, on the copy engines), give the losses of a run that waits for every all-gather
+  inside its step on NCCL's kernels to the bit (an all-gather adds nothing). Two ranks started from a host file with NCCL on its
   network transport (P2P and shared memory off, the loopback interface), as on two hosts, give the
   default run's losses to the bit. A rank that is killed, crashes or hangs ends the whole job
   within a bounded time with a message naming the rank.
@@ -233,6 +236,24 @@ if gpu_count() >= 2 and shutil.which("mpirun"):
                           "--check-replicas", gpus=2)
     check("2 GPUs: --grad-sync embeddings gives the default (end) run's losses to the bit, replicas identical",
           rc == 0 and emb == two and "replicas identical on all 2 rank(s)" in oute, oute[-1500:])
+    # the weights' last all-gathers left to the next forward on the copy engines (the default; a
+    # step followed by validation, a checkpoint or the replica check waits for them itself), and
+    # every all-gather inside its step on NCCL's kernels: the same bits as the replica-checked run
+    rc, outg, gated = train("g2_gated", "--steps", "20", "--val-every", "10", "--seed", "11", gpus=2)
+    rc2, outk, stepk = train("g2_step_kernels", "--steps", "20", "--val-every", "10", "--seed", "11", "--gather-wait", "step",
+                             "--gather-engine", "kernels", gpus=2)
+    check("2 GPUs: the next forward waiting for each layer's weights (copy engines), and every all-gather waited for inside "
+          "its step (kernels), give the replica-checked run's losses to the bit", rc == 0 and rc2 == 0 and gated == two and stepk == two,
+          (outg + outk)[-1500:])
+    sg, sk = ({}, {})
+    for name, d in (("g2_gated", sg), ("g2_step_kernels", sk)):
+        if os.path.exists(os.path.join(TMP, name + ".jsonl")):
+            d.update(next((e for e in map(json.loads, open(os.path.join(TMP, name + ".jsonl"))) if e.get("event") == "summary"), {}))
+    check("2 GPUs: the summary says where the all-gathers ran and how long the next forward waited for the weights "
+          "(0 <= that <= exposed), the log line too", sg.get("copy_engines") is True and sk.get("copy_engines") is False and
+          0 <= sg.get("arrival_wait_ms", -1) <= sg.get("exposed_ms", -1) and sk.get("arrival_wait_ms", -1) == 0 and
+          "the next forward's waits for the weights" in outg and "all-gathers on the copy engines" in outg and
+          "all-gathers as kernels" in outk, f"{sg} {sk}")
     # the step's sequences handed out by their attention work: the same sequences a step, so step 1's
     # loss is the default run's up to the order of its sum, and the runs drift apart as 1 and 2 GPUs do
     rc, outbal, bal = train("g2_balanced", "--steps", "20", "--val-every", "10", "--seed", "11", "--balance-ranks", "--check-replicas",

@@ -20,23 +20,25 @@
 // reduce-scatter; the owners' Muon reads its sums there and writes the new bf16 weights into the
 // weights' staging buffer, which gather_staged all-gathers and copies back into the model.
 //
-// Copy engines (--collectives copy-engines, the default): the slices' reduce-scatters (each
-// embedding's and the head's, and the staged matrices') run as an all-to-all that the GPUs' copy
-// engines carry over NVLink (NCCL's zero-CTA policy, on buffers registered as symmetric windows),
-// then a kernel adds the N slices that arrived in rank order (layers/sum_slices.cuh); the
-// all-gathers run on the copy engines alone. Kernel collectives hold SMs for as long as they run,
-// and the trainer's persistent matmuls wait for every SM they hold; the copy engines hold none,
-// so a collective can run beside the backward at the cost of the sum's short passes. The
-// weights, the gradients and the staging buffers then come from exchange_alloc() (memory every
-// rank of the host can map). Where NCCL cannot register them (ranks on several hosts), every
-// collective runs as kernels (copy_engines() says which). The all-reduces of the remainders and
-// scalars, and in --grad-sync overlap the matrices' reduces and broadcasts, stay kernels, as do
-// the gradients' collectives with --grad-exchange bf16. The sum in rank order is fixed, as NCCL's
-// ring is; the two add N > 2 values in different orders, so their sums differ in the last bits
-// (two values: one addition either way, the same bits).
+// Copy engines (--gather-engine copy-engines, the default): the weights' all-gathers run on the
+// GPUs' copy engines over NVLink (NCCL's zero-CTA policy, on buffers registered as symmetric
+// windows: the weights and the weight staging buffer, which then come from exchange_alloc()).
+// Kernel collectives hold SMs for as long as they run, and the trainer's persistent matmuls wait
+// for every SM they hold; the copy engines hold none, so that the all-gathers can run beside the
+// next step's forward (Arrivals, below). An all-gather moves bytes and adds nothing: the
+// weights are the same bits either way. The gradients' collectives stay NCCL's kernels. Where
+// NCCL cannot register the buffers (ranks on several hosts), the all-gathers run as kernels
+// (copy_engines() says which).
 //
 // Every rank applies the same arithmetic to the same sums and receives the same bf16 weights: the
 // replicas' weights stay bit-identical, which --check-replicas verifies after every step.
+//
+// Arrivals: each gather records, for each tensor it spreads, an event that completes when the
+// tensor's new weights have arrived on this rank (arrival()). With set_gated(true) the trainer's
+// compute stream waits at the step's end only for the optimiser's update (wait(until)), and the
+// next step's forward waits for each tensor's arrival just before the stage that first reads it
+// (gpt::Model::set_before_stage), so that the last all-gathers run beside the next forward. A
+// step's gathers are then timed at the end of the next step, when they are sure to be done.
 //
 // Faults: sync() waits for a stream by polling, with NCCL's asynchronous error checked on each
 // poll and a deadline (--timeout): a peer that died or stalls makes this rank abort its
@@ -49,14 +51,15 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "common/cuda_check.h"
 #include "layers/cast.cuh"
-#include "layers/sum_slices.cuh"
 #include "train/dist.h"
 #include "train/shard_plan.h"
 
@@ -64,13 +67,12 @@ namespace train {
 
 class DataParallel {
  public:
-  // grads, weights: the model's flat buffers of n elements (from exchange_alloc() when
+  // grads, weights: the model's flat buffers of n elements (weights from exchange_alloc() when
   // copy_engines); bf16_grads: --grad-exchange bf16; stage_rank: elements of a rank's region of
   // the staging buffers (0: none); timeout_s: the longest wait for a collective; copy_engines:
-  // --collectives copy-engines; max_slice: the most elements a slice piece spans (the all-to-all's
-  // receive buffer holds that many, or the staging buffer's, whichever is larger).
+  // the all-gathers on the copy engines (--gather-engine).
   DataParallel(const dist::Context& ctx, float* grads, __nv_bfloat16* weights, size_t n, bool bf16_grads, size_t stage_rank,
-               double timeout_s, bool copy_engines = false, size_t max_slice = 0)
+               double timeout_s, bool copy_engines = false)
       : ctx_(ctx), grads_(grads), weights_(weights), n_(n), bf16_grads_(bf16_grads), stage_rank_(stage_rank), timeout_s_(timeout_s) {
     ncclUniqueId id;
     if (ctx.rank == 0) nccl_ok(ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -81,12 +83,15 @@ class DataParallel {
     if (bf16_grads) cuda_check(cudaMalloc(&scratch_, n * sizeof(__nv_bfloat16)), "data parallel: bf16 gradient buffer");
     if (stage_rank) {
       const size_t s = stage_rank * ctx.world;
-      gstage_ = (float*)buffer(s * sizeof(float), copy_engines, "data parallel: gradient staging buffer");
-      wstage_ = (__nv_bfloat16*)buffer(s * sizeof(__nv_bfloat16), copy_engines, "data parallel: weight staging buffer");
+      cuda_check(cudaMalloc(&gstage_, s * sizeof(float)), "data parallel: gradient staging buffer");
+      wstage_ = (__nv_bfloat16*)(copy_engines ? exchange_alloc(s * sizeof(__nv_bfloat16)) : nullptr);
+      if (copy_engines && !wstage_) throw std::runtime_error("data parallel: weight staging buffer: out of GPU memory");
+      if (!copy_engines) cuda_check(cudaMalloc(&wstage_, s * sizeof(__nv_bfloat16)), "data parallel: weight staging buffer");
+      shared_stage_ = copy_engines;
       cuda_check(cudaMemset(gstage_, 0, s * sizeof(float)), "data parallel: gradient staging buffer");  // (the padding stays zero)
       cuda_check(cudaMemset(wstage_, 0, s * sizeof(__nv_bfloat16)), "data parallel: weight staging buffer");
     }
-    if (copy_engines) start_copy_engines(std::max(stage_rank * ctx.world, max_slice));
+    if (copy_engines) start_copy_engines();
   }
   ~DataParallel() {
     // while an error unwinds, the peers may never join NCCL's collective tear-down: abort, which
@@ -97,12 +102,12 @@ class DataParallel {
     if (ce_comm_) unwinding ? ncclCommAbort(ce_comm_) : ncclCommDestroy(ce_comm_);
     if (comm_) unwinding ? ncclCommAbort(comm_) : ncclCommDestroy(comm_);
     if (stream_) cudaStreamDestroy(stream_);
-    cudaFree(scratch_);
-    for (void* p : {(void*)gstage_, (void*)wstage_, (void*)recv_})
-      if (p) shared_ ? (void)ncclMemFree(p) : (void)cudaFree(p);
+    for (void* p : {(void*)scratch_, (void*)gstage_}) cudaFree(p);
+    if (wstage_) shared_stage_ ? (void)ncclMemFree(wstage_) : (void)cudaFree(wstage_);
     for (cudaEvent_t e : {host_wait_, step_start_, compute_done_, comm_done_}) cudaEventDestroy(e);
-    for (const std::vector<Timed>* list : {&reduce_, &gather_})
+    for (const std::vector<Timed>* list : {&reduce_, &gather_[0], &gather_[1], &waits_})
       for (const Timed& t : *list) cudaEventDestroy(t.start), cudaEventDestroy(t.end);
+    for (auto& kv : arrival_events_) cudaEventDestroy(kv.second);
   }
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -113,9 +118,25 @@ class DataParallel {
   __nv_bfloat16* weight_stage() const { return wstage_; }
   int rank() const { return ctx_.rank; }
   bool copy_engines() const { return ce_; }
+  // Whether the step ends before its last gathers do (see Arrivals above; off by default).
+  void set_gated(bool on) { gated_ = on; }
+  // The event that completes when the last gather of this tensor (its index in the layout) has
+  // brought its weights here; nullptr if none has gathered it (a replicated tensor, which every
+  // rank updates itself, or before the first step).
+  cudaEvent_t arrival(int tensor) const {
+    auto it = arrival_.find(tensor);
+    return it == arrival_.end() ? nullptr : it->second;
+  }
+  // The compute stream waits for these arrivals (a forward's stage), the wait timed.
+  void wait_for(const std::vector<cudaEvent_t>& arrivals) {
+    Timed& t = timed(&waits_, &used_waits_);
+    cuda_check(cudaEventRecord(t.start, 0), "data parallel: event");
+    for (cudaEvent_t e : arrivals) cuda_check(cudaStreamWaitEvent(0, e, 0), "data parallel: waiting for a stage's weights");
+    cuda_check(cudaEventRecord(t.end, 0), "data parallel: event");
+  }
 
-  // The allocator of the buffers the copy engines read and write (the model's weights and
-  // gradients): memory that every rank of the host can map. nullptr when it cannot.
+  // The allocator of the buffers the copy engines read and write (the model's weights): memory
+  // that every rank of the host can map. nullptr when it cannot.
   static void* exchange_alloc(size_t bytes) {
     void* p = nullptr;
     return ncclMemAlloc(&p, bytes) == ncclSuccess ? p : nullptr;
@@ -128,19 +149,14 @@ class DataParallel {
   // gradients summed as the plan wants them; returns an event that completes with the sums.
   cudaEvent_t reduce(const std::vector<Piece>& pieces, cudaEvent_t after) {
     cuda_check(cudaStreamWaitEvent(stream_, after, 0), "data parallel: stream wait");
-    Timed& t = timed(&reduce_);
+    Timed& t = timed(&reduce_, &used_reduce_);
     cuda_check(cudaEventRecord(t.start, stream_), "data parallel: event");
     // (each piece's own elements only: other tensors in between may still be written by the
     // backward when the exchange runs beside it)
     if (bf16_grads_)
       for (const Piece& p : pieces) cuda_check(layers::cast_to_bf16(grads_ + p.base, scratch_ + p.base, p.span, stream_), "bf16 gradients");
-    const bool ce = ce_ && !bf16_grads_;
-    if (ce)
-      for (const Piece& p : pieces)
-        if (p.kind == Piece::kSlice) reduce_scatter_ce(grads_ + p.base, p.span / ctx_.world);
     nccl_ok(ncclGroupStart(), "ncclGroupStart");
     for (const Piece& p : pieces) {
-      if (ce && p.kind == Piece::kSlice) continue;
       void* base = bf16_grads_ ? (void*)(scratch_ + p.base) : (void*)(grads_ + p.base);
       const ncclDataType_t type = bf16_grads_ ? ncclBfloat16 : ncclFloat32;
       const size_t elem = bf16_grads_ ? sizeof(__nv_bfloat16) : sizeof(float);
@@ -163,14 +179,15 @@ class DataParallel {
   // After `after`, the updated weights' bf16 copies spread from their owners.
   void gather(const std::vector<Piece>& pieces, cudaEvent_t after) {
     cuda_check(cudaStreamWaitEvent(stream_, after, 0), "data parallel: stream wait");
-    Timed& t = timed(&gather_);
+    Timed& t = timed(&gather_[cur_], &used_gather_[cur_]);
     cuda_check(cudaEventRecord(t.start, stream_), "data parallel: event");
-    if (ce_)  // (the copy engines' collectives one by one, outside the kernels' group)
+    if (ce_)  // (the copy engines' collectives one by one, outside the kernels' group, each tensor's arrival its own)
       for (const Piece& p : pieces)
         if (p.kind == Piece::kSlice) {
           const size_t q = p.span / ctx_.world;
           nccl_ok(ncclAllGather(weights_ + p.base + ctx_.rank * q, weights_ + p.base, q, ncclBfloat16, ce_comm_, stream_),
                   "ncclAllGather (weights, copy engines)");
+          cuda_check(cudaEventRecord(arrived(p.tensor), stream_), "data parallel: event");
         }
     nccl_ok(ncclGroupStart(), "ncclGroupStart");
     for (const Piece& p : pieces) {
@@ -184,12 +201,14 @@ class DataParallel {
     }
     nccl_ok(ncclGroupEnd(), "ncclGroupEnd");
     cuda_check(cudaEventRecord(t.end, stream_), "data parallel: event");
+    for (const Piece& p : pieces)  // the group's tensors arrive with its end
+      if (p.kind == Piece::kMatrix || (p.kind == Piece::kSlice && !ce_)) arrival_[p.tensor] = t.end;
   }
   // After `after`, every matrix's gradient into the gradient staging buffer and one
   // reduce-scatter of it (this rank's region summed); returns an event that completes with it.
   cudaEvent_t reduce_staged(const std::vector<Piece>& matrices, cudaEvent_t after) {
     cuda_check(cudaStreamWaitEvent(stream_, after, 0), "data parallel: stream wait");
-    Timed& t = timed(&reduce_);
+    Timed& t = timed(&reduce_, &used_reduce_);
     cuda_check(cudaEventRecord(t.start, stream_), "data parallel: event");
     const size_t q = stage_rank_;
     if (bf16_grads_) {  // through the weight staging buffer (free until the owners' updates write it)
@@ -200,8 +219,7 @@ class DataParallel {
       for (const Piece& p : matrices)
         cuda_check(cudaMemcpyAsync(gstage_ + p.stage, grads_ + p.base, p.span * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
                    "data parallel: staging");
-      if (ce_) reduce_scatter_ce(gstage_, q);
-      else nccl_ok(ncclReduceScatter(gstage_, gstage_ + ctx_.rank * q, q, ncclFloat32, ncclSum, comm_, stream_), "ncclReduceScatter (matrices)");
+      nccl_ok(ncclReduceScatter(gstage_, gstage_ + ctx_.rank * q, q, ncclFloat32, ncclSum, comm_, stream_), "ncclReduceScatter (matrices)");
     }
     cuda_check(cudaEventRecord(t.end, stream_), "data parallel: event");
     return t.end;
@@ -210,7 +228,7 @@ class DataParallel {
   // all-gather of it and every matrix's bf16 weights copied back into the model.
   void gather_staged(const std::vector<Piece>& matrices, cudaEvent_t after) {
     cuda_check(cudaStreamWaitEvent(stream_, after, 0), "data parallel: stream wait");
-    Timed& t = timed(&gather_);
+    Timed& t = timed(&gather_[cur_], &used_gather_[cur_]);
     cuda_check(cudaEventRecord(t.start, stream_), "data parallel: event");
     const size_t q = stage_rank_;
     nccl_ok(ncclAllGather(wstage_ + ctx_.rank * q, wstage_, q, ncclBfloat16, ce_ ? ce_comm_ : comm_, stream_), "ncclAllGather (matrices)");
@@ -218,6 +236,7 @@ class DataParallel {
       cuda_check(cudaMemcpyAsync(weights_ + p.base, wstage_ + p.stage, p.span * sizeof(__nv_bfloat16), cudaMemcpyDeviceToDevice, stream_),
                  "data parallel: staging");
     cuda_check(cudaEventRecord(t.end, stream_), "data parallel: event");
+    for (const Piece& p : matrices) arrival_[p.tensor] = t.end;
   }
   // fp32 values (masters, optimiser state in the layout) spread from the ranks that own them, in
   // place: the slices all-gathered, the matrices broadcast, for the kinds asked; then the
@@ -244,11 +263,14 @@ class DataParallel {
     cuda_check(cudaEventRecord(step_start_, 0), "data parallel: event");
     started_ = true;
   }
-  // The compute stream waits for every collective enqueued; the time it waits is "exposed".
-  void wait() {
+  // The compute stream waits for every collective enqueued, or, given `until` (the optimiser's
+  // last update), for that alone (the gathers after it are waited for stage by stage: Arrivals);
+  // the time it waits is "exposed".
+  void wait(cudaEvent_t until = nullptr) {
     cuda_check(cudaEventRecord(compute_done_, 0), "data parallel: event");
-    cuda_check(cudaEventRecord(comm_done_, stream_), "data parallel: event");
-    cuda_check(cudaStreamWaitEvent(0, comm_done_, 0), "data parallel: stream wait");
+    if (!until) cuda_check(cudaEventRecord(comm_done_, stream_), "data parallel: event");
+    exposed_end_ = until ? until : comm_done_;
+    cuda_check(cudaStreamWaitEvent(0, exposed_end_, 0), "data parallel: stream wait");
     waited_ = true;
   }
 
@@ -282,36 +304,46 @@ class DataParallel {
 
   // After sync(): the step's time in the gradients' and the weights' collectives (summed over
   // the points, as they ran beside the backward), how long the compute stream waited at wait()
-  // for the last of them, and the compute stream's time from step_start() to wait() (this rank's
-  // forward and backward, its waits for the host included).
+  // for the last of them, the compute stream's time from step_start() to wait() (this rank's
+  // forward and backward, its waits for the host and for the weights' arrival included), and
+  // how long its forwards waited for the weights' arrival (wait_for).
   struct StepTimes {
-    double reduce_ms = 0, gather_ms = 0, exposed_ms = 0, compute_ms = 0;
+    double reduce_ms = 0, gather_ms = 0, exposed_ms = 0, compute_ms = 0, arrival_wait_ms = 0;
   };
+  // Gated (set_gated), the gathers' time is the step before's (this step's may still run).
   StepTimes times() {
     StepTimes r;
-    for (auto [list, ms] : {std::pair<std::vector<Timed>*, double*>{&reduce_, &r.reduce_ms}, {&gather_, &r.gather_ms}}) {
-      for (size_t i = 0; i < used(list); i++) *ms += elapsed((*list)[i].start, (*list)[i].end);
+    const int g = gated_ ? 1 - cur_ : cur_;
+    for (auto [list, used, ms] : {std::tuple<std::vector<Timed>*, size_t*, double*>{&reduce_, &used_reduce_, &r.reduce_ms},
+                                  {&gather_[g], &used_gather_[g], &r.gather_ms},
+                                  {&waits_, &used_waits_, &r.arrival_wait_ms}}) {
+      for (size_t i = 0; i < *used; i++) *ms += elapsed((*list)[i].start, (*list)[i].end);
+      *used = 0;
     }
-    if (waited_) r.exposed_ms = std::max(0.0, elapsed(compute_done_, comm_done_));
+    if (gated_) cur_ = 1 - cur_;
+    if (waited_) r.exposed_ms = std::max(0.0, elapsed(compute_done_, exposed_end_));
     if (waited_ && started_) r.compute_ms = elapsed(step_start_, compute_done_);
     waited_ = started_ = false;
-    used_reduce_ = used_gather_ = 0;
     return r;
   }
 
  private:
-  // The copy engines' communicator (NCCL's zero-CTA policy) and the buffers it reads and writes,
-  // registered on every rank as symmetric windows; recv elements: the all-to-all's receive
-  // buffer. If any rank cannot register them, every rank goes on with kernel collectives.
-  void start_copy_engines(size_t recv) {
+  // The tensor's own arrival event, made on first use, now its arrival.
+  cudaEvent_t arrived(int tensor) {
+    cudaEvent_t& e = arrival_events_[tensor];
+    if (!e) cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "data parallel: event");
+    return arrival_[tensor] = e;
+  }
+  // The copy engines' communicator (NCCL's zero-CTA policy) and the buffers the all-gathers
+  // write, registered on every rank as symmetric windows. If any rank cannot register them,
+  // every rank goes on with kernel collectives.
+  void start_copy_engines() {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.CTAPolicy = NCCL_CTA_POLICY_ZERO;
     nccl_ok(ncclCommSplit(comm_, 0, ctx_.rank, &ce_comm_, &cfg), "ncclCommSplit (copy engines)");
-    recv_ = (float*)buffer(recv * sizeof(float), true, "data parallel: all-to-all receive buffer");
     bool ok = true;
-    for (auto [p, bytes] : {std::pair<void*, size_t>{grads_, n_ * sizeof(float)}, {weights_, n_ * sizeof(__nv_bfloat16)},
-                            {gstage_, stage_rank_ * ctx_.world * sizeof(float)}, {wstage_, stage_rank_ * ctx_.world * sizeof(__nv_bfloat16)},
-                            {recv_, recv * sizeof(float)}}) {
+    for (auto [p, bytes] : {std::pair<void*, size_t>{weights_, n_ * sizeof(__nv_bfloat16)},
+                            {wstage_, stage_rank_ * ctx_.world * sizeof(__nv_bfloat16)}}) {
       if (!p || !bytes) continue;
       ncclWindow_t w = nullptr;
       if (ncclCommWindowRegister(ce_comm_, p, bytes, &w, NCCL_WIN_COLL_SYMMETRIC) != ncclSuccess || !w) {
@@ -321,20 +353,6 @@ class DataParallel {
       windows_.push_back(w);
     }
     ce_ = dist::max(ctx_, ok ? 0.0 : 1.0) == 0;
-  }
-  // This rank's slice of the sum over the ranks of x (N slices of q floats, in a registered
-  // window), written over x's slice `rank`: the copy engines' all-to-all, then the sum.
-  void reduce_scatter_ce(float* x, size_t q) {
-    nccl_ok(ncclAlltoAll(x, recv_, q, ncclFloat32, ce_comm_, stream_), "ncclAlltoAll (gradients, copy engines)");
-    cuda_check(layers::sum_slices(recv_, ctx_.world, q, x + ctx_.rank * q, stream_), "data parallel: sum of the slices");
-  }
-  // A buffer of the exchange: from exchange_alloc() for the copy engines, else cudaMalloc.
-  void* buffer(size_t bytes, bool shared, const char* what) {
-    shared_ = shared;
-    void* p = shared ? exchange_alloc(bytes) : nullptr;
-    if (!shared) cuda_check(cudaMalloc(&p, bytes), what);
-    if (!p) throw std::runtime_error(std::string(what) + ": cannot allocate " + std::to_string(bytes >> 20) + " MiB");
-    return p;
   }
   void abort_comms() {
     for (ncclComm_t* c : {&ce_comm_, &comm_})
@@ -353,9 +371,8 @@ class DataParallel {
     float ms = 0;
     return cudaEventElapsedTime(&ms, a, b) == cudaSuccess ? ms : 0.0;
   }
-  size_t used(const std::vector<Timed>* list) const { return list == &reduce_ ? used_reduce_ : used_gather_; }
-  Timed& timed(std::vector<Timed>* list) {  // the next pair of events of a list, reused across steps
-    size_t& u = list == &reduce_ ? used_reduce_ : used_gather_;
+  Timed& timed(std::vector<Timed>* list, size_t* used) {  // the next pair of events of a list, reused across steps
+    size_t& u = *used;
     if (u == list->size()) {
       Timed t;
       cuda_check(cudaEventCreate(&t.start), "data parallel: event");
@@ -376,13 +393,17 @@ class DataParallel {
   float* gstage_ = nullptr;
   __nv_bfloat16* wstage_ = nullptr;
   ncclComm_t comm_ = nullptr, ce_comm_ = nullptr;
-  bool ce_ = false;      // the copy engines run the slices' collectives
-  bool shared_ = false;  // the staging and receive buffers came from exchange_alloc()
-  float* recv_ = nullptr;
+  bool ce_ = false;            // the copy engines run the all-gathers
+  bool shared_stage_ = false;  // the weight staging buffer came from exchange_alloc()
   std::vector<ncclWindow_t> windows_;
   cudaStream_t stream_ = nullptr;
-  std::vector<Timed> reduce_, gather_;
-  size_t used_reduce_ = 0, used_gather_ = 0;
+  std::vector<Timed> reduce_, gather_[2], waits_;  // gather_[cur_]: this step's (two, used in turn when gated)
+  size_t used_reduce_ = 0, used_gather_[2] = {0, 0}, used_waits_ = 0;
+  int cur_ = 0;
+  bool gated_ = false;
+  std::map<int, cudaEvent_t> arrival_;         // tensor -> the event its last gather recorded
+  std::map<int, cudaEvent_t> arrival_events_;  // tensor -> its own event (copy engines: one gather a tensor)
+  cudaEvent_t exposed_end_ = nullptr;          // what the compute stream waited for at wait()
   cudaEvent_t host_wait_ = nullptr, step_start_ = nullptr, compute_done_ = nullptr, comm_done_ = nullptr;
   bool waited_ = false, started_ = false;
 };

@@ -144,12 +144,14 @@ class Optimizer {
         gpt::cuda_check(w.adam->step(mult_, adam_steps_, (float)hp_.beta1, (float)hp_.beta2, (float)hp_.adam_eps, stream_), "Adam's step");
     }
     gpt::cuda_check(cudaEventRecord(w.end, stream_), "optimizer event");
+    last_end_ = w.end;
     if (dp_) dp_->gather(staged ? w.others : plan_.points.at(point), w.end);
   }
   // The compute stream waits for every point's update and exchange (with several ranks the last
-  // collective comes after every update).
-  void wait() {
-    if (dp_) return dp_->wait();
+  // collective comes after every update); with several ranks and `updates_only`, for the updates
+  // alone, the weights' last gathers left to the next forward (train/data_parallel.cuh, Arrivals).
+  void wait(bool updates_only = false) {
+    if (dp_) return dp_->wait(updates_only ? last_end_ : nullptr);
     gpt::cuda_check(cudaEventRecord(backward_done_, 0), "optimizer event");
     gpt::cuda_check(cudaEventRecord(done_, stream_), "optimizer event");
     gpt::cuda_check(cudaStreamWaitEvent(0, done_, 0), "optimizer stream wait");
@@ -302,6 +304,7 @@ class Optimizer {
   std::map<int, Work> work_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_ = nullptr, backward_done_ = nullptr;
+  cudaEvent_t last_end_ = nullptr;  // the last point's update done, on the optimiser's stream
   layers::Matmul* mm_ = nullptr;
   DataParallel* dp_ = nullptr;
   int adam_steps_ = 0;

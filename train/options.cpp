@@ -104,10 +104,14 @@ std::vector<Row> table(Options& o) {
            {"end", "embeddings", "overlap"}),
       text("--grad-exchange", o.grad_exchange, Role::kDefinesRunIfSet,
            "several GPUs: the gradients' type on the wire: fp32, or bf16 (half the bytes; bf16 sums change the numerics)", {"fp32", "bf16"}),
-      text("--collectives", o.collectives, Role::kDefinesRunIfSet,
-           "several GPUs: copy-engines (the embeddings', head's and matrices' reduce-scatters as an all-to-all on the GPUs' copy "
-           "engines and a sum in rank order, the all-gathers on the copy engines: no SMs held while they run; kernel collectives "
-           "where the ranks span hosts) or kernels (NCCL's kernels, summing in its ring's order)",
+      text("--gather-wait", o.gather_wait, log,
+           "several GPUs: layer (the step ends once the optimiser's update is done, and the next step's forward waits for each "
+           "layer's gathered weights just before that layer, so that the last all-gathers run beside it) or step (every "
+           "all-gather done before the step ends); the same numbers either way",
+           {"layer", "step"}),
+      text("--gather-engine", o.gather_engine, log,
+           "several GPUs: copy-engines (the weights' all-gathers on the GPUs' copy engines, which hold no SMs while they run beside "
+           "the forward; NCCL's kernels where the ranks span hosts) or kernels (NCCL's kernels); the same bits either way",
            {"copy-engines", "kernels"}),
       real("--timeout", o.timeout, 1.0, 86400.0, log, "several GPUs: seconds to wait for the other ranks before ending the job"),
       flag("--check-replicas", o.check_replicas, log, "several GPUs: compare weight checksums across ranks after every step"),

@@ -32,7 +32,8 @@ struct Options {
   std::string grad_sync = "end";  // end: the exchange and the update after the backward; embeddings: the head's and value
                                   // embeddings' during it, each beside an attention backward; overlap: each layer's during it
   std::string grad_exchange = "fp32";  // the gradients' type on the wire: fp32 (the sums are exact to fp32), bf16
-  std::string collectives = "copy-engines";  // the slices' collectives: copy-engines (NVLink copies and a sum; no SMs held) or kernels
+  std::string gather_wait = "layer";  // layer: the next step's forward waits for each layer's gathered weights there; step: all at the step's end
+  std::string gather_engine = "copy-engines";  // the weights' all-gathers: copy-engines (no SMs held) or kernels
   double timeout = 300;               // seconds a rank waits for the others before ending the job
   bool check_replicas = false;        // compare weight checksums across ranks after every step
   bool balance_ranks = false;         // hand each step's sequences to the ranks by their attention work

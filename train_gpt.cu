@@ -705,16 +705,35 @@ class Trainer {
 
 // The training loop: validation at step 0, every --val-every steps and at the end; one step at a
 // time in between.
+// An error's line on stderr, naming the rank when there are several.
+static void report_error(const dist::Context& ctx, const std::exception& e) {
+  std::fprintf(stderr, "train_gpt: %s%serror: %s\n", ctx.who().c_str(), ctx.world > 1 ? ": " : "", e.what());
+}
+
 static int run_training(const Options& o, const dist::Context& ctx) {
-  Trainer t(o, ctx);
-  for (int step = t.start_step(); step <= o.steps; step++) {
-    const int window = t.window(step);
-    if (step % o.val_every == 0 || step == o.steps) t.validate(step, window);
-    if (step == o.steps) break;
-    inject_fault(o, ctx, step + 1);
-    t.after_step(step + 1, t.train_step(step, window));
+  // With several ranks a failure ends the job from here, while the trainer still stands: its
+  // destructors would wait for the GPU, whose streams can wait forever for a peer that hung (a
+  // copy-engine all-gather waits for its peers' flags, which no abort releases).
+  std::optional<Trainer> t;
+  try {
+    t.emplace(o, ctx);
+    for (int step = t->start_step(); step <= o.steps; step++) {
+      const int window = t->window(step);
+      if (step % o.val_every == 0 || step == o.steps) t->validate(step, window);
+      if (step == o.steps) break;
+      inject_fault(o, ctx, step + 1);
+      t->after_step(step + 1, t->train_step(step, window));
+    }
+    t->finish();
+  } catch (const CLI::ValidationError& e) {
+    if (ctx.world < 2) throw;
+    report_error(ctx, e);
+    dist::abort_all(ctx, 2);
+  } catch (const std::exception& e) {
+    if (ctx.world < 2) throw;
+    report_error(ctx, e);
+    dist::abort_all(ctx, 1);
   }
-  t.finish();
   return 0;
 }
 
@@ -759,10 +778,10 @@ int main(int argc, char** argv) {
   try {
     return finish(run_training(o, ctx));
   } catch (const CLI::ValidationError& e) {
-    std::fprintf(stderr, "train_gpt: %s%serror: %s\n", ctx.who().c_str(), ctx.world > 1 ? ": " : "", e.what());
+    report_error(ctx, e);
     return finish(2);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_gpt: %s%serror: %s\n", ctx.who().c_str(), ctx.world > 1 ? ": " : "", e.what());
+    report_error(ctx, e);
     return finish(1);
   }
 }

@@ -15,8 +15,11 @@ The model, for the default exchange (after the backward: train/optimizer.cuh, tr
   - the optimiser divides by N: each rank updates a 1/N share (its part that runs beside the
     exchange is not subtracted: a bound on the exposed time);
   - exchange(N) = each rank's bus bytes over the bus bandwidth: a reduce-scatter of the fp32
-    gradients (4 bytes a parameter, 2 with --grad-exchange bf16) and an all-gather of the bf16
-    weights (2 bytes), (N - 1) / N of each on every rank.
+    gradients (4 bytes a parameter, 2 with --grad-exchange bf16), (N - 1) / N on every rank, and
+    what the next step's forward waits for of the all-gather of the bf16 weights (2 bytes): with
+    --gather-wait layer (the default) the forward reads each layer's weights as they arrive, so
+    the all-gather hides behind the first micro-step's forward (a third of a micro-step) and only
+    what outlasts it counts; with --gather-wait step (and in runs from before it) all of it.
 Across H hosts the collectives' bus bandwidth is the slower of NVLink's and the network's: a link
 of L Gb/s a GPU carries about 0.9 L / 8 GB/s (NCCL's rings cross it once a GPU). With
 --grad-sync overlap an exchange of W ms may hide behind the last micro-step's backward, about two
@@ -130,12 +133,15 @@ def main():
             rs, ag = min(rs, net), min(ag, net)
         return rs, ag
 
-    def predict(n, grad_bytes=4, link=None, hosts=1):
+    forward = compute1 / 8 / 3  # the first micro-step's forward, which a gated all-gather runs beside
+
+    def predict(n, grad_bytes=4, link=None, hosts=1, gated=True):
         if n == 1:
             return step1, 0.0
         rs, ag = bus(n, link, hosts)
         f = (n - 1) / n
-        exchange = f * P * grad_bytes / 1e9 / rs * 1e3 + f * P * 2 / 1e9 / ag * 1e3
+        gather = f * P * 2 / 1e9 / ag * 1e3
+        exchange = f * P * grad_bytes / 1e9 / rs * 1e3 + (max(0.0, gather - forward) if gated else gather)
         return compute1 / n + opt1 / n + exchange, exchange
 
     print(f"one GPU ({os.path.basename(a.one)}): step {step1:.1f} ms, optimiser {opt1:.1f} ms, {P / 1e6:.0f}M parameters")
@@ -150,7 +156,7 @@ def main():
         if c.get("grad_sync", "end") != "end" or c.get("grad_exchange", "fp32") != "fp32":
             raise ToolError(f"{path}: the model is of the default exchange (--grad-sync end, fp32 gradients)")
         got = float(s["median_step_ms"])
-        want, _ = predict(n)
+        want, _ = predict(n, gated=c.get("gather_wait", "step") == "layer")
         err = (want - got) / got
         worst = max(worst, abs(err))
         print(f"{os.path.basename(path):<28} {n:>4} {got:>12.1f} {want:>13.1f} {100 * err:>6.1f}% {step1 / got:>7.2f}x")

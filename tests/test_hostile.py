@@ -198,6 +198,8 @@ flag_cases = [
     ("--profile -3", ["--profile", "-3"], "--profile"),
     ("--grad-sync sometimes", ["--grad-sync", "sometimes"], "--grad-sync"),
     ("--grad-exchange fp8", ["--grad-exchange", "fp8"], "--grad-exchange"),
+    ("--gather-wait never", ["--gather-wait", "never"], "--gather-wait"),
+    ("--gather-engine dma", ["--gather-engine", "dma"], "--gather-engine"),
     ("--fault 1:2:explode", ["--fault", "1:2:explode"], "--fault"),
     ("--fault garbage", ["--fault", "garbage"], "--fault"),
     ("an unknown flag", ["--no-such-flag"], "--no-such-flag"),

@@ -250,7 +250,7 @@ if gpu_count() >= 2 and shutil.which("mpirun"):
         if os.path.exists(os.path.join(TMP, name + ".jsonl")):
             d.update(next((e for e in map(json.loads, open(os.path.join(TMP, name + ".jsonl"))) if e.get("event") == "summary"), {}))
     check("2 GPUs: the summary says where the all-gathers ran and how long the next forward waited for the weights "
-          "(0 <= that <= exposed), the log line too", sg.get("copy_engines") is True and sk.get("copy_engines") is False and
+          "(0 <= that <= exposed), the log line too", sg.get("copy_engines") == 1 and sk.get("copy_engines") == 0 and
           0 <= sg.get("arrival_wait_ms", -1) <= sg.get("exposed_ms", -1) and sk.get("arrival_wait_ms", -1) == 0 and
           "the next forward's waits for the weights" in outg and "all-gathers on the copy engines" in outg and
           "all-gathers as kernels" in outk, f"{sg} {sk}")

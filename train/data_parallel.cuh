@@ -96,10 +96,14 @@ class DataParallel {
   ~DataParallel() {
     // while an error unwinds, the peers may never join NCCL's collective tear-down: abort, which
     // returns at once, so that the error reaches main and MPI_Abort ends the job
-    const bool unwinding = std::uncaught_exceptions() > 0;
-    if (ce_comm_ && !unwinding)
+    // (the copy engines' communicator is left to the process's end then: a copy-engine collective
+    // waits for its peers' flags on the stream, which no abort releases, and its tear-down could
+    // wait for it; a failed run ends the job at once, train_gpt.cu run_training)
+    const bool unwinding = std::uncaught_exceptions() > 0 || failed_;
+    if (ce_comm_ && !unwinding) {
       for (ncclWindow_t w : windows_) ncclCommWindowDeregister(ce_comm_, w);
-    if (ce_comm_) unwinding ? ncclCommAbort(ce_comm_) : ncclCommDestroy(ce_comm_);
+      ncclCommDestroy(ce_comm_);
+    }
     if (comm_) unwinding ? ncclCommAbort(comm_) : ncclCommDestroy(comm_);
     if (stream_) cudaStreamDestroy(stream_);
     for (void* p : {(void*)scratch_, (void*)gstage_}) cudaFree(p);
@@ -354,9 +358,11 @@ class DataParallel {
     }
     ce_ = dist::max(ctx_, ok ? 0.0 : 1.0) == 0;
   }
+  // After a failure: the kernels' communicator aborted (its kernels stop spinning), the copy
+  // engines' left alone (see the destructor).
   void abort_comms() {
-    for (ncclComm_t* c : {&ce_comm_, &comm_})
-      if (*c) ncclCommAbort(*c), *c = nullptr;
+    failed_ = true;
+    if (comm_) ncclCommAbort(comm_), comm_ = nullptr;
   }
   struct Timed {
     cudaEvent_t start, end;
@@ -394,6 +400,7 @@ class DataParallel {
   __nv_bfloat16* wstage_ = nullptr;
   ncclComm_t comm_ = nullptr, ce_comm_ = nullptr;
   bool ce_ = false;            // the copy engines run the all-gathers
+  bool failed_ = false;        // a peer or the link failed (abort_comms)
   bool shared_stage_ = false;  // the weight staging buffer came from exchange_alloc()
   std::vector<ncclWindow_t> windows_;
   cudaStream_t stream_ = nullptr;

@@ -25,7 +25,9 @@
 // GPU too, where there is no exchange). The trainer calls ready(point) at the point, or, with
 // --grad-sync embeddings, with the next layer's attention backward (train/exchange_windows.h;
 // the point at the end still at the end).
-// wait() makes the compute stream wait for the last of it.
+// wait() makes the compute stream wait for the last of it, or (the trainer's default with several
+// ranks) for the last update alone, the next forward then waiting for each layer's gathered weights
+// (train/data_parallel.cuh, Arrivals).
 //
 // The arithmetic is the unsharded optimiser's, element by element (layers/multi_tensor.cuh, each
 // stage tested against the one-tensor kernels of layers/adam.cuh and layers/muon.cuh). A

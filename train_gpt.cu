@@ -213,13 +213,13 @@ static train::Sync grad_sync(const Options& o) {
   return o.grad_sync == "embeddings" ? train::Sync::kEmbeddings : train::Sync::kEnd;
 }
 
-// The points of the backward with an exchange and update of their own (train/exchange_windows.h).
 // The allocator of the model's bf16 weights: memory the copy engines can reach on every rank
 // when the all-gathers run on them (train/data_parallel.cuh), else nullptr (cudaMalloc).
 static const gpt::ExchangeAllocator* exchange_allocator(const Options& o, const dist::Context& ctx) {
   static const gpt::ExchangeAllocator shared{train::DataParallel::exchange_alloc, train::DataParallel::exchange_free};
   return ctx.world > 1 && o.gather_engine == "copy-engines" ? &shared : nullptr;
 }
+// The points of the backward with an exchange and update of their own (train/exchange_windows.h).
 static std::set<int> points_of(const train::ShardPlan& plan) {
   std::set<int> points;
   for (const auto& [point, pieces] : plan.points) points.insert(point);
@@ -291,6 +291,7 @@ struct FlopCounter {
 struct Timing {
   double train_ms = 0, flops = 0, targets = 0, reduce_ms = 0, gather_ms = 0, exposed_ms = 0, update_ms = 0, peak_mem = 0;
   double arrival_wait_ms = 0;  // several ranks: the forwards' waits for the weights' arrival (in exposed_ms too)
+  int gated_steps = 0;         // timed steps that ended before their gathers (--gather-wait layer)
   std::vector<double> step_ms;
   std::vector<double> compute_ms;  // several ranks: this rank's forward and backward, a step
 };
@@ -429,6 +430,7 @@ static void report(const Options& o, const dist::Context& ctx, const cudaDeviceP
                           {"reduce_ms", t.reduce_ms / timed_steps}, {"reduce_ms_least_rank", reduce_least},
                           {"reduce_ms_most_rank", reduce_most}, {"gather_ms", t.gather_ms / timed_steps},
                           {"exposed_ms", t.exposed_ms / timed_steps}, {"arrival_wait_ms", t.arrival_wait_ms / timed_steps},
+                          {"gated_steps", (double)t.gated_steps},
                           {"optimizer_ms", t.update_ms / timed_steps},
                           {"compute_ms", spread.rank0}, {"compute_ms_least_rank", spread.least}, {"compute_ms_most_rank", spread.most},
                           {"compute_ms_apart", spread.apart}, {"copy_engines", dp != nullptr && dp->copy_engines()}});
@@ -451,13 +453,14 @@ class Trainer {
     if (ctx.world > 1)
       dp_ = std::make_unique<train::DataParallel>(ctx, model_.grads(), model_.weights(), model_.layout().size(), o.grad_exchange == "bf16",
                                                   opt_.plan().staged ? opt_.plan().stage_rank : 0, o.timeout,
-                                                  o.gather_engine == "copy-engines");
+                                                  o.gather_engine == "copy-engines" && model_.weights_from_exchange());
     if (dp_) {
       // the tuned matmuls' host waits (a shape's first call) get the deadline too: Muon's
       // products run on the optimiser's stream after the exchange of their gradients
       const layers::Matmul::HostWait wait = [this](cudaStream_t s, const std::string& what) { dp_->sync("matmul tuning, " + what, s); };
       model_.matmul().set_host_wait(wait);
       mm_.set_host_wait(wait);
+      model_.set_host_wait([this](cudaEvent_t e, const char* what) { dp_->wait_event(e, what); });
       if (o.gather_wait == "layer") {  // the next forward waits for each stage's weights as it reaches it
         dp_->set_gated(true);
         for (size_t t = 0; t < model_.layout().tensors.size(); t++)
@@ -556,7 +559,8 @@ class Trainer {
     const int done = step + 1;
     const bool settle = done % o_.val_every == 0 || done == o_.steps || o_.check_replicas ||
                         (!o_.checkpoint_dir.empty() && o_.checkpoint_every && done % o_.checkpoint_every == 0);
-    opt_.wait(!stage_tensors_.empty() && !settle);
+    weights_pending_ = !stage_tensors_.empty() && !settle;
+    opt_.wait(weights_pending_);
     prof.mark(gpt::Profiler::kHost);
     next_step_ = -1;
     if (step + 1 < o_.steps) {  // the next step's first sequence, read while the GPU works
@@ -635,10 +639,13 @@ class Trainer {
   int micro() const { return data_.schedule.micro_steps(); }
   // the attention window of step (0-based) in tokens, whatever its granularity
   int window_tokens(int step) const { return 128 * (o_.window_blocks ? o_.window_blocks : sched_.window_blocks(step)); }
-  // Before a forward's stage (gpt::Model::set_before_stage): the compute stream waits for the
-  // arrival of the weights that the stage is the first to read (train/ready_point.h), of those a
-  // gather brought (the rest are updated on this rank, before the step ended).
+  // Before a forward's stage (gpt::Model::set_before_stage), in the first forward after a step
+  // that left its gathers running: the compute stream waits for the arrival of the weights that
+  // the stage is the first to read (train/ready_point.h), of those a gather brought (the rest are
+  // updated on this rank, before the step ended). Later forwards run after these waits.
   void wait_for_weights(int stage) {
+    if (!weights_pending_) return;
+    if (stage == o_.layers) weights_pending_ = false;  // (the head: the forward's last stage)
     auto it = stage_tensors_.find(stage);
     if (it == stage_tensors_.end()) return;
     std::vector<cudaEvent_t> events;
@@ -670,7 +677,7 @@ class Trainer {
     if (dp_) {  // read every step: reading resets the exchange's per-step records
       const auto t = dp_->times();
       if (timed) timing_.reduce_ms += t.reduce_ms, timing_.gather_ms += t.gather_ms, timing_.exposed_ms += t.exposed_ms + t.arrival_wait_ms;
-      if (timed) timing_.arrival_wait_ms += t.arrival_wait_ms;
+      if (timed) timing_.arrival_wait_ms += t.arrival_wait_ms, timing_.gated_steps += weights_pending_;
       if (timed) timing_.compute_ms.push_back(t.compute_ms);
     }
     size_t free_b = 0, total_b = 0;
@@ -696,6 +703,7 @@ class Trainer {
   layers::Matmul mm_;
   std::unique_ptr<train::DataParallel> dp_;
   std::map<int, std::vector<int>> stage_tensors_;  // --gather-wait layer: forward stage -> the tensors it reads first
+  bool weights_pending_ = false;                   // the last step ended before its gathers: the next forward waits for them
   Timing timing_;
   int start_step_ = 0;
   std::string last_checkpoint_;
@@ -703,13 +711,13 @@ class Trainer {
   uint64_t last_sum_ = 0;
 };
 
-// The training loop: validation at step 0, every --val-every steps and at the end; one step at a
-// time in between.
 // An error's line on stderr, naming the rank when there are several.
 static void report_error(const dist::Context& ctx, const std::exception& e) {
   std::fprintf(stderr, "train_gpt: %s%serror: %s\n", ctx.who().c_str(), ctx.world > 1 ? ": " : "", e.what());
 }
 
+// The training loop: validation at step 0, every --val-every steps and at the end; one step at a
+// time in between.
 static int run_training(const Options& o, const dist::Context& ctx) {
   // With several ranks a failure ends the job from here, while the trainer still stands: its
   // destructors would wait for the GPU, whose streams can wait forever for a peer that hung (a

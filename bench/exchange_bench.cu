@@ -51,7 +51,8 @@ void time_exchange(const dist::Context& ctx, float* grads, __nv_bfloat16* weight
                    const std::vector<train::Piece>& matrices, const std::vector<train::Piece>& others, size_t stage_rank, int reps,
                    bool copy_engines, Row* row) {
   train::DataParallel dp(ctx, grads, weights, n, false, stage_rank, 300.0, copy_engines);
-  if (copy_engines && !dp.copy_engines()) throw std::runtime_error("NCCL could not register the buffers for its copy engines");
+  if (copy_engines && !dp.copy_engines())
+    throw std::runtime_error("the copy engines cannot run the all-gathers here (ranks on several hosts, or NCCL could not register the buffers)");
   cudaEvent_t ready;
   cuda_check(cudaEventCreate(&ready), "event");
   std::vector<double> g, w;

@@ -86,13 +86,9 @@ class Model {
     if (cfg.head_dim() != 64 && cfg.head_dim() != 128) throw std::invalid_argument("head dim must be 64 or 128 (attention kernel)");
     if (cfg.width % 8 || cfg.hidden % 8 || cfg.vocab % 8) throw std::invalid_argument("width, hidden and vocab must be multiples of 8");
     const size_t n = layout_.size(), TC = (size_t)T * cfg.width, TF = (size_t)T * cfg.hidden, TH = (size_t)T * cfg.heads;
-    if (exchange) {
-      exchange_free_ = exchange->free;
-      w16_ = static_cast<bf16*>(exchange->alloc(n * sizeof(bf16)));
-      if (!w16_) throw std::runtime_error("out of GPU memory: asked for " + std::to_string((n * sizeof(bf16)) >> 20) + " MiB for the weights");
-    } else {
-      alloc(&w16_, n * sizeof(bf16));
-    }
+    w16_ = exchange ? static_cast<bf16*>(exchange->alloc(n * sizeof(bf16))) : nullptr;
+    if (w16_) exchange_free_ = exchange->free;
+    else alloc(&w16_, n * sizeof(bf16));  // (then the exchange's all-gathers run as kernels)
     alloc(&w32_, n * sizeof(float));
     alloc(&g32_, n * sizeof(float));
     for (bf16** p : {&emb_, &x0_, &x_, &hf_, &dhf_, &dx_, &dx0_, &dh_, &dy_, &dq_, &dk_, &dv_, &t1_}) alloc(p, TC * sizeof(bf16));
@@ -218,6 +214,14 @@ class Model {
     }
   }
   bool fused_head() const { return fused_head_; }
+  // Whether the bf16 weights came from the exchange's allocator (the constructor's `exchange`).
+  bool weights_from_exchange() const { return (bool)exchange_free_; }
+  // How the host waits for an event of the compute stream (an upload buffer's reuse, a loss's
+  // read-back): cudaEventSynchronize unless set. A data-parallel trainer installs a wait with a
+  // deadline (train/data_parallel.cuh wait_event): a forward may wait on the GPU for weights
+  // that come from the peers (set_before_stage), so these events can depend on them.
+  using HostWait = std::function<void(cudaEvent_t, const char* what)>;
+  void set_host_wait(HostWait wait) { host_wait_ = std::move(wait); }
   // Called by each forward before it reads a stage's weights, on the host as it enqueues them:
   // stage -1 before the embedding, i before layer i, L before the head. A data-parallel trainer
   // makes the compute stream wait there for those weights to arrive from their ranks (train_gpt.cu),
@@ -264,7 +268,7 @@ class Model {
     const std::vector<int> packed = ix.packed();
     if (packed.size() > layers::TokenIndex::max_packed(T)) throw std::logic_error("forward: token index larger than its bound");
     Staging& up = staging_[staged_++ % 2];
-    if (up.used) cuda_check(cudaEventSynchronize(up.copied), "upload buffers");  // its copies of two forwards ago
+    if (up.used) wait_host(up.copied, "upload buffers");  // its copies of two forwards ago
     std::copy(tokens.begin(), tokens.end(), up.tokens);
     std::copy(batch.targets.begin(), batch.targets.end(), up.targets);
     std::copy(batch.doc_ids.begin(), batch.doc_ids.end(), up.doc);
@@ -547,7 +551,7 @@ class Model {
   void finish_losses(size_t keep) {
     while (summed_ < issued_) {
       Readback* rb = &readback_[summed_ % kMaxPending];
-      if (issued_ - summed_ > keep) cuda_check(cudaEventSynchronize(rb->landed), "loss");
+      if (issued_ - summed_ > keep) wait_host(rb->landed, "loss");
       else {
         const cudaError_t q = cudaEventQuery(rb->landed);
         if (q == cudaErrorNotReady) return;
@@ -559,6 +563,10 @@ class Model {
       for (int t = 0; t < T_; t++) sum += rb->loss[t];  // dropped targets add 0
       finished_.push_back(rb->kept > 0 ? sum / rb->kept : 0.0);
     }
+  }
+  void wait_host(cudaEvent_t e, const char* what) {
+    if (host_wait_) host_wait_(e, what);
+    else cuda_check(cudaEventSynchronize(e), what);
   }
   attn::MaskDesc mask() const { return model::attention_mask(cfg_.mask, cfg_.mask.window, doc_, doc_spans_); }
   // Where each parameter starts in the flat layout, looked up by name once (in the constructor),
@@ -598,6 +606,7 @@ class Model {
   std::vector<void*> buffers_, pinned_;
   std::function<void(void*)> exchange_free_;  // frees w16_ when an exchange allocator made it
   std::function<void(int)> before_stage_;
+  HostWait host_wait_;
   std::vector<cudaEvent_t> events_;
   Staging staging_[2];
   unsigned staged_ = 0;                 // forwards uploaded so far (the set used next: staged_ % 2)

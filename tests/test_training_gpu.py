@@ -28,7 +28,8 @@ significant digits, so "equal" below means equal to the bit.
   to the bit and differ from fp32's by little. The weights' last all-gathers left to the next
   step's forward, which waits for each layer's weights before that layer (--gather-wait layer,
   the default, on the copy engines), give the losses of a run that waits for every all-gather
-  inside its step on NCCL's kernels to the bit (an all-gather adds nothing). Two ranks started from a host file with NCCL on its
+  inside its step on NCCL's kernels to the bit (an all-gather adds nothing), as do the other two
+  combinations; the summary counts the steps that left their all-gathers to the next forward. Two ranks started from a host file with NCCL on its
   network transport (P2P and shared memory off, the loopback interface), as on two hosts, give the
   default run's losses to the bit. A rank that is killed, crashes or hangs ends the whole job
   within a bounded time with a message naming the rank.
@@ -245,13 +246,19 @@ if gpu_count() >= 2 and shutil.which("mpirun"):
     check("2 GPUs: the next forward waiting for each layer's weights (copy engines), and every all-gather waited for inside "
           "its step (kernels), give the replica-checked run's losses to the bit", rc == 0 and rc2 == 0 and gated == two and stepk == two,
           (outg + outk)[-1500:])
+    rc, outo, other = train("g2_layer_kernels", "--steps", "20", "--val-every", "10", "--seed", "11", "--gather-engine", "kernels", gpus=2)
+    rc2, outo2, other2 = train("g2_step_copy", "--steps", "20", "--val-every", "10", "--seed", "11", "--gather-wait", "step", gpus=2)
+    check("2 GPUs: the other two combinations (the next forward waiting on kernels' all-gathers; every copy-engine all-gather "
+          "inside its step) give the same losses to the bit", rc == 0 and rc2 == 0 and other == two and other2 == two, (outo + outo2)[-1500:])
     sg, sk = ({}, {})
     for name, d in (("g2_gated", sg), ("g2_step_kernels", sk)):
         if os.path.exists(os.path.join(TMP, name + ".jsonl")):
             d.update(next((e for e in map(json.loads, open(os.path.join(TMP, name + ".jsonl"))) if e.get("event") == "summary"), {}))
-    check("2 GPUs: the summary says where the all-gathers ran and how long the next forward waited for the weights "
-          "(0 <= that <= exposed), the log line too", sg.get("copy_engines") == 1 and sk.get("copy_engines") == 0 and
-          0 <= sg.get("arrival_wait_ms", -1) <= sg.get("exposed_ms", -1) and sk.get("arrival_wait_ms", -1) == 0 and
+    # (10 timed steps, 11-20: every one but step 20, which validation follows, leaves its gathers to the next forward)
+    check("2 GPUs: the summary says where the all-gathers ran, how many timed steps left them to the next forward (9 of 10, "
+          "none with --gather-wait step) and how long it waited for them, the log line too",
+          sg.get("copy_engines") == 1 and sk.get("copy_engines") == 0 and sg.get("gated_steps") == 9 and sk.get("gated_steps") == 0 and
+          sg.get("arrival_wait_ms", -1) >= 0 and sk.get("arrival_wait_ms", -1) == 0 and
           "the next forward's waits for the weights" in outg and "all-gathers on the copy engines" in outg and
           "all-gathers as kernels" in outk, f"{sg} {sk}")
     # the step's sequences handed out by their attention work: the same sequences a step, so step 1's

@@ -26,9 +26,10 @@
 // Kernel collectives hold SMs for as long as they run, and the trainer's persistent matmuls wait
 // for every SM they hold; the copy engines hold none, so that the all-gathers can run beside the
 // next step's forward (Arrivals, below). An all-gather moves bytes and adds nothing: the
-// weights are the same bits either way. The gradients' collectives stay NCCL's kernels. Where
-// NCCL cannot register the buffers (ranks on several hosts), the all-gathers run as kernels
-// (copy_engines() says which).
+// weights are the same bits either way. The gradients' collectives stay NCCL's kernels. With
+// ranks on several hosts (NCCL's copy-engine collectives stay within a host), or where a buffer
+// could not come from exchange_alloc() or NCCL cannot register it, the all-gathers run as kernels
+// on every rank (copy_engines() says which).
 //
 // Every rank applies the same arithmetic to the same sums and receives the same bf16 weights: the
 // replicas' weights stay bit-identical, which --check-replicas verifies after every step.
@@ -70,7 +71,7 @@ class DataParallel {
   // grads, weights: the model's flat buffers of n elements (weights from exchange_alloc() when
   // copy_engines); bf16_grads: --grad-exchange bf16; stage_rank: elements of a rank's region of
   // the staging buffers (0: none); timeout_s: the longest wait for a collective; copy_engines:
-  // the all-gathers on the copy engines (--gather-engine).
+  // the all-gathers on the copy engines if they can (--gather-engine; weights from exchange_alloc()).
   DataParallel(const dist::Context& ctx, float* grads, __nv_bfloat16* weights, size_t n, bool bf16_grads, size_t stage_rank,
                double timeout_s, bool copy_engines = false)
       : ctx_(ctx), grads_(grads), weights_(weights), n_(n), bf16_grads_(bf16_grads), stage_rank_(stage_rank), timeout_s_(timeout_s) {
@@ -85,13 +86,15 @@ class DataParallel {
       const size_t s = stage_rank * ctx.world;
       cuda_check(cudaMalloc(&gstage_, s * sizeof(float)), "data parallel: gradient staging buffer");
       wstage_ = (__nv_bfloat16*)(copy_engines ? exchange_alloc(s * sizeof(__nv_bfloat16)) : nullptr);
-      if (copy_engines && !wstage_) throw std::runtime_error("data parallel: weight staging buffer: out of GPU memory");
-      if (!copy_engines) cuda_check(cudaMalloc(&wstage_, s * sizeof(__nv_bfloat16)), "data parallel: weight staging buffer");
-      shared_stage_ = copy_engines;
+      shared_stage_ = wstage_ != nullptr;
+      if (!wstage_) cuda_check(cudaMalloc(&wstage_, s * sizeof(__nv_bfloat16)), "data parallel: weight staging buffer");
       cuda_check(cudaMemset(gstage_, 0, s * sizeof(float)), "data parallel: gradient staging buffer");  // (the padding stays zero)
       cuda_check(cudaMemset(wstage_, 0, s * sizeof(__nv_bfloat16)), "data parallel: weight staging buffer");
     }
-    if (copy_engines) start_copy_engines();
+    // every rank on one host (NCCL runs its copy-engine collectives within a host only) and every
+    // buffer from exchange_alloc(), on every rank, else kernels everywhere (registering is collective)
+    const bool here = copy_engines && ctx.local_size == ctx.world && (!stage_rank || shared_stage_);
+    if (dist::max(ctx, here ? 0.0 : 1.0) == 0) start_copy_engines();
   }
   ~DataParallel() {
     // while an error unwinds, the peers may never join NCCL's collective tear-down: abort, which
@@ -279,13 +282,19 @@ class DataParallel {
   }
 
   // The host waits for all work enqueued on a stream (the compute stream unless told),
-  // watching NCCL and the clock. Every host wait of the step goes through here, the tuned
-  // matmuls' included (Matmul::set_host_wait): a wait after wait() depends on the peers.
+  // watching NCCL and the clock. Every host wait of the step goes through here or wait_event,
+  // the tuned matmuls' (Matmul::set_host_wait) and the model's upload and loss read-back waits
+  // (gpt::Model::set_host_wait) included: a wait after wait(), or after a forward's wait for
+  // the weights' arrival, depends on the peers.
   void sync(const std::string& what, cudaStream_t stream = 0) {
     cuda_check(cudaEventRecord(host_wait_, stream), "data parallel: event");
+    wait_event(host_wait_, what);
+  }
+  // The host waits for an event, as sync() does for a stream.
+  void wait_event(cudaEvent_t e, const std::string& what) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int polls = 0;; polls++) {
-      cudaError_t q = cudaEventQuery(host_wait_);
+      cudaError_t q = cudaEventQuery(e);
       if (q == cudaSuccess) break;
       if (q != cudaErrorNotReady) cuda_check(q, what.c_str());
       for (ncclComm_t c : {comm_, ce_comm_}) {

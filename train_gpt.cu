@@ -557,8 +557,7 @@ class Trainer {
     // what follows this step reads every weight (validation, a checkpoint, the replica check, the
     // end), which then waits for them inside the step's time
     const int done = step + 1;
-    const bool settle = done % o_.val_every == 0 || done == o_.steps || o_.check_replicas ||
-                        (!o_.checkpoint_dir.empty() && o_.checkpoint_every && done % o_.checkpoint_every == 0);
+    const bool settle = validates_after(done) || o_.check_replicas || checkpoints_after(done);
     weights_pending_ = !stage_tensors_.empty() && !settle;
     opt_.wait(weights_pending_);
     prof.mark(gpt::Profiler::kHost);
@@ -595,8 +594,13 @@ class Trainer {
           throw std::runtime_error("after step " + std::to_string(done) + ": rank " + std::to_string(r) +
                                    " handed the step's sequences out otherwise than rank 0 (--balance-ranks, --check-replicas)");
     }
-    const bool due = (o_.checkpoint_every && done % o_.checkpoint_every == 0) || done == o_.steps;
-    if (!o_.checkpoint_dir.empty() && due) save_checkpoint(o_, ctx_, model_, opt_, dp_.get(), done, &last_checkpoint_);
+    if (checkpoints_after(done)) save_checkpoint(o_, ctx_, model_, opt_, dp_.get(), done, &last_checkpoint_);
+  }
+
+  // whether validation follows `done` steps (0: before the first), and a checkpoint
+  bool validates_after(int done) const { return done % o_.val_every == 0 || done == o_.steps; }
+  bool checkpoints_after(int done) const {
+    return !o_.checkpoint_dir.empty() && ((o_.checkpoint_every && done % o_.checkpoint_every == 0) || done == o_.steps);
   }
 
   // the end of the run: speed, MFU, memory, the all-reduce, the profile, the replicas
@@ -727,7 +731,7 @@ static int run_training(const Options& o, const dist::Context& ctx) {
     t.emplace(o, ctx);
     for (int step = t->start_step(); step <= o.steps; step++) {
       const int window = t->window(step);
-      if (step % o.val_every == 0 || step == o.steps) t->validate(step, window);
+      if (t->validates_after(step)) t->validate(step, window);
       if (step == o.steps) break;
       inject_fault(o, ctx, step + 1);
       t->after_step(step + 1, t->train_step(step, window));

@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""The figures of a result record, computed from its logs, and the pages that quote them.
+
+A record is a dated folder under results/records/ (DATE_NAME), never edited after it lands:
+  record.json   {"kind": KIND, "question": "..."}: what the logs are and what they answer;
+  command.sh    the commands that made the logs;
+  logs/         the logs, each stamped with the commit its binaries were built from;
+  figures.json  written by this script from the logs, never by hand.
+Kinds:
+  default_job   logs/run_*.txt: the standard output of `./train_gpt` runs (the README's first
+                command). Figures: the card, the commit, runs, runs completed ("train_gpt: done"),
+                each failure's error line, the final validation loss and the median step
+                (train_gpt's summary line) of each completed run, their least and greatest,
+                the peak memory.
+  test_gpu      logs/SUITE.txt and logs/SUITE.rc: each make test-gpu suite's output and exit
+                code; logs/gpu.txt (nvidia-smi's name of the card) and logs/commit.txt. Figures:
+                each suite's exit code and its checks passed and failed (the sum of its
+                'NAME: N passed, M failed' lines), the GEMM stress test's cases and repetitions.
+A commit that is unknown or "-dirty" (tracked files differed from it) is refused: a record names
+the exact code it ran.
+
+A page quotes a record's figures as a table between '<!-- figures: RECORD -->' and
+'<!-- /figures -->', which this script writes (--pages) and checks.
+
+    python3 scripts/record_figures.py RECORD_DIR          writes RECORD_DIR/figures.json
+    python3 scripts/record_figures.py --check [ROOT]      recomputes every record under ROOT
+        (default results/records) and every quoted table in ROOT/../**/*.md, README.md and
+        bench/RESULTS.md; exit 1 on any difference, naming the record and the figure
+    python3 scripts/record_figures.py --pages [ROOT]      rewrites the quoted tables
+"""
+import glob
+import json
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tool_errors import ToolError, load_json, regular_file, run  # noqa: E402
+
+PROG = "record_figures"
+KINDS = ("default_job", "test_gpu")
+RESULT_LINE = re.compile(r"^([A-Za-z0-9_.-]+): (\d+) passed, (\d+) failed$")
+QUOTE = re.compile(r"<!-- figures: (\S+) -->\n(.*?)<!-- /figures -->\n", re.S)
+
+
+def read_text(path):
+    regular_file(path, "log")
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def checked_commit(commit, where):
+    if not re.fullmatch(r"[0-9a-f]{7,40}", commit or ""):
+        raise ToolError(f"{where}: commit {commit!r} is not a clean commit (unknown, or tracked files differed from it): "
+                        "a record names the exact code it ran")
+    return commit
+
+
+def default_job(rec):
+    logs = sorted(glob.glob(os.path.join(rec, "logs", "run_*.txt")))
+    if not logs:
+        raise ToolError(f"{rec}/logs: no run_*.txt log")
+    runs, commits, cards = [], set(), set()
+    for path in logs:
+        text = read_text(path)
+        lines = text.splitlines()
+        m = re.match(r"run_id:\S+ train_gpt (\S+)$", lines[0] if lines else "")
+        if not m:
+            raise ToolError(f"{path}:1: not a train_gpt log (its first line names the run and the commit)")
+        commits.add(checked_commit(m.group(1), f"{path}:1"))
+        card = re.search(r"^train_gpt: (.+?) x (\d+), ", text, re.M)
+        if card:
+            cards.add(f"{card.group(1)} x {card.group(2)}")
+        vals = re.findall(r"^step:(\d+)/(\d+) val_loss:(\S+) ", text, re.M)
+        median = re.search(r"^train_gpt: \d+ timed steps: median ([0-9.]+) ms a step", text, re.M)
+        peak = re.search(r"^train_gpt: done; peak GPU memory (\d+) MiB$", text, re.M)
+        error = re.search(r"^train_gpt: error: (.*)$", text, re.M)
+        run_ = {"log": os.path.basename(path), "completed": bool(peak)}
+        if peak:
+            last = vals[-1] if vals else None
+            if not last or last[0] != last[1] or not median:
+                raise ToolError(f"{path}: a completed run without its last step's validation loss or its summary line")
+            run_.update(final_val_loss=float(last[2]), median_step_ms=float(median.group(1)), peak_mib=int(peak.group(1)))
+        else:
+            run_["error"] = error.group(1) if error else (lines[-1] if lines else "(empty log)")
+        runs.append(run_)
+    if len(commits) != 1 or len(cards) != 1:
+        raise ToolError(f"{rec}/logs: the runs name {len(commits)} commits and {len(cards)} cards: a record is one code on one card")
+    done = [r for r in runs if r["completed"]]
+    fig = {"kind": "default_job", "commit": commits.pop(), "card": cards.pop(), "runs": len(runs), "completed": len(done),
+           "failures": [f"{r['log']}: {r['error']}" for r in runs if not r["completed"]]}
+    if done:
+        vl = [r["final_val_loss"] for r in done]
+        ms = sorted(r["median_step_ms"] for r in done)
+        fig.update(final_val_loss_min=min(vl), final_val_loss_max=max(vl), median_step_ms_min=ms[0], median_step_ms_max=ms[-1],
+                   median_step_ms_median=ms[len(ms) // 2], peak_mib=max(r["peak_mib"] for r in done))
+    fig["per_run"] = runs
+    return fig
+
+
+def test_gpu(rec):
+    d = os.path.join(rec, "logs")
+    commit = checked_commit(read_text(os.path.join(d, "commit.txt")).strip(), f"{d}/commit.txt")
+    card = read_text(os.path.join(d, "gpu.txt")).strip().splitlines()[0].split(",")[0].strip()
+    suites = {}
+    for rc_path in sorted(glob.glob(os.path.join(d, "*.rc"))):
+        name = os.path.basename(rc_path)[:-3]
+        rc_text = read_text(rc_path).strip()
+        if not re.fullmatch(r"-?\d+", rc_text):
+            raise ToolError(f"{rc_path}: not an exit code: {rc_text[:40]!r}")
+        text = read_text(os.path.join(d, name + ".txt"))
+        passed = failed = 0
+        for line in text.splitlines():
+            m = RESULT_LINE.match(line.strip())
+            if m:
+                passed, failed = passed + int(m.group(2)), failed + int(m.group(3))
+        s = {"rc": int(rc_text), "passed": passed, "failed": failed}
+        st = re.search(r"^gemm_stress: (\d+) cases, (\d+) repetitions, (\d+) failed, ([0-9.]+) s$", text, re.M)
+        if st:
+            s.update(stress_cases=int(st.group(1)), stress_repetitions=int(st.group(2)), stress_seconds=float(st.group(4)))
+        suites[name] = s
+    if not suites:
+        raise ToolError(f"{d}: no SUITE.rc file")
+    return {"kind": "test_gpu", "commit": commit, "card": card, "suites": suites,
+            "all_passed": all(s["rc"] == 0 and s["failed"] == 0 for s in suites.values())}
+
+
+def compute(rec):
+    meta = load_json(read_text(os.path.join(rec, "record.json")), f"{rec}/record.json")
+    kind = meta.get("kind") if isinstance(meta, dict) else None
+    if kind not in KINDS:
+        raise ToolError(f"{rec}/record.json: kind {kind!r} is not one of {', '.join(KINDS)}")
+    if not os.path.isfile(os.path.join(rec, "command.sh")):
+        raise ToolError(f"{rec}: no command.sh (the commands that made the logs)")
+    return {"default_job": default_job, "test_gpu": test_gpu}[kind](rec)
+
+
+def dump(fig):
+    return json.dumps(fig, indent=1, sort_keys=False) + "\n"
+
+
+def table(rec_name, fig):
+    """The markdown table a page quotes for a record."""
+    rows = [f"Record `results/records/{rec_name}` ({fig['card']}, commit {fig['commit']}):", "", "| figure | value |", "| --- | --- |"]
+    if fig["kind"] == "default_job":
+        rows.append(f"| runs completed | {fig['completed']} of {fig['runs']} |")
+        if fig["completed"]:
+            rows.append(f"| final validation loss | {fig['final_val_loss_min']:.4f} to {fig['final_val_loss_max']:.4f} |")
+            rows.append(f"| median step | {fig['median_step_ms_min']} to {fig['median_step_ms_max']} ms "
+                        f"(median of runs {fig['median_step_ms_median']}) |")
+            rows.append(f"| peak GPU memory | {fig['peak_mib']} MiB |")
+        rows += [f"| failed | {f} |" for f in fig["failures"]]
+    else:
+        for name, s in fig["suites"].items():
+            extra = f"; {s['stress_cases']} cases, {s['stress_repetitions']} repetitions" if "stress_cases" in s else ""
+            rows.append(f"| {name} | exit {s['rc']}, {s['passed']} passed, {s['failed']} failed{extra} |")
+    return "\n".join(rows) + "\n"
+
+
+def pages(root):
+    top = os.path.dirname(os.path.dirname(os.path.abspath(root)))  # results/records -> the repository
+    found = glob.glob(os.path.join(top, "results", "**", "*.md"), recursive=True)
+    return [p for p in found + [os.path.join(top, "README.md"), os.path.join(top, "bench", "RESULTS.md")] if os.path.isfile(p)]
+
+
+def main():
+    args = sys.argv[1:]
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if args else 2
+    mode = args[0] if args[0] in ("--check", "--pages") else "write"
+    if mode == "write":
+        if len(args) != 1:
+            raise ToolError("give one record folder")
+        fig = compute(args[0].rstrip("/"))
+        with open(os.path.join(args[0], "figures.json"), "w") as f:
+            f.write(dump(fig))
+        print(f"{PROG}: {args[0]}/figures.json written")
+        return 0
+    root = args[1] if len(args) > 1 else "results/records"
+    if not os.path.isdir(root):
+        raise ToolError(f"{root}: no such folder of records")
+    bad, n, figs = [], 0, {}
+    for rec in sorted(glob.glob(os.path.join(root, "*", "record.json"))):
+        rec = os.path.dirname(rec)
+        name = os.path.basename(rec)
+        fig = compute(rec)
+        figs[name] = fig
+        n += 1
+        fpath = os.path.join(rec, "figures.json")
+        have = load_json(read_text(fpath), fpath) if os.path.exists(fpath) else None
+        if mode == "--check" and have != json.loads(dump(fig)):
+            keys = sorted(k for k in set(fig) | set(have or {}) if (have or {}).get(k) != json.loads(dump(fig)).get(k))
+            bad.append(f"{fpath}: does not recompute from the logs (differs in {', '.join(keys) or 'everything'})")
+    for page in pages(root):
+        text = read_text(page)
+
+        def quoted(m):
+            name = m.group(1)
+            if name not in figs:
+                bad.append(f"{page}: quotes record {name}, which is not under {root}")
+                return m.group(0)
+            want = table(name, figs[name])
+            if mode == "--check" and m.group(2) != want:
+                bad.append(f"{page}: the quoted figures of {name} differ from its figures.json")
+            return f"<!-- figures: {name} -->\n{want}<!-- /figures -->\n"
+
+        new = QUOTE.sub(quoted, text)
+        if mode == "--pages" and new != text:
+            with open(page, "w") as f:
+                f.write(new)
+            print(f"{PROG}: {page} rewritten")
+    for b in bad:
+        print(f"{PROG}: {b}", file=sys.stderr)
+    if mode == "--check":
+        print(f"{PROG}: {n} records, {len(bad)} problems")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    run(main, PROG)

@@ -1,0 +1,125 @@
+"""Result records (scripts/record_figures.py): every record's figures recompute from its logs, and
+every page that quotes them quotes them as they are; a figure edited by hand, a log edited by one
+digit, a page's quote edited, a dirty or unknown commit and a malformed record are each caught.
+
+    python3 tests/test_records.py
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import check, finish  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOOL = [sys.executable, os.path.join(ROOT, "scripts", "record_figures.py")]
+
+
+def tool(*args, cwd=None):
+    r = subprocess.run(TOOL + list(args), capture_output=True, text=True, cwd=cwd, timeout=120)
+    return r.returncode, r.stdout + r.stderr
+
+
+# the records in the tree
+records = os.path.join(ROOT, "results", "records")
+if os.path.isdir(records):
+    rc, out = tool("--check", records)
+    check("every record in results/records recomputes, and every page quotes its figures as they are", rc == 0, out[-3000:])
+
+LOG = """run_id:00000000000000{i} train_gpt 0123abc
+train_gpt: NVIDIA H100 80GB HBM3 x 1, 54657600 parameters, 300 steps of 65536 tokens (8 micro-step(s) of one sequence per GPU)
+step:0/300 val_loss:10.8258 train_time:0ms step_avg:nanms
+step:300/300 train_loss:1.5834 train_time:9903ms step_avg:34.15ms
+step:300/300 val_loss:1.65{i}9 train_time:9903ms step_avg:34.15ms
+train_gpt: 290 timed steps: median 2{i}.4 ms a step, 1919118 tokens/s, 188.4 TFLOP/s a GPU, MFU 19.0% (bf16 dense peak 989 TFLOP/s a GPU)
+train_gpt: done; peak GPU memory 2913 MiB
+"""
+CRASH = """run_id:0000000000000009 train_gpt 0123abc
+train_gpt: NVIDIA H100 80GB HBM3 x 1, 54657600 parameters, 300 steps of 65536 tokens (8 micro-step(s) of one sequence per GPU)
+step:69/300 train_loss:2.2786 train_time:1357ms step_avg:22.99ms
+train_gpt: error: optimizer step 70: unspecified launch failure
+"""
+
+
+def make_tree(tmp):
+    """A repository-shaped tree with one record of each kind and a page quoting the first."""
+    rec = os.path.join(tmp, "results", "records", "2026-01-01_default_job_test")
+    os.makedirs(os.path.join(rec, "logs"))
+    json.dump({"kind": "default_job", "question": "test"}, open(os.path.join(rec, "record.json"), "w"))
+    open(os.path.join(rec, "command.sh"), "w").write("./train_gpt\n")
+    for i in (1, 2):
+        open(os.path.join(rec, "logs", f"run_{i:02d}.txt"), "w").write(LOG.format(i=i))
+    open(os.path.join(rec, "logs", "run_03.txt"), "w").write(CRASH)
+    tg = os.path.join(tmp, "results", "records", "2026-01-01_test_gpu_test")
+    os.makedirs(os.path.join(tg, "logs"))
+    json.dump({"kind": "test_gpu", "question": "test"}, open(os.path.join(tg, "record.json"), "w"))
+    open(os.path.join(tg, "command.sh"), "w").write("make test-gpu\n")
+    open(os.path.join(tg, "logs", "commit.txt"), "w").write("0123abc\n")
+    open(os.path.join(tg, "logs", "gpu.txt"), "w").write("NVIDIA H100 80GB HBM3, 580.159.04\n")
+    open(os.path.join(tg, "logs", "gpu-layers.txt"), "w").write(
+        "layer-adam: 5 passed, 0 failed\ngemm_stress: 1300 cases, 20000 repetitions, 0 failed, 41.2 s\nlayer-gemm_stress: 2602 passed, 0 failed\n")
+    open(os.path.join(tg, "logs", "gpu-layers.rc"), "w").write("0\n")
+    os.makedirs(os.path.join(tmp, "results", "topic"))
+    open(os.path.join(tmp, "results", "topic", "README.md"), "w").write(
+        "# Topic\n\n<!-- figures: 2026-01-01_default_job_test -->\n<!-- /figures -->\n")
+    return rec, tg
+
+
+tmp = tempfile.mkdtemp(prefix="records_test_")
+try:
+    rec, tg = make_tree(tmp)
+    root = os.path.join(tmp, "results", "records")
+    rc1, out1 = tool(rec)
+    rc2, out2 = tool(tg)
+    rc3, out3 = tool("--pages", root)
+    rc4, out4 = tool("--check", root)
+    check("figures written for both kinds, the page's quote written, and --check passes", rc1 == rc2 == rc3 == rc4 == 0,
+          out1 + out2 + out3 + out4)
+    fig = json.load(open(os.path.join(rec, "figures.json")))
+    check("default_job figures: runs, completed, the failure's error line, the losses and steps of the completed runs",
+          fig["runs"] == 3 and fig["completed"] == 2 and fig["failures"] == ["run_03.txt: optimizer step 70: unspecified launch failure"]
+          and fig["final_val_loss_min"] == 1.6519 and fig["final_val_loss_max"] == 1.6529 and fig["median_step_ms_min"] == 21.4
+          and fig["median_step_ms_max"] == 22.4 and fig["card"] == "NVIDIA H100 80GB HBM3 x 1", json.dumps(fig)[:600])
+    tfig = json.load(open(os.path.join(tg, "figures.json")))
+    check("test_gpu figures: a suite's checks summed, the stress test's size",
+          tfig["suites"]["gpu-layers"] == {"rc": 0, "passed": 2607, "failed": 0, "stress_cases": 1300, "stress_repetitions": 20000,
+                                           "stress_seconds": 41.2} and tfig["all_passed"], json.dumps(tfig))
+    page = open(os.path.join(tmp, "results", "topic", "README.md")).read()
+    check("the page quotes the record's table", "| runs completed | 2 of 3 |" in page and "1.6519 to 1.6529" in page, page)
+
+    def caught(what, path, old, new, expect):
+        text = open(path).read()
+        assert old in text, (path, old)
+        open(path, "w").write(text.replace(old, new, 1))
+        rc, out = tool("--check", root)
+        open(path, "w").write(text)
+        check(f"--check catches {what}", rc == 1 and expect in out, out[-800:])
+
+    caught("a log edited by one digit", os.path.join(rec, "logs", "run_01.txt"), "val_loss:1.6519", "val_loss:1.6518",
+           "2026-01-01_default_job_test/figures.json: does not recompute")
+    caught("a figure edited by hand", os.path.join(rec, "figures.json"), '"final_val_loss_max": 1.6529', '"final_val_loss_max": 1.6528',
+           "does not recompute from the logs (differs in final_val_loss_max)")
+    caught("a suite's log edited", os.path.join(tg, "logs", "gpu-layers.txt"), "2602 passed", "2603 passed",
+           "2026-01-01_test_gpu_test/figures.json: does not recompute")
+    caught("a page's quote edited by hand", os.path.join(tmp, "results", "topic", "README.md"), "2 of 3", "3 of 3",
+           "the quoted figures of 2026-01-01_default_job_test differ")
+    caught("a dirty commit", os.path.join(rec, "logs", "run_02.txt"), "train_gpt 0123abc", "train_gpt 0123abc-dirty",
+           "is not a clean commit")
+    caught("an unknown commit", os.path.join(tg, "logs", "commit.txt"), "0123abc", "unknown", "is not a clean commit")
+    caught("two commits in one record", os.path.join(rec, "logs", "run_02.txt"), "train_gpt 0123abc", "train_gpt 4567def",
+           "the runs name 2 commits")
+    caught("a page quoting no record", os.path.join(tmp, "results", "topic", "README.md"), "figures: 2026-01-01_default_job_test",
+           "figures: 2026-01-01_nothing", "quotes record 2026-01-01_nothing")
+    caught("an unknown kind", os.path.join(rec, "record.json"), "default_job", "defaultjob", "is not one of")
+    os.remove(os.path.join(tg, "logs", "gpu-layers.rc"))
+    open(os.path.join(tg, "logs", "gpu-layers.rc"), "w").write("zero\n")
+    rc, out = tool("--check", root)
+    check("an exit code that is not a number is refused, naming the file", rc == 1 and "gpu-layers.rc: not an exit code" in out, out)
+    rc, out = tool("--check", os.path.join(tmp, "nowhere"))
+    check("a folder that is not there is refused, naming it", rc == 1 and "nowhere: no such folder" in out and "Traceback" not in out, out)
+finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+finish("records")

@@ -2,7 +2,8 @@
 #
 #   make                 ./train_gpt and the tools (build/prepare, build/tokenize, build/attn_run, build/model_dump)
 #   make test            every test that needs no GPU (what CI runs)
-#   make test-gpu        kernel tests and whole training runs on a GPU (two GPUs: data-parallel tests too)
+#   make test-gpu        kernel tests and whole training runs on a GPU (two GPUs: data-parallel tests too;
+#                        make -j4 --output-sync=target test-gpu runs its suites side by side)
 #   make bench           benchmarks on a GPU
 #   make data            GCIDE token shards under data/gcide/ (the default job's corpus)
 #   GPU_ARCH=...         nvcc code generation (default: Hopper sm_90a and Ampere sm_80)
@@ -48,11 +49,11 @@ MODEL_REF_OBJS := $(MODEL_OBJS) $(BUILD)/model/reference_model.o $(BUILD)/model/
 LAYER_TESTS := $(patsubst tests/layers/%.cu,$(BUILD)/tests/layers/%,$(wildcard tests/layers/*.cu))
 GPU_TESTS := $(BUILD)/tests/test_attention_gpu $(LAYER_TESTS) $(BUILD)/tests/test_model_gpu
 
-.PHONY: all test test-gpu test-torch bench data setup clean help
+.PHONY: all test test-torch bench data setup clean help
 all: train_gpt $(TOOLS) $(BUILD)/attn_run $(BUILD)/model_dump
 
 help:
-	@sed -n '1,12p' Makefile
+	@sed -n '1,10p' Makefile
 
 setup:
 	./scripts/setup.sh
@@ -159,19 +160,37 @@ test: train_gpt $(TOOLS) $(CPU_TESTS) $(BUILD)/attn_run $(BUILD)/model_dump $(BU
       $(BUILD)/bench/exchange_bench
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) VOCAB_DIR=$(VOCAB_DIR) GCIDE_DIR=$(GCIDE_DIR) bash tests/run_cpu_tests.sh
 
-test-gpu: $(GPU_TESTS) $(BUILD)/attn_run $(BUILD)/model_dump train_gpt
+# test-gpu's suites, each a target of its own, so that `make -j4 --output-sync=target test-gpu` runs
+# them side by side on one GPU (each suite's checks do not depend on its speed); plain `make
+# test-gpu` runs them one after another.
+GPU_SUITES := gpu-attention gpu-attention-sm80 gpu-attention-sm90 gpu-layers gpu-model gpu-attn-run gpu-torch-check gpu-peer \
+              gpu-training gpu-readme-jobs
+.PHONY: test-gpu gpu-check $(GPU_SUITES)
+test-gpu: $(GPU_SUITES)
+gpu-check:
 	@nvidia-smi -L >/dev/null 2>&1 || { echo "test-gpu: no GPU on this machine (nvidia-smi finds none)"; exit 1; }
+gpu-attention: gpu-check $(BUILD)/tests/test_attention_gpu
 	$(BUILD)/tests/test_attention_gpu                   # the kernels this GPU runs by default
+gpu-attention-sm80: gpu-check $(BUILD)/tests/test_attention_gpu
 	$(BUILD)/tests/test_attention_gpu --kernels sm80    # the mma.sync kernels too (on Hopper the first run took wgmma's)
+gpu-attention-sm90: gpu-check $(BUILD)/tests/test_attention_gpu
 	@if nvidia-smi --query-gpu=compute_cap --format=csv,noheader | grep -q '^9'; then \
 	  echo "$(BUILD)/tests/test_attention_gpu --kernels sm90 --sm90-backward fused"; $(BUILD)/tests/test_attention_gpu --kernels sm90 --sm90-backward fused && \
 	  echo "$(BUILD)/tests/test_attention_gpu --kernels sm90 --sm90-backward two-kernels"; $(BUILD)/tests/test_attention_gpu --kernels sm90 --sm90-backward two-kernels; fi
+gpu-layers: gpu-check $(LAYER_TESTS)
 	@for t in $(LAYER_TESTS); do echo $$t; $$t || exit 1; done
+gpu-model: gpu-check $(BUILD)/tests/test_model_gpu
 	$(BUILD)/tests/test_model_gpu
+gpu-attn-run: gpu-check $(BUILD)/attn_run
 	$(PYTHON) tests/test_attn_run.py $(BUILD)/attn_run
+gpu-torch-check: gpu-check $(BUILD)/model_dump
 	$(PYTHON_TORCH) tests/torch_model_check.py $(BUILD)
+gpu-peer: gpu-check train_gpt
 	$(PYTHON_TORCH) tests/test_torch_peer_gpu.py '$(TEST_TRAIN_DATA)' '$(TEST_VAL_DATA)' ./train_gpt
+gpu-training: gpu-check train_gpt
 	$(PYTHON) tests/test_training_gpu.py '$(TEST_TRAIN_DATA)' '$(TEST_VAL_DATA)' ./train_gpt
+gpu-readme-jobs: gpu-check train_gpt
+	$(PYTHON) tests/test_readme_jobs_gpu.py '$(TEST_TRAIN_DATA)' '$(TEST_VAL_DATA)' ./train_gpt
 
 bench: $(BUILD)/bench/bench_attention $(BUILD)/bench/bench_matmul
 	@nvidia-smi -L >/dev/null 2>&1 || { echo "bench: no GPU on this machine"; exit 1; }

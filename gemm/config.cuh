@@ -11,6 +11,27 @@
 // the TMA loads of K-slices of BK = 64 (A: 128 x 64, B: 256 x 64, 48 KB a stage) into a ring of 4
 // stages (gemm/mainloop.cuh). The epilogues write their output in rounds of OC = 128 columns
 // through a buffer of WM x OC a warpgroup (gemm/epilogue_store.cuh).
+//
+// The rules the ring keeps (hopper/barrier.cuh: a wait names a phase only by its parity, so a
+// waiter must never be a whole phase behind or ahead of the barrier):
+//   every consumer warp waits for every phase of every full barrier, in ring order, even for an
+//     entry it does not read (the ReLU^2 backward's other warpgroup's slot of r). A warp that
+//     skipped entry i and then waited for entry i + kStages (the same barrier, the same parity)
+//     while i's load was still in flight would pass at once on the stale phase, read the stage
+//     before its data landed and release it early, so that the producer refilled a stage still
+//     in use and the empty barrier took more arrivals than its count (the cause found for the
+//     default job's crash on an H100: K = 256 makes the backward's r loads from HBM outlast the
+//     next tile's slices from L2, and only tiles after a block's first can meet it).
+//   an entry is released for a warp only once that warp has waited for it: a release made for a
+//     warp still to wait lets the producer refill the stage, and the late waiter then finds the
+//     barrier two phases on, at its own parity, and waits for ever (a hang).
+//   a named barrier that the two consumer warpgroups meet at once a tile (the held stage's
+//     handoff, GemmBarrier) alternates between two ids by the tile's parity: with fewer K-slices
+//     than stages (K < 256) one warpgroup can finish its next tile's slices before the other
+//     has synced on this tile's id, and a second arrival on the same id would complete it early
+//     (the forward hung so at K = 64 on an H100).
+// tests/test_gemm_ring_model.py checks these rules on a model of the ring under random schedules;
+// tests/layers/gemm_stress.cu runs the kernels at every shape the model may give them.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -27,6 +48,15 @@ typedef __nv_bfloat16 bf16;
 
 constexpr int BM = 128, BN = 256, BK = 64, WM = 64, OC = 128;  // WM: a consumer warpgroup's rows; OC: an epilogue round's columns
 constexpr int kConsumerThreads = 256, kThreads = kConsumerThreads + 32;  // two consumer warpgroups and the producer warp
+
+// The GEMM's named barriers (hopper/named_barrier.cuh), by id:
+enum GemmBarrier : int {
+  kWarpgroupBar = 1,   // + wg: consumer warpgroup wg's 128 threads (its epilogue buffer written, read)
+  kHeldStageBar = 3,   // + wg + 2 (tile & 1): 256 threads; warpgroup wg syncs, the other arrives once
+                       // its wgmmas of the tile are done (epilogue_store.cuh hold_last_stage)
+  kGemmBarriersEnd = 7
+};
+static_assert(kGemmBarriersEnd <= 16, "a block has 16 named barriers");
 struct Shape {
   static constexpr int kStages = 4;
   static constexpr size_t kStageBytes = (size_t)(BM + BN) * BK * sizeof(bf16);

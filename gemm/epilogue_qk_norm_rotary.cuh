@@ -144,10 +144,10 @@ struct QkNormRotary {
       hopper::bulk_load(my_angles(x), qa.angles + (size_t)(m0 + x.wg * WM) * (HD / 2), bytes, &angles_full[x.wg]);
     }
   }
-  __device__ __forceinline__ void after_slices(const Consumer& x, int, int) { hold_last_stage(x); }
+  __device__ __forceinline__ void after_slices(const Consumer& x, int ti, int, int) { hold_last_stage(x, ti); }
   // q, k: the norm + rotary in place, reading the angles (the rounds' first barrier orders those
   // reads before the buffer is written); then the plain store of the tile's matrix z = n0 / nb
-  __device__ __forceinline__ void store(float (&acc)[BN / 8][4], const Consumer& x, int it0, int nk, int m0, int n0,
+  __device__ __forceinline__ void store(float (&acc)[BN / 8][4], const Consumer& x, int ti, int it0, int nk, int m0, int n0,
                                         const CUtensorMap* tmO) {
     if (normed(x, m0, n0)) {
       hopper::mbar_wait(&angles_full[x.wg], angle_loads++ & 1);
@@ -159,7 +159,7 @@ struct QkNormRotary {
         if ((lane & 3) == 0 && row0 + 8 * h < M) rstd[(size_t)8 * h * H + hh] = v;
       });
     }
-    store_tile<NoOp>(acc, x, it0 + nk - 1, tmO, n0 % qa.nb, m0, n0 / qa.nb);
+    store_tile<NoOp>(acc, x, it0 + nk - 1, ti, tmO, n0 % qa.nb, m0, n0 / qa.nb);
   }
 };
 

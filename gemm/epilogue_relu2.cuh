@@ -13,7 +13,8 @@
 // for: after a tile's slices the producer loads each warpgroup's 64 rows of r into an entry of
 // the ring (its B part, a "slot"), the warpgroup writes du over r there and stores it from there,
 // and its storing thread releases the slot once the store has read it (after the next tile's
-// first wgmmas are issued).
+// first wgmmas are issued). Each warpgroup also waits for the other's slot to land, though it
+// never reads it, and releases it for its own warps (gemm/config.cuh, the rules).
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -23,6 +24,7 @@
 #include "gemm/epilogue_store.cuh"
 #include "gemm/mainloop.cuh"
 #include "hopper/barrier.cuh"
+#include "hopper/named_barrier.cuh"
 #include "hopper/tma.cuh"
 #include "hopper/wgmma.cuh"
 
@@ -61,10 +63,10 @@ struct Relu2Forward {
   __device__ __forceinline__ void at_first_slice(const Consumer& x, bool prev, int it0, int, int, int, int) {
     if (prev) release_held_stage(x, it0);
   }
-  __device__ __forceinline__ void after_slices(const Consumer& x, int, int) { hold_last_stage(x); }
-  __device__ __forceinline__ void store(float (&acc)[BN / 8][4], const Consumer& x, int it0, int nk, int m0, int n0,
+  __device__ __forceinline__ void after_slices(const Consumer& x, int ti, int, int) { hold_last_stage(x, ti); }
+  __device__ __forceinline__ void store(float (&acc)[BN / 8][4], const Consumer& x, int ti, int it0, int nk, int m0, int n0,
                                         const CUtensorMap* tmO) {
-    store_tile<Relu2Pairs>(acc, x, it0 + nk - 1, tmO, n0, m0);
+    store_tile<Relu2Pairs>(acc, x, it0 + nk - 1, ti, tmO, n0, m0);
   }
 };
 
@@ -90,17 +92,20 @@ struct Relu2Backward {
     return it;
   }
   // After the next tile's first wgmmas are issued: the previous tile's slot, once its store has
-  // read it (the storer arrives for all eight warps: the slot is its warpgroup's alone; it has
-  // waited for the slot's load, so the arrivals fall in the slot's phase).
+  // read it (the storer arrives for its warpgroup's four warps, all of which waited for the
+  // slot's load; the other warpgroup released it for its own warps after waiting, in store).
   __device__ __forceinline__ void at_first_slice(const Consumer& x, bool prev, int it0, int per_tile, int nk, int, int) {
     if (prev && x.storer) {
       hopper::store_wait_read();
-      x.release_for(it0 - per_tile + nk + x.wg, kConsumerThreads / 32);
+      x.release_for(it0 - per_tile + nk + x.wg, kConsumerThreads / 64);
     }
   }
-  __device__ __forceinline__ void after_slices(const Consumer& x, int it0, int nk) { x.release(it0 + nk - 1); }
-  // du = 2 sqrt(r) dr over r in the warpgroup's slot, stored from there
-  __device__ __forceinline__ void store(float (&acc)[BN / 8][4], const Consumer& x, int it0, int nk, int m0, int n0,
+  __device__ __forceinline__ void after_slices(const Consumer& x, int, int it0, int nk) { x.release(it0 + nk - 1); }
+  // du = 2 sqrt(r) dr over r in the warpgroup's slot, stored from there; then the other
+  // warpgroup's slot waited for and released for this warpgroup's warps, which never read it
+  // (gemm/config.cuh, the rules: no warp skips a phase, and none is released for a warp before
+  // it has waited; it has landed by now, or nearly)
+  __device__ __forceinline__ void store(float (&acc)[BN / 8][4], const Consumer& x, int, int it0, int nk, int m0, int n0,
                                         const CUtensorMap* tmO) {
     using namespace hopper;
     const int os = it0 + nk + x.wg;
@@ -128,12 +133,14 @@ struct Relu2Backward {
       stmatrix_x4(tc::smem_addr(o + sw128<WM>(x.srow, j + (x.lane >> 4))), f);
     }
     fence_proxy_async();
-    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + x.wg) : "memory");
+    named_sync(kWarpgroupBar + x.wg, 128);
     if (x.storer) {
 #pragma unroll
       for (int p = 0; p < BN / 64; p++) tma_store_panel(o + p * WM * 64, tmO, n0 + 64 * p, m0 + x.wg * WM);
       store_commit();
     }
+    x.ring.wait_full(it0 + nk + (1 - x.wg));
+    x.release(it0 + nk + (1 - x.wg));
   }
 };
 

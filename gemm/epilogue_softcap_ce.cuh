@@ -25,6 +25,7 @@
 #include "gemm/epilogue_store.cuh"
 #include "gemm/mainloop.cuh"
 #include "gemm/tile_scheduler.cuh"
+#include "hopper/named_barrier.cuh"
 #include "hopper/tma.cuh"
 #include "hopper/wgmma.cuh"
 #include "layers/softcap_ce.cuh"
@@ -98,7 +99,7 @@ struct SoftcapCE {
     if (sub_begin(sub + 1) % (OC / 8) == 0 && sub_begin(sub + 1) > sub_begin(sub)) {
       const int round = sub_begin(sub + 1) / (OC / 8) - 1;
       if (x.storer) store_wait_read();  // the previous round has left the buffer
-      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + x.wg) : "memory");
+      named_sync(kWarpgroupBar + x.wg, 128);
 #pragma unroll
       for (int j = 0; j < OC / 8; j += 2) {
         const int jb = round * OC / 8 + j;

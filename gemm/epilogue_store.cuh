@@ -9,13 +9,15 @@
 //     half of B's for 1), which the consumers keep until that store has read it (released by
 //     release_held_stage after the next tile's first wgmmas are issued), so round 1 does not wait
 //     for round 0's store. Both warpgroups' wgmmas read that stage, so a warpgroup writes there
-//     once the other's are done (named barriers 3 and 4: hold_last_stage, then round 1).
+//     once the other's are done (kHeldStageBar: hold_last_stage, then round 1; two ids a
+//     warpgroup, alternating by the tile's parity, gemm/config.cuh).
 // The tensor cores wait for the epilogue; the producer has the next tile's slices in flight.
 #pragma once
 #include <cuda.h>
 
 #include "gemm/config.cuh"
 #include "gemm/mainloop.cuh"
+#include "hopper/named_barrier.cuh"
 #include "hopper/tma.cuh"
 #include "hopper/wgmma.cuh"
 
@@ -28,7 +30,7 @@ __device__ __forceinline__ void store_round(const bf16* buf, const CUtensorMap* 
                                             int z = -1) {
   using namespace hopper;
   fence_proxy_async();
-  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+  named_sync(kWarpgroupBar + wg, 128);
   if (storer) {
 #pragma unroll
     for (int p = 0; p < OC / 64; p++) {
@@ -46,12 +48,14 @@ struct NoOp {
   __device__ __forceinline__ static uint32_t pair(uint32_t u) { return u; }
 };
 
+// The held-stage handoff's id where warpgroup wg syncs for its ti-th tile (the other arrives
+// there): alternating by the tile's parity, so that a warpgroup a tile ahead arrives on the other
+// id (gemm/config.cuh, the rules).
+__device__ __forceinline__ int held_stage_bar(int wg, int ti) { return kHeldStageBar + wg + 2 * (ti & 1); }
 // The stage a tile's last slice used, kept for its second round: after the tile's wgmmas are
-// done, this warpgroup tells the other (named barrier 3 + (1 - wg), waited on by the other's
-// round 1) that it no longer reads it.
-__device__ __forceinline__ void hold_last_stage(const Consumer& x) {
-  asm volatile("bar.arrive %0, 256;\n" ::"r"(4 - x.wg) : "memory");
-}
+// done, this warpgroup tells the other (waited on by the other's round 1) that it no longer reads
+// it. ti: the block's tiles before this one.
+__device__ __forceinline__ void hold_last_stage(const Consumer& x, int ti) { hopper::named_arrive(held_stage_bar(1 - x.wg, ti), 256); }
 // The previous tile's last stage, once its round 1 store has read it (the storer arrives for its
 // warpgroup's 4 warps): called after the next tile's first wgmmas are issued. it0: the next
 // tile's first ring entry.
@@ -63,11 +67,11 @@ __device__ __forceinline__ void release_held_stage(const Consumer& x, int it0) {
 }
 
 // The warpgroup's 64 x 256 of the tile (acc), the pairs through OP, in two rounds to columns
-// col0.., rows m0 + WM wg.. of the output (of matrix z >= 0 of a batched map); last: the ring
-// entry of the tile's last slice.
+// col0.., rows m0 + WM wg.. of the output (of matrix z >= 0 of a batched map); last_entry: the
+// ring entry of the tile's last slice; ti: the block's tiles before this one.
 template <class OP>
-__device__ __forceinline__ void store_tile(float (&acc)[BN / 8][4], const Consumer& x, int last_entry, const CUtensorMap* tmO, int col0,
-                                           int m0, int z = -1) {
+__device__ __forceinline__ void store_tile(float (&acc)[BN / 8][4], const Consumer& x, int last_entry, int ti, const CUtensorMap* tmO,
+                                           int col0, int m0, int z = -1) {
   using namespace hopper;
   static_assert(BN / OC == 2 && BM * BK >= WM * OC && BN * BK / 2 >= WM * OC, "two rounds, the second in a stage");
 #pragma unroll
@@ -75,8 +79,8 @@ __device__ __forceinline__ void store_tile(float (&acc)[BN / 8][4], const Consum
     const int last = last_entry % Shape::kStages;
     bf16* const my_c = round == 0 ? x.sC + x.wg * WM * OC : x.wg ? x.sB + last * BN * BK : x.sA + last * BM * BK;
     // round 0: the previous tile's rounds have left the buffer (its storer waited at kb == 0)
-    if (round == 0) asm volatile("bar.sync %0, 128;\n" ::"r"(1 + x.wg) : "memory");
-    else asm volatile("bar.sync %0, 256;\n" ::"r"(3 + x.wg) : "memory");  // the other's wgmmas are done
+    if (round == 0) hopper::named_sync(kWarpgroupBar + x.wg, 128);
+    else hopper::named_sync(held_stage_bar(x.wg, ti), 256);  // the other's wgmmas are done
 #pragma unroll
     for (int j = 0; j < OC / 8; j += 2) {  // two n8 blocks, then their stmatrix
       const int jb = round * OC / 8 + j;   // the first's block in the tile

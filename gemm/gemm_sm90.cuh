@@ -15,6 +15,8 @@
 //                                      the epilogue's loads for this tile);
 //   after_slices(...)                  once the tile's wgmmas are done;
 //   store(acc, ...)                    the tile's output.
+// (ti, passed to the last two: the block's tiles before this one.) The ring's rules, which every
+// hook keeps, are in gemm/config.cuh.
 // A new fused epilogue is a new file with such a struct, and a launch in gemm/gemm.cuh.
 #pragma once
 #include <cuda.h>
@@ -101,8 +103,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     wgmma_wait<0>();
     reg_fence(acc);
-    epi.after_slices(x, it0, nk);
-    epi.store(acc, x, it0, nk, o.m0, o.n0, &tmO);
+    epi.after_slices(x, ti, it0, nk);
+    epi.store(acc, x, ti, it0, nk, o.m0, o.n0, &tmO);
   }
   if (x.storer) store_wait();  // the stores are complete before the block's shared memory goes
   cluster_sync();               // and the other block signals none of this one's barriers any more

@@ -1,0 +1,89 @@
+"""The README's jobs on the GPU (part of make test-gpu): the default job whole, as the README's
+first command runs it, and the first 50 steps of every preset.
+
+    python3 tests/test_readme_jobs_gpu.py TRAIN_PATTERN VAL_PATTERN [TRAINER]
+
+  default job: `./train_gpt` with no flag at all when the shards are the default ones (the GCIDE
+    shards of `make data`), all 300 steps; with --train-data / --val-data when they are not;
+  every preset (tiny, default, speedrun): its first 50 steps (--steps 50) on the given shards.
+    The speedrun preset's own shards are FineWeb's; on GCIDE its validation is cut to 524288
+    tokens (8 of its 65536-token sequences), which the 1M-token validation shard holds.
+Each run must exit 0, log every step, and end with a finite validation loss at its last step
+(read from the JSON-lines log). The table at the end gives each job's step_avg (as its log's
+last step line: training time over the steps after the first 10) and final validation loss.
+"""
+import glob
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import check, finish  # noqa: E402
+
+SUITE = "readme-jobs-gpu"
+if len(sys.argv) < 3:
+    print("usage: python3 tests/test_readme_jobs_gpu.py TRAIN_PATTERN VAL_PATTERN [TRAINER]", file=sys.stderr)
+    print(f"{SUITE}: 0 passed, 1 failed")
+    sys.exit(2)
+TRAIN_PAT, VAL_PAT = sys.argv[1], sys.argv[2]
+for what, pat in (("training", TRAIN_PAT), ("validation", VAL_PAT)):
+    if not glob.glob(pat):
+        print(f"test_readme_jobs_gpu: no {what} shards match {pat!r}: run `make data` first, or point TEST_TRAIN_DATA / "
+              "TEST_VAL_DATA at other shards")
+        print(f"{SUITE}: 0 passed, 1 failed")
+        sys.exit(1)
+TRAINER = os.path.abspath(sys.argv[3] if len(sys.argv) > 3 else "./train_gpt")
+# the trainer's own defaults (train/options.h): where the README's first command reads its shards
+DEFAULT_TRAIN, DEFAULT_VAL = "data/gcide/gcide_train_*.bin", "data/gcide/gcide_val_*.bin"
+TMP = tempfile.mkdtemp(prefix="readme_jobs_")
+DATA = [] if (TRAIN_PAT, VAL_PAT) == (DEFAULT_TRAIN, DEFAULT_VAL) else ["--train-data", TRAIN_PAT, "--val-data", VAL_PAT]
+
+
+def run(name, flags, steps, timeout=900):
+    """Runs the trainer with flags (and a log file of its own); returns (exit code, output, JSON-lines events)."""
+    log = os.path.join(TMP, name + ".txt")
+    cmd = [TRAINER] + flags + ["--log-file", log]
+    t0 = time.time()
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        rc, out = r.returncode, r.stdout + r.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, out = -1, f"timed out after {timeout} s\n" + (e.stdout or b"").decode(errors="replace")[-2000:]
+    events = []
+    jl = os.path.join(TMP, name + ".jsonl")
+    if os.path.exists(jl):
+        for line in open(jl):
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                pass
+    steps_logged = {e["step"] for e in events if e.get("event") in ("step", "val")}
+    vals = {e["step"]: e.get("val_loss") for e in events if e.get("event") == "val"}
+    last_val = vals.get(steps)
+    finite = isinstance(last_val, (int, float)) and math.isfinite(last_val)
+    check(f"{name}: exit 0", rc == 0, f"`{' '.join(cmd)}` exited {rc}:\n{out[-2000:]}")
+    check(f"{name}: every step logged", all(s in steps_logged for s in range(1, steps + 1)),
+          f"{len(steps_logged)} of {steps} steps logged")
+    check(f"{name}: a finite validation loss at step {steps}", finite, f"validation losses logged: {vals}")
+    # the log's step_avg at the last step: training time over the steps after the first 10
+    times = [e["train_time_ms"] for e in events if e.get("event") in ("step", "val") and e.get("step") == steps]
+    avg = times[-1] / (steps - 10) if times and isinstance(times[-1], (int, float)) else float("nan")
+    print(f"  {name}: exit {rc} in {time.time() - t0:.1f} s, {len(steps_logged)} steps, val {last_val}", flush=True)
+    return name, " ".join(flags) or "(no flag)", avg, last_val
+
+
+rows = [run("default_job", DATA, 300)]
+for preset in ("tiny", "default", "speedrun"):
+    extra = ["--val-tokens", "524288"] if preset == "speedrun" and DATA else []
+    if preset == "speedrun" and not DATA:  # its own shards are FineWeb's: the given ones instead
+        extra = ["--train-data", TRAIN_PAT, "--val-data", VAL_PAT, "--val-tokens", "524288"]
+    rows.append(run(f"preset_{preset}_50", ["--preset", preset, "--steps", "50"] + DATA + extra, 50))
+
+print(f"{'job':<22} {'step_avg ms':>15} {'final val loss':>15}  flags")
+for name, flags, ms, val in rows:
+    print(f"{name:<22} {ms:>15.2f} {val if val is not None else float('nan'):>15.4f}  {flags}")
+finish(SUITE)

@@ -7,8 +7,8 @@ A record is a dated folder under results/records/ (DATE_NAME), never edited afte
   logs/         the logs, each stamped with the commit its binaries were built from;
   figures.json  written by this script from the logs, never by hand.
 Kinds:
-  default_job   logs/run_*.txt: the standard output of `./train_gpt` runs (the README's first
-                command). Figures: the card, the commit, runs, runs completed ("train_gpt: done"),
+  default_job   logs/run_*.txt: the logs of `./train_gpt` runs (the README's first command; its
+                output, or its --log-file, with run_*.err its standard error beside it). Figures: the card, the commit, runs, runs completed ("train_gpt: done"),
                 each failure's error line, the final validation loss and the median step
                 (train_gpt's summary line) of each completed run, their least and greatest,
                 the peak memory.
@@ -74,7 +74,9 @@ def default_job(rec):
         vals = re.findall(r"^step:(\d+)/(\d+) val_loss:(\S+) ", text, re.M)
         median = re.search(r"^train_gpt: \d+ timed steps: median ([0-9.]+) ms a step", text, re.M)
         peak = re.search(r"^train_gpt: done; peak GPU memory (\d+) MiB$", text, re.M)
-        error = re.search(r"^train_gpt: error: (.*)$", text, re.M)
+        err_path = path[:-4] + ".err"  # the run's standard error, where a failure's message goes
+        error = re.search(r"^train_gpt: (?:rank \d+: )?error: (.*)$", text + "\n" + (read_text(err_path) if os.path.exists(err_path) else ""),
+                          re.M)
         run_ = {"log": os.path.basename(path), "completed": bool(peak)}
         if peak:
             last = vals[-1] if vals else None

@@ -1,5 +1,6 @@
 """Tiny test harness shared by the Python test files: check() records a result; finish() prints
 'NAME: N passed, N failed' and exits non-zero on any failure."""
+import glob
 import hashlib
 import os
 import subprocess
@@ -22,6 +23,23 @@ def check(name, ok, detail=""):
 def finish(suite):
     print(f"{suite}: {_passed} passed, {_failed} failed", flush=True)
     sys.exit(1 if _failed else 0)
+
+
+def shard_args(script, suite):
+    """(train pattern, validation pattern, trainer's absolute path) from the arguments of a GPU test
+    that trains: TRAIN_PATTERN VAL_PATTERN [TRAINER]. Missing arguments (exit 2) or patterns that
+    match no shard (exit 1) end it with a message and the suite's failed result line."""
+    if len(sys.argv) < 3:
+        print(f"usage: python3 tests/{script}.py TRAIN_PATTERN VAL_PATTERN [TRAINER]", file=sys.stderr)
+        print(f"{suite}: 0 passed, 1 failed")
+        sys.exit(2)
+    for what, pat in (("training", sys.argv[1]), ("validation", sys.argv[2])):
+        if not glob.glob(pat):
+            print(f"{script}: no {what} shards match {pat!r}: run `make data` first, or point TEST_TRAIN_DATA / "
+                  "TEST_VAL_DATA at other shards")
+            print(f"{suite}: 0 passed, 1 failed")
+            sys.exit(1)
+    return sys.argv[1], sys.argv[2], os.path.abspath(sys.argv[3] if len(sys.argv) > 3 else "./train_gpt")
 
 
 def digest_tree(paths):

@@ -12,7 +12,6 @@ Each run must exit 0, log every step, and end with a finite validation loss at i
 (read from the JSON-lines log). The table at the end gives each job's step_avg (as its log's
 last step line: training time over the steps after the first 10) and final validation loss.
 """
-import glob
 import json
 import math
 import os
@@ -22,21 +21,10 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import check, finish  # noqa: E402
+from harness import check, finish, shard_args  # noqa: E402
 
 SUITE = "readme-jobs-gpu"
-if len(sys.argv) < 3:
-    print("usage: python3 tests/test_readme_jobs_gpu.py TRAIN_PATTERN VAL_PATTERN [TRAINER]", file=sys.stderr)
-    print(f"{SUITE}: 0 passed, 1 failed")
-    sys.exit(2)
-TRAIN_PAT, VAL_PAT = sys.argv[1], sys.argv[2]
-for what, pat in (("training", TRAIN_PAT), ("validation", VAL_PAT)):
-    if not glob.glob(pat):
-        print(f"test_readme_jobs_gpu: no {what} shards match {pat!r}: run `make data` first, or point TEST_TRAIN_DATA / "
-              "TEST_VAL_DATA at other shards")
-        print(f"{SUITE}: 0 passed, 1 failed")
-        sys.exit(1)
-TRAINER = os.path.abspath(sys.argv[3] if len(sys.argv) > 3 else "./train_gpt")
+TRAIN_PAT, VAL_PAT, TRAINER = shard_args("test_readme_jobs_gpu", SUITE)
 # the trainer's own defaults (train/options.h): where the README's first command reads its shards
 DEFAULT_TRAIN, DEFAULT_VAL = "data/gcide/gcide_train_*.bin", "data/gcide/gcide_val_*.bin"
 TMP = tempfile.mkdtemp(prefix="readme_jobs_")

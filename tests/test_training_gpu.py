@@ -34,7 +34,6 @@ significant digits, so "equal" below means equal to the bit.
   default run's losses to the bit. A rank that is killed, crashes or hangs ends the whole job
   within a bounded time with a message naming the rank.
 """
-import glob
 import json
 import os
 import re
@@ -46,20 +45,9 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import check, finish  # noqa: E402
+from harness import check, finish, shard_args  # noqa: E402
 
-if len(sys.argv) < 3:
-    print("usage: python3 tests/test_training_gpu.py TRAIN_PATTERN VAL_PATTERN [TRAINER]", file=sys.stderr)
-    print("training-gpu: 0 passed, 1 failed")
-    sys.exit(2)
-TRAIN_PAT, VAL_PAT = sys.argv[1], sys.argv[2]
-for what, pat in (("training", TRAIN_PAT), ("validation", VAL_PAT)):
-    if not glob.glob(pat):
-        print(f"test_training_gpu: no {what} shards match {pat!r}: run `make data` first, or point TEST_TRAIN_DATA / "
-              "TEST_VAL_DATA at other shards")
-        print("training-gpu: 0 passed, 1 failed")
-        sys.exit(1)
-TRAINER = os.path.abspath(sys.argv[3] if len(sys.argv) > 3 else "./train_gpt")
+TRAIN_PAT, VAL_PAT, TRAINER = shard_args("test_training_gpu", "training-gpu")
 TMP = tempfile.mkdtemp(prefix="train_test_")
 MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 BASE = ["--preset", "tiny", "--train-data", TRAIN_PAT, "--val-data", VAL_PAT]

@@ -8,12 +8,12 @@
 //             q, k, v: 3 K; the head: the vocabulary, 50304), M = 1, 300, 1024, 8192, 8328 and
 //             16384 (the head: 1, 300, 8192, 16384, its chunk's largest), kSweepReps repetitions;
 //   soak:     the presets' own shapes (default, tiny, speedrun), kSoakReps repetitions each.
-// A case's repetitions run back to back on one stream, each followed by a hash of its outputs,
+// A case's repetitions run back to back on one stream, each followed by its outputs' checksums,
 // reading rotating copies of the same inputs whose sum is at least twice L2, so that the GEMM's
 // loads come from HBM as in the training step, where the race gemm/config.cuh describes showed.
 // Checks, each case:
-//   every repetition's outputs hash to the first one's (64-bit sums of mixed words: any changed
-//     bit changes the hash but for a chance of 2^-64);
+//   every repetition's outputs have the first one's checksums (layers/checksum.cuh: any changed
+//     bit changes one but for a chance of 2^-64);
 //   the last repetition against the reference: the fp32 product of exact inputs (h multiples of
 //     1/8 in [-1, 1], weights multiples of 1/64 in [-1/8, 1/8]: every product and partial sum is
 //     exact in fp32 in any order), rounded to bf16, then the unfused layer's pass
@@ -29,6 +29,7 @@
 // under compute-sanitizer (memcheck, racecheck, synccheck), where every access is checked.
 #include "tests/layers/gpu_test.h"
 #include "gemm/gemm.cuh"
+#include "layers/checksum.cuh"
 #include "layers/head_ce.cuh"
 #include "layers/qk_norm_rotary.cuh"
 #include "layers/relu2.cuh"
@@ -48,23 +49,17 @@ constexpr int kSweepReps = 8, kSoakReps = 2000, kSpeedrunSoakReps = 100, kWatchd
 constexpr int kVocab = 50304;
 
 // ------------------------------------------------------------------------ device helpers
-__device__ __forceinline__ uint64_t mix64(uint64_t x) {  // splitmix64's finalizer
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 enum Fill { kEighths, kSixtyFourths, kSquares };  // h-like, weight-like, r = (eighths)^2
 __global__ void fill_kernel(bf16* p, size_t n, uint64_t seed, int kind) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    const int v = (int)(mix64(seed ^ (i * 0xD1B54A32D192ED03ull)) % 17) - 8;
+    const int v = (int)(layers::mix64(seed ^ (i * 0xD1B54A32D192ED03ull)) % 17) - 8;
     const float f = kind == kEighths ? v / 8.f : kind == kSixtyFourths ? v / 64.f : (v / 8.f) * (v / 8.f);
     p[i] = __float2bfloat16(f);  // exact: at most 8 significant bits
   }
 }
 __global__ void targets_kernel(int* t, int n, int V, uint64_t seed) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) t[i] = (int)(mix64(seed ^ (uint64_t)i) % (uint64_t)V);
+  if (i < n) t[i] = (int)(layers::mix64(seed ^ (uint64_t)i) % (uint64_t)V);
 }
 // out[M][N] = bf16(A B), fp32 sums: A [M][K]; B [K][N] (b_kmajor false) or [N][K]. 64 x 64
 // outputs a block, 4 x 4 a thread, K in steps of 16 through shared memory.
@@ -99,14 +94,6 @@ __global__ void __launch_bounds__(256) ref_gemm_kernel(const bf16* __restrict__ 
       const int r = m0 + ty + 16 * i, c = n0 + tx + 16 * j;
       if (r < M && c < N) out[(size_t)r * N + c] = __float2bfloat16(acc[i][j]);
     }
-}
-// A sum of mixed 32-bit words with their positions, into *h (order-free, so any grid gives it).
-__global__ void hash_kernel(const uint32_t* __restrict__ w, size_t n, uint64_t salt, unsigned long long* h) {
-  uint64_t s = 0;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    s += mix64(((uint64_t)w[i] << 32 | (i & 0xFFFFFFFFull)) ^ (salt + (i >> 32)));
-  for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
-  if ((threadIdx.x & 31) == 0) atomicAdd(h, (unsigned long long)s);
 }
 // x against ref, n bf16: elements whose bits differ, elements not finite, and the sums of
 // squares of the difference and of ref (relative Frobenius error)
@@ -165,10 +152,6 @@ void fill(bf16* p, size_t n, int kind) {
 }
 void ref_gemm(const bf16* A, const bf16* B, bool b_kmajor, bf16* out, int M, int N, int K) {
   ref_gemm_kernel<<<dim3((N + 63) / 64, (M + 63) / 64), 256>>>(A, B, b_kmajor, out, M, N, K);
-  CUDA_CHECK(cudaGetLastError());
-}
-void hash_into(const void* p, size_t bytes, uint64_t salt, unsigned long long* h, cudaStream_t st) {
-  hash_kernel<<<kGrid, kBlock, 0, st>>>(reinterpret_cast<const uint32_t*>(p), bytes / 4, salt, h);
   CUDA_CHECK(cudaGetLastError());
 }
 Diff diff(const bf16* x, const bf16* ref, size_t n, Buf& scratch) {
@@ -234,13 +217,13 @@ struct Stats {
 } g_stats;
 
 // The repetitions of one case: run(copy) enqueues one product on st reading input copy `copy`;
-// outputs: the (pointer, bytes) pairs hashed after each. Returns whether every repetition hashed
-// as the first.
+// outputs: the (pointer, bytes) pairs whose checksums (layers/checksum.cuh) are taken after each.
+// Returns whether every repetition's checksums are the first one's.
 template <typename Run>
 bool repeat(const std::string& name, int reps, int copies, Run&& run, std::initializer_list<std::pair<const void*, size_t>> outputs,
-            cudaStream_t st, Buf& hashes) {
-  unsigned long long* h = hashes.as<unsigned long long>(reps);
-  CUDA_CHECK(cudaMemsetAsync(h, 0, reps * sizeof *h, st));
+            cudaStream_t st, Buf& checksums) {
+  const size_t nout = outputs.size();
+  unsigned long long* h = checksums.as<unsigned long long>(reps * nout);
   for (int i = 0; i < reps; i++) {
     const cudaError_t e = run(i % copies);
     if (e != cudaSuccess) {
@@ -248,14 +231,14 @@ bool repeat(const std::string& name, int reps, int copies, Run&& run, std::initi
       std::fflush(stdout);
       std::_Exit(1);
     }
-    uint64_t salt = 1;
-    for (const auto& o : outputs) hash_into(o.first, o.second, salt++ * 0x100000001B3ull, h + i, st);
+    size_t k = 0;
+    for (const auto& o : outputs) CUDA_CHECK(layers::checksum(o.first, o.second, h + i * nout + k++, st));
   }
   wait_or_die(st, name);
-  std::vector<unsigned long long> got(reps);
-  CUDA_CHECK(cudaMemcpy(got.data(), h, reps * sizeof *h, cudaMemcpyDeviceToHost));
+  std::vector<unsigned long long> got(reps * nout);
+  CUDA_CHECK(cudaMemcpy(got.data(), h, got.size() * sizeof *h, cudaMemcpyDeviceToHost));
   int differ = 0;
-  for (int i = 1; i < reps; i++) differ += got[i] != got[0];
+  for (int i = 1; i < reps; i++) differ += !std::equal(got.begin() + i * nout, got.begin() + (i + 1) * nout, got.begin());
   CHECK(differ == 0, "gemm_stress %s: %d of %d repetitions differ from the first", name.c_str(), differ, reps);
   g_stats.cases++, g_stats.reps += reps;
   return differ == 0;
@@ -266,7 +249,7 @@ std::string shape_name(const char* what, int M, int K, int N) {
 }
 
 struct Bufs {
-  Buf a, b, r, out, ref, ref2, rstd, rstd_ref, table, ang, tg, scratch, loss, loss_ref, hashes, small;
+  Buf a, b, r, out, ref, ref2, rstd, rstd_ref, tg, scratch, loss, loss_ref, checksums, small;
 };
 
 // ------------------------------------------------------------------------ the products
@@ -287,7 +270,7 @@ void up_case(int M, int K, int N, int reps, cudaStream_t st, Bufs& b) {
   CUDA_CHECK(cudaMemset(out, 0xFF, (MN + (size_t)kGuardRows * N) * sizeof(bf16)));
   CUDA_CHECK(cudaDeviceSynchronize());
   repeat(name, reps, copies, [&](int c) { return gemm::mlp_up_relu2(h + (size_t)c * M * K, W, out, M, K, N, st); },
-         {{out, MN * sizeof(bf16)}}, st, b.hashes);
+         {{out, MN * sizeof(bf16)}}, st, b.checksums);
   const Diff d = diff(out, want, MN, b.small);
   const size_t guard = poisoned_count(out + MN, (size_t)kGuardRows * N, b.small);
   CHECK(d.differ == 0 && guard == (size_t)kGuardRows * N, "gemm_stress %s: %llu of %zu elements differ from the reference, guard rows %s",
@@ -312,7 +295,7 @@ void down_case(int M, int K, int N, int reps, cudaStream_t st, Bufs& b) {
   CUDA_CHECK(cudaMemset(out, 0xFF, (MN + (size_t)kGuardRows * N) * sizeof(bf16)));
   CUDA_CHECK(cudaDeviceSynchronize());
   repeat(name, reps, copies, [&](int c) { return gemm::mlp_down_dx_relu2(dx + (size_t)c * MK, W, r + (size_t)c * MN, out, M, K, N, st); },
-         {{out, MN * sizeof(bf16)}}, st, b.hashes);
+         {{out, MN * sizeof(bf16)}}, st, b.checksums);
   const Diff d = diff(out, want, MN, b.small);
   const size_t guard = poisoned_count(out + MN, (size_t)kGuardRows * N, b.small);
   CHECK(d.differ == 0 && guard == (size_t)kGuardRows * N, "gemm_stress %s: %llu of %zu elements differ from the reference, guard rows %s",
@@ -364,7 +347,7 @@ void qkv_case(int M, int C, int D, int reps, cudaStream_t st, Bufs& b) {
   CUDA_CHECK(cudaMemset(out, 0xFF, (3 * MC + (size_t)kGuardRows * C) * sizeof(bf16)));
   CUDA_CHECK(cudaDeviceSynchronize());
   repeat(name, reps, copies, [&](int c) { return gemm::qkv_norm_rotary(h + (size_t)c * MC, W, out, rstd, ang.words, M, C, D, eps, st); },
-         {{out, 3 * MC * sizeof(bf16)}, {rstd, 2 * rows * sizeof(float)}}, st, b.hashes);
+         {{out, 3 * MC * sizeof(bf16)}, {rstd, 2 * rows * sizeof(float)}}, st, b.checksums);
   const Diff dq = diff(out, want, 2 * MC, b.small), dv = diff(out + 2 * MC, u + 2 * MC, MC, b.small);
   const size_t guard = poisoned_count(out + 3 * MC, (size_t)kGuardRows * C, b.small);
   std::vector<float> got(2 * rows), ref(2 * rows);
@@ -403,7 +386,7 @@ void head_case(int M, int K, int reps, cudaStream_t st, Bufs& b) {
   CUDA_CHECK(cudaMemset(g, 0xFF, (MN + (size_t)kGuardRows * N) * sizeof(bf16)));
   CUDA_CHECK(cudaDeviceSynchronize());
   repeat(name, reps, copies, [&](int c) { return gemm::head_ce_forward(h + (size_t)c * MK, W, tg, g, scratch, M, K, N, st); },
-         {{g, MN * sizeof(bf16)}, {scratch, scratch_floats * sizeof(float)}}, st, b.hashes);
+         {{g, MN * sizeof(bf16)}, {scratch, scratch_floats * sizeof(float)}}, st, b.checksums);
   CUDA_CHECK(layers::head_ce_finalize(scratch, tg, h, nullptr, nullptr, nullptr, loss, M, K, N, 1.f, tg + M));
   std::vector<float> got(M), ref(M);
   int bad = 0;

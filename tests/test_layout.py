@@ -6,6 +6,7 @@
   - no file names the folders results/ replaced (docs/runs, docs/mask_ablation, ...);
   - no tracked raw log (.txt, .jsonl, .log, .out, .csv, .tsv, or a dated run record) lives outside
     results/, but for the parser's fixtures in tests/fixtures/;
+  - results/records/ has a README.md and each record its record.json, command.sh and figures.json;
   - every experiment in results/ has a README.md, and every file under its logs/ is named in that
     README or read by a command the README gives (a --logs-dir folder, a --group pattern; a
     .jsonl beside a log it reads);
@@ -122,7 +123,14 @@ def readme_commands(text):
     return words
 
 
-experiments = sorted({f.split("/")[1] for f in files if f.startswith("results/") and f.count("/") >= 2})
+# results/records/ holds dated records, checked by scripts/record_figures.py (tests/test_records.py);
+# each has its command, its record.json and its figures beside its logs
+records = sorted({f.split("/")[2] for f in files if f.startswith("results/records/") and f.count("/") >= 3})
+check("results/records has a README.md", not records or "results/records/README.md" in files)
+for rec in records:
+    missing = [n for n in ("record.json", "command.sh", "figures.json") if f"results/records/{rec}/{n}" not in files]
+    check(f"results/records/{rec} holds record.json, command.sh and figures.json", not missing, ", ".join(missing))
+experiments = sorted({f.split("/")[1] for f in files if f.startswith("results/") and f.count("/") >= 2} - {"records"})
 check("results/ holds experiments", len(experiments) >= 5, str(experiments))
 for exp in experiments:
     base = f"results/{exp}"

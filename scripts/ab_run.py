@@ -108,7 +108,7 @@ def check_record(campaign, manifest, start_over):
                json.loads(json.dumps(old.get(k))) != json.loads(json.dumps(manifest[k]))]
     if old is not None and changed and not start_over:
         detail = "; ".join(f"{k}: was {_short(old.get(k))}, now {_short(manifest[k])}" for k in changed)
-        raise ToolError(f"{campaign} was run with other flags ({detail}); its logs would be reported under the new ones. "
+        raise ToolError(f"{campaign} was run with other flags ({path}: {detail}); its logs would be reported under the new ones. "
                         "Run it with the old flags, name a new --campaign, or give --start-over to move the old logs aside")
     if start_over:
         old = None  # its runs are moved aside: none of its plan stays

@@ -9,6 +9,7 @@ import glob
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -352,5 +353,38 @@ with tempfile.TemporaryDirectory() as d:
     r = subprocess.run([sys.executable, os.path.join(ROOT, "ablations", "mask_pairs.py"), rounds[0], "--out", rounds[1]],
                        capture_output=True, text=True)
     check("mask_pairs: --out onto an existing file is refused", r.returncode == 1 and "Traceback" not in r.stderr, r.stderr)
+
+# ablations/learning_compare.sh resumed with another SEED0 or other flags: its complete logs are
+# not the runs asked for, so it refuses (naming the log and the setting) and runs nothing; with the
+# same settings it keeps them. Run in a copy of the script's folders with the stand-in trainer as
+# ./train_gpt.
+with tempfile.TemporaryDirectory() as d:
+    for sub in ("ablations", "scripts"):
+        shutil.copytree(os.path.join(ROOT, sub), os.path.join(d, sub))
+    with open(os.path.join(d, "train_gpt"), "w") as f:
+        f.write(f"#!/bin/sh\nexec {sys.executable} {os.path.join(HERE, 'fake_trainer.py')} \"$@\"\n")
+    os.chmod(os.path.join(d, "train_gpt"), 0o755)
+    for name in ("x_train_000001.bin", "x_val_000000.bin"):
+        open(os.path.join(d, name), "wb").write(b"\0" * 1024)
+    logs = os.path.join(d, "logs")
+
+    def compare(**env):
+        e = dict(os.environ, LOG_DIR=logs, DATA=os.path.join(d, "x"), VARIANTS="train_gpt", RUNS="2", STEPS="20", VAL_EVERY="10")
+        e.update(env)
+        return subprocess.run(["bash", os.path.join(d, "ablations", "learning_compare.sh")], capture_output=True, text=True, env=e)
+    r = compare(SEED0="0")
+    check("learning_compare: two runs with the stand-in trainer", r.returncode == 0 and
+          len(glob.glob(os.path.join(logs, "train_gpt_g1_r*.txt"))) == 2, r.stdout + r.stderr)
+    before = {p: open(p).read() for p in glob.glob(os.path.join(logs, "*")) if os.path.isfile(p)}
+    r = compare(SEED0="5")
+    check("learning_compare resumed with another SEED0: refused naming the log and the seed, nothing run", r.returncode == 1 and
+          "train_gpt_g1_r0.txt: a run of seed 0, where seed 5 is asked for" in r.stderr and "start:" not in r.stdout and
+          "Traceback" not in r.stderr and {p: open(p).read() for p in before} == before, r.stdout + r.stderr)
+    r = compare(SEED0="0", VAL_EVERY="5")
+    check("learning_compare resumed with another VAL_EVERY: refused naming val_every", r.returncode == 1 and
+          "val_every 10, where --val-every 5" in r.stderr and "start:" not in r.stdout, r.stdout + r.stderr)
+    r = compare(SEED0="0")
+    check("learning_compare resumed as it was: the logs kept, nothing run", r.returncode == 0 and r.stdout.count("kept:") == 2 and
+          "start:" not in r.stdout, r.stdout + r.stderr)
 
 finish("ablation-tools")

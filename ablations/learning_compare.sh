@@ -6,7 +6,9 @@
 #   python3 scripts/ab_report.py --logs-dir logs/learn --out results/learning_gap/repeating
 # Runs share the GPU, PARALLEL at a time (an H200 holds three of them): this measures learning
 # only, never step times. A run whose log reaches its final validation is kept, so the same
-# command resumes an interrupted comparison; a partial log is moved into LOG_DIR/incomplete/.
+# command resumes an interrupted comparison; a partial log is moved into LOG_DIR/incomplete/. A
+# complete log of another seed or other flags (SEED0, STEPS, DATA, ... changed) is refused before
+# anything runs (scripts/resume_check.py), never kept as the run asked for.
 # Variables: LOG_DIR (required), STEPS (150), VAL_EVERY (25), VAL_TOKENS (655360), RUNS (3),
 # SEED0 (0), DATA (gcide: the shards of `make data`, 30 steps' worth, so 150 steps repeat them
 # five times; or a glob prefix DIR/NAME for DIR/NAME_train_*.bin and DIR/NAME_val_*.bin),
@@ -53,6 +55,16 @@ one() {  # VARIANT I
   echo "end: $v run $i: exit $rc, $(grep "^step:$STEPS/$STEPS val_loss" "$log" 2>/dev/null || echo 'no final validation') ($(date +%T))"
   return $rc
 }
+# a complete log is kept only when it is the run asked for: its configuration records this seed
+# and these flags (scripts/resume_check.py); any other is refused, naming it, before anything runs
+kept_bad=0
+for job in $JOBS; do
+  v=${job%%:*}; i=${job#*:}; log="$LOG_DIR/${v}_g1_r${i}.txt"
+  if [ -f "$log" ] && grep -q "^step:$STEPS/$STEPS val_loss" "$log"; then
+    python3 scripts/resume_check.py "$log" $((SEED0 + i)) "${common[@]}" || kept_bad=1
+  fi
+done
+[ $kept_bad = 0 ] || { echo "learning_compare: $LOG_DIR holds complete logs of other runs (above); nothing was run" >&2; exit 1; }
 failed=0
 for job in $JOBS; do
   v=${job%%:*}; i=${job#*:}

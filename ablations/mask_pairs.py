@@ -18,34 +18,38 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
-from tool_errors import ToolError, load_json, regular_file, require, run  # noqa: E402
+from tool_errors import ToolError, field, read_json_lines, record, require, run  # noqa: E402
 
 require("scipy", "statsmodels")
 import ab_stats as st  # noqa: E402
 
 SHAPE = ("T", "H", "D")
 TERMS = ("causal", "window", "blocks", "bidir", "docs")
+MAX_DIM = 1 << 24      # a sequence length, head count, head dimension or window past this is no case of the bench
+MAX_TFLOPS = 1e5       # far above any GPU's attention throughput
+
+
+def throughput(c, name, where):
+    """A TF/s of the case, checked: a NaN is bench_attention's failed measurement (kept, and named
+    in the table); text, infinity, a negative or an impossible figure is refused."""
+    v = c.get(name)
+    if isinstance(v, float) and math.isnan(v):
+        return v
+    return field(c, name, where, float, 0, MAX_TFLOPS)
 
 
 def read_rounds(paths):
     """{(shape, terms, prefix): {"name": ..., "fwd": [...], "fwdbwd": [...]}} over the files."""
     cases = {}
     for path in paths:
-        regular_file(path, "benchmark JSON")
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                c = load_json(line, f"{path}:{n}")
-                try:
-                    key = (tuple(c[k] for k in SHAPE), tuple(c[k] for k in TERMS), c.get("prefix", 0))
-                    hash(key)
-                    tf, tfb = float(c["fwd_tflops"]), float(c["fwdbwd_tflops"])
-                except (KeyError, TypeError, ValueError, AttributeError) as e:
-                    raise ToolError(f"{path}:{n}: not a case of bench_attention ({type(e).__name__}: {e})")
-                entry = cases.setdefault(key, {"name": c.get("case", "?"), "fwd": [], "fwdbwd": []})
-                entry["fwd"].append(tf)
-                entry["fwdbwd"].append(tfb)
+        for where, c in read_json_lines(path, "benchmark JSON"):
+            c = record(c, where, "a case of bench_attention (a JSON object)")
+            key = (tuple(field(c, k, where, int, 1, MAX_DIM) for k in SHAPE),
+                   tuple(field(c, k, where, int, 0, MAX_DIM) for k in TERMS), field(c, "prefix", where, int, 0, MAX_DIM, default=0))
+            tf, tfb = throughput(c, "fwd_tflops", where), throughput(c, "fwdbwd_tflops", where)
+            entry = cases.setdefault(key, {"name": str(c.get("case", "?")), "fwd": [], "fwdbwd": []})
+            entry["fwd"].append(tf)
+            entry["fwdbwd"].append(tfb)
     return cases
 
 

@@ -12,25 +12,31 @@ excluded, as the record counts it), step average, final validation loss, peak GP
 start-up, and with both runs the ratios train_gpt / peer; then the step of each span between
 validations (from the train_time at each validation: the step grows with the window), side by
 side; a run that has not finished (no validation at the last step, or no summary) is named and
-left out.
+left out. Every number is read through scripts/tool_errors.py's checked reader: one that is not
+a finite number in range (text, NaN, out of range) is refused with its file, line and field named.
 """
-import json
 import os
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from tool_errors import ToolError, field, read_json_lines, run  # noqa: E402
+
 TRAINERS = ("train_gpt", "peer")
+MAX_MS = 1e10      # a train_time above this (about 115 days) is no measurement
+MAX_STEPS = 10 ** 9
+MAX_LOSS = 1e4     # a validation loss is a mean cross-entropy: far below this, finite
+MAX_MIB = 1e7      # peak GPU memory, MiB
 
 
 def read(path, gpus, steps, train):
-    """(events, None) for a log of this configuration, or (None, why) for one that is not."""
-    try:
-        with open(path) as f:
-            ev = [json.loads(line) for line in f]
-    except (OSError, ValueError) as e:
-        return None, f"not JSON lines ({e})"
-    if not all(isinstance(e, dict) for e in ev):
-        return None, "not a run's JSON lines (a line that is not an object)"
-    conf = ev[0] if ev and isinstance(ev[0], dict) and ev[0].get("event") == "config" else {}
+    """(events, None) for a log of this configuration, or (None, why) for one that is not; a file
+    that is not JSON lines of objects is refused (ToolError naming the file and line)."""
+    ev = []
+    for where, e in read_json_lines(path, "run's JSON lines"):
+        if not isinstance(e, dict):
+            raise ToolError(f"{where}: not a run's JSON lines (a line that is not an object)")
+        ev.append(dict(e, where=where))
+    conf = ev[0] if ev and ev[0].get("event") == "config" else {}
     want = {"world_size": gpus, "steps": steps, "train_data": train}
     off = [f"{k} {conf.get(k)!r} (want {v!r})" for k, v in want.items() if conf.get(k) != v]
     if off:
@@ -39,41 +45,51 @@ def read(path, gpus, steps, train):
 
 
 def row(ev, steps):
-    """(train_time s, step average ms, final validation loss, peak MiB, start-up s), or None for a
-    run that did not finish (or whose last events lack those numbers)."""
+    """(train_time s, step average ms, final validation loss, peak MiB, start-up s or None), or
+    None for a run that did not finish; a number that is not one (text, NaN, out of range) is
+    refused with its file, line and field named."""
     last = [e for e in ev if e.get("event") == "val" and e.get("step") == steps]
     summ = next((e for e in ev if e.get("event") == "summary"), None)
     if not last or summ is None:
         return None
-    try:
-        start = float(next((e["startup_s"] for e in ev if e.get("event") == "startup"), float("nan")))
-        t = float(last[0]["train_time_ms"]) / 1000
-        return t, 1000 * t / (steps - 10), float(last[0]["val_loss"]), float(summ["peak_memory_mib"]), start
-    except (KeyError, TypeError, ValueError):
-        return None
+    start = next((field(e, "startup_s", e["where"], float, 0, 1e7) for e in ev if e.get("event") == "startup"), None)
+    t = field(last[0], "train_time_ms", last[0]["where"], float, 0, MAX_MS) / 1000
+    return (t, 1000 * t / (steps - 10), field(last[0], "val_loss", last[0]["where"], float, 0, MAX_LOSS),
+            field(summ, "peak_memory_mib", summ["where"], float, 0, MAX_MIB), start)
 
 
 def spans(ev):
     """{(first step, last step): ms a step} between consecutive validations, from their train_time
-    (the clock starts after step 10, so the first span starts at step 11); {} if the times are not
-    numbers."""
+    (the clock starts after step 10, so the first span starts at step 11)."""
     out, prev_step, prev_ms = {}, 10, 0.0
-    try:
-        for e in ev:
-            if e.get("event") == "val" and int(e["step"]) > 10:
-                s, t = int(e["step"]), float(e["train_time_ms"])
+    for e in ev:
+        if e.get("event") == "val":
+            where = e.get("where", "a validation event")
+            s = field(e, "step", where, int, 0, MAX_STEPS)
+            if s > 10:
+                t = field(e, "train_time_ms", where, float, 0, MAX_MS)
+                if s <= prev_step or t < prev_ms:
+                    raise ToolError(f"{where}: step {s} at train_time_ms {t:g}, after step {prev_step} at {prev_ms:g}: "
+                                    "the validations' steps and times must go up")
                 out[(prev_step + 1, s)] = (t - prev_ms) / (s - prev_step)
                 prev_step, prev_ms = s, t
-    except (KeyError, TypeError, ValueError):
-        return {}
     return out
+
+
+def count(text, name, lo, hi):
+    """A whole-number argument in [lo, hi], or the usage error (exit 2) naming it."""
+    if not (text.isdigit() and len(text) <= 10 and lo <= int(text) <= hi):
+        print(f"peer_full_run: error: {name} {text!r}: want a whole number from {lo} to {hi}", file=sys.stderr)
+        sys.exit(2)
+    return int(text)
 
 
 def main(argv):
     if len(argv) != 5 or argv[0] not in ("check", "table"):
         print("usage: full_run_logs.py check|table LOG_DIR GPUS STEPS TRAIN_PATTERN", file=sys.stderr)
         return 2
-    mode, d, gpus, steps, train = argv[0], argv[1], int(argv[2]), int(argv[3]), argv[4]
+    mode, d, train = argv[0], argv[1], argv[4]
+    gpus, steps = count(argv[2], "GPUS", 1, 65536), count(argv[3], "STEPS", 11, MAX_STEPS)
     rows, bad, span_ms = [], [], {}
     for trainer in TRAINERS:
         path = os.path.join(d, f"{trainer}_g{gpus}.jsonl")
@@ -102,10 +118,11 @@ def main(argv):
     print(f"{gpus} GPU(s), {steps} steps:")
     print(f"{'run':<10} {'train_time s':>13} {'step_avg ms':>12} {'final val':>10} {'peak MiB':>9} {'start-up s':>11}")
     for name, t, avg, val, mem, start in rows:
-        print(f"{name:<10} {t:>13.1f} {avg:>12.2f} {val:>10.4f} {mem:>9.0f} {start:>11.1f}")
+        print(f"{name:<10} {t:>13.1f} {avg:>12.2f} {val:>10.4f} {mem:>9.0f} {'-' if start is None else f'{start:.1f}':>11}")
     if len(rows) == 2:
         (_, t1, _, _, m1, _), (_, t2, _, _, m2, _) = rows
-        print(f"train_gpt / peer: train_time {t1 / t2:.3f}, peak memory {m1 / m2:.3f}")
+        ratio = lambda x, y: f"{x / y:.3f}" if y > 0 else "n/a (0 in the peer's log)"  # noqa: E731
+        print(f"train_gpt / peer: train_time {ratio(t1, t2)}, peak memory {ratio(m1, m2)}")
     names = [name for name in TRAINERS if span_ms.get(name)]
     keys = sorted(set().union(*(span_ms[n] for n in names))) if names else []
     if keys:
@@ -115,11 +132,11 @@ def main(argv):
         for k in keys:
             cells = [span_ms[n].get(k) for n in names]
             line = f"{k[0]}-{k[1]:<{10 - len(str(k[0]))}}" + "".join(f" {c:>10.2f}" if c is not None else f" {'-':>10}" for c in cells)
-            if both and None not in cells:
+            if both and None not in cells and cells[1] > 0:
                 line += f" {cells[0] / cells[1]:>17.3f}"
             print(line)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run(lambda: main(sys.argv[1:]), "peer_full_run")

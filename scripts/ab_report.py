@@ -19,7 +19,11 @@ written) when
   - a run's configuration disagrees with its group's (another campaign's log: other steps, data,
     validation tokens, GPU, commit, ...), its GPU count with the group's, or, with the campaign's
     record (campaign.json), its flags with the variant's;
-  - with campaign.json, the variants differ in a setting that is none of their flags.
+  - with campaign.json, the variants differ in a setting that is none of their flags;
+  - campaign.json is not ab_run's record (every field checked: scripts/campaign_record.py).
+With campaign.json the report states the campaign's plan (variants x GPU counts x seeds), how
+many of its runs ran and which are missing; a report of a partial campaign says "partial" in its
+first line.
 Runs that completed with a loss that is not finite (diverged, NaN) are counted and named, and left
 out of the statistics. Runs of one GPU count are paired by the seed in their configuration (never
 by their file names). --allow-differ KEY accepts differing values of one configuration entry
@@ -43,10 +47,11 @@ import tempfile
 from collections import OrderedDict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tool_errors import ToolError, load_json, regular_file, require, run as run_tool  # noqa: E402
+from tool_errors import ToolError, require, run as run_tool  # noqa: E402
 
 require("numpy", "scipy", "statsmodels")
 import ab_stats as st  # noqa: E402
+import campaign_record  # noqa: E402
 import speedrun_logs  # noqa: E402
 
 NAME_RE = re.compile(r"^(?P<variant>.+)_g(?P<gpus>\d{1,6})_r(?P<run>\d{1,9})\.txt$")
@@ -104,16 +109,8 @@ def discover(logs_dir):
     record = None
     manifest = os.path.join(logs_dir, "campaign.json")
     if os.path.exists(manifest):
-        regular_file(manifest, "campaign record")
-        with open(manifest, encoding="utf-8", errors="replace") as f:
-            record = load_json(f.read(), manifest)
-        try:
-            listed = [v[0] for v in record["variants"]]
-            if not all(isinstance(v, str) and isinstance(flags, str) for v, flags in record["variants"]) or \
-                    not all(isinstance(c, str) for c in record.get("common", [])):
-                raise TypeError("variants want [NAME, FLAGS] pairs of text, common a list of flags")
-        except (KeyError, TypeError, IndexError, ValueError) as e:
-            raise ToolError(f"{manifest}: not a campaign record of scripts/ab_run.py ({e})")
+        record = campaign_record.read(manifest)  # every field checked; its plan for the report's first line
+        listed = [v[0] for v in record["variants"]]
         order = [v for v in listed if v in order] + [v for v in order if v not in listed]
     groups = OrderedDict()
     for gpus in sorted({g for _, g in found}):
@@ -408,7 +405,11 @@ def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False, recor
     if loss_only:  # runs that shared a GPU, or otherwise not timed alone: their times say nothing
         metrics = metrics[:1]
     title = one_line(title)
-    lines = [f"# {title}", "", "Per variant and GPU count, over the runs used (mean, standard deviation, half-width of the "
+    ran = OrderedDict((key, [r.seed for r in rs]) for key, rs in runs.items())
+    partial, plan_lines = campaign_record.status(record, ran)
+    if partial:
+        print(f"ab_report: warning: {partial}", file=sys.stderr)
+    lines = [f"# {title}" + (f" ({partial})" if partial else ""), "", "Per variant and GPU count, over the runs used (mean, standard deviation, half-width of the "
              "95% confidence interval of the mean). A log that is incomplete, another run's, a copy or of another "
              "configuration stops the report; a complete run whose loss is not finite (diverged) is counted and left out.", "",
              "| variant | GPUs | runs (used) | " + " | ".join(f"{m} mean | std | 95% CI" for m, _, _ in metrics) + " |",
@@ -442,6 +443,7 @@ def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False, recor
                   "| --- | --- | --- | --- |"] + left_out
         for row in left_out:
             print("ab_report: warning: left out " + " ".join(c.strip() for c in row.strip("|").split(" | ")), file=sys.stderr)
+    lines += plan_lines
     lines += holdings(runs, varying, settings, allow, record)
     lines += ["", "Welch's t-test of each variant against the first variant at the same GPU count (two-sided p).", "",
               "| GPUs | variant | vs | metric | difference of means | t | p |", "| --- | --- | --- | --- | --- | --- | --- |"]

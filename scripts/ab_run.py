@@ -13,6 +13,11 @@ size, and the SHA-256 of the folder's manifest, for the --train-data and --val-d
 the flags). Resuming with any of these changed is refused (the old logs would be reported under
 the new flags) unless --start-over is given, which moves the old logs into CAMPAIGN/old-DATE-TIME/
 first; nothing is deleted. More runs or other GPU counts only extend a campaign and are allowed.
+It records the plan too ("plan": the variants, GPU counts and seeds, this command's and those of
+the record it extends), so that scripts/ab_report.py can say what was planned, what ran and what
+is missing. Every count has a bound, checked before any command is built (exit 2 naming the flag):
+--runs at most 1000, --gpus at most 64 counts of at most 65536, --variant at most 100 times, at
+most 100000 runs in all, and the last seed within train_gpt's 64-bit --seed.
 
 A run is what its own log records, so a resume checks the logs too: a complete log is skipped
 only when its configuration (the JSON lines beside it) is the run planned there (its seed, its
@@ -38,8 +43,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import campaign_record  # noqa: E402
 import speedrun_logs  # noqa: E402
-from tool_errors import ToolError, load_json, regular_file, run as run_tool  # noqa: E402
+from campaign_record import MAX_GPU_COUNTS, MAX_GPUS, MAX_PLANNED, MAX_RUNS, MAX_SEED, MAX_VARIANTS  # noqa: E402
+from tool_errors import ToolError, run as run_tool  # noqa: E402
 
 # what defines a campaign's runs: a change in any of these makes its old logs another experiment
 DEFINING = ("variants", "common", "seed0", "trainer", "mpirun_args")
@@ -80,7 +87,8 @@ def campaign_logs(campaign):
 
 
 def check_record(campaign, manifest, start_over):
-    """Refuses to resume a campaign whose defining flags changed; with start_over, moves its logs aside."""
+    """Refuses to resume a campaign whose defining flags changed; with start_over, moves its logs
+    aside. Returns the earlier record kept (None without one, or with start_over)."""
     path = os.path.join(campaign, "campaign.json")
     if not os.path.exists(path):
         if campaign_logs(campaign) and not start_over:
@@ -89,20 +97,21 @@ def check_record(campaign, manifest, start_over):
         old = None
     else:
         try:
-            with open(regular_file(path, "campaign record"), encoding="utf-8", errors="replace") as f:
-                old = load_json(f.read(), path)
-            if not isinstance(old, dict) or any(k not in old for k in DEFINING):
-                raise ValueError("want a JSON object with " + ", ".join(DEFINING))
-        except (ValueError, ToolError) as e:
+            old = campaign_record.read(path)  # every field checked: type, range
+            if any(k not in old for k in DEFINING):
+                raise ToolError(f"{path}: want a JSON object with " + ", ".join(DEFINING))
+        except ToolError as e:
             if not start_over:
-                raise ToolError(f"{path}: not a campaign record ({e}); name a new --campaign, or give --start-over")
+                raise ToolError(f"not a campaign record: {e}; name a new --campaign, or give --start-over")
             old = None  # moved aside below with the logs
     changed = [k for k in DEFINING + OPTIONAL if old is not None and (k in DEFINING or k in old) and
                json.loads(json.dumps(old.get(k))) != json.loads(json.dumps(manifest[k]))]
     if old is not None and changed and not start_over:
         detail = "; ".join(f"{k}: was {_short(old.get(k))}, now {_short(manifest[k])}" for k in changed)
-        raise ToolError(f"{campaign} was run with other flags ({detail}); its logs would be reported under the new ones. "
+        raise ToolError(f"{campaign} was run with other flags ({path}: {detail}); its logs would be reported under the new ones. "
                         "Run it with the old flags, name a new --campaign, or give --start-over to move the old logs aside")
+    if start_over:
+        old = None  # its runs are moved aside: none of its plan stays
     if start_over and (os.path.exists(path) or campaign_logs(campaign)):
         aside = os.path.join(campaign, time.strftime("old-%Y%m%d-%H%M%S"))
         for k in range(2, 1000):  # a second --start-over within the second gets a folder of its own
@@ -115,6 +124,18 @@ def check_record(campaign, manifest, start_over):
         for f in moved:
             os.replace(f, os.path.join(aside, os.path.basename(f)))
         print(f"ab_run: --start-over: moved {len(moved)} file(s) into {aside}", flush=True)
+    return old
+
+
+def planned(old, names, gpus, seeds):
+    """The campaign's plan: its variants, GPU counts and seeds, this command's and (on a resume
+    that extends it) the earlier record's, so that no planned run drops out of the record."""
+    plan = {"variants": list(names), "gpus": sorted(set(gpus)), "seeds": list(seeds)}
+    before = old.get("plan") if old else None  # checked by campaign_record.read
+    if before:
+        plan["gpus"] = sorted(set(plan["gpus"]) | set(before["gpus"]))
+        plan["seeds"] = sorted(set(plan["seeds"]) | set(before["seeds"]))
+    return plan
 
 
 def _short(v, limit=300):
@@ -197,12 +218,21 @@ def main(argv=None):
                     help="a setting of the runs' configurations (git_commit, gpu, ...) that may differ between them (repeatable)")
     ap.add_argument("common", nargs="*", help="flags for every run (after --)")
     args = ap.parse_args(argv)
-    try:
-        args.gpus = [int(g) for g in args.gpus.split(",")]
-    except ValueError:
-        ap.error(f"--gpus wants comma-separated integers, got {args.gpus!r}")
-    if any(g < 1 for g in args.gpus) or args.runs < 1 or args.seed0 < 0:
-        ap.error("--gpus and --runs must be positive, --seed0 not negative")
+    gpus = args.gpus.split(",")
+    if len(gpus) > MAX_GPU_COUNTS or not all(g.strip().isdigit() and len(g.strip()) <= 6 for g in gpus):
+        ap.error(f"--gpus wants at most {MAX_GPU_COUNTS} comma-separated whole numbers, got {_short(args.gpus, 80)}")
+    args.gpus = [int(g) for g in gpus]
+    if not all(1 <= g <= MAX_GPUS for g in args.gpus) or len(set(args.gpus)) != len(args.gpus):
+        ap.error(f"--gpus wants distinct GPU counts from 1 to {MAX_GPUS}, got {_short(args.gpus, 80)}")
+    if not 1 <= args.runs <= MAX_RUNS:
+        ap.error(f"--runs {args.runs}: want 1 to {MAX_RUNS} runs per variant and GPU count")
+    if not 0 <= args.seed0 <= MAX_SEED - (args.runs - 1):
+        ap.error(f"--seed0 {_short(args.seed0, 40)}: want 0 to {MAX_SEED - (args.runs - 1)} (the last run's seed, --seed0 + "
+                 f"--runs - 1, must fit train_gpt's 64-bit --seed)")
+    if len(args.variant) > MAX_VARIANTS:
+        ap.error(f"--variant given {len(args.variant)} times: at most {MAX_VARIANTS} variants")
+    if len(args.gpus) * args.runs * len(args.variant) > MAX_PLANNED:
+        ap.error(f"--gpus x --runs x --variant plans {len(args.gpus) * args.runs * len(args.variant)} runs: at most {MAX_PLANNED}")
     variants = []
     for v in args.variant:
         name, sep, flags = v.partition("=")
@@ -224,12 +254,14 @@ def main(argv=None):
         own = speedrun_logs.flag_settings(split(flags, f"--variant {name}"))
         want[name] = dict(own, **{k: v for k, v in common.items() if k not in own})
     variant_keys = {k for name, flags in variants for k in speedrun_logs.flag_settings(split(flags, "--variant"))}
+    seeds = range(args.seed0, args.seed0 + args.runs)
     if args.dry_run:
         if os.path.isdir(args.campaign) and not args.start_over:
             check_record(args.campaign, manifest, False)  # says what a real run would refuse
     else:
         os.makedirs(args.campaign, exist_ok=True)
-        check_record(args.campaign, manifest, args.start_over)
+        old = check_record(args.campaign, manifest, args.start_over)
+        manifest["plan"] = planned(old, [n for n, _ in variants], args.gpus, seeds)
         record = os.path.join(args.campaign, "campaign.json")
         with open(record + ".tmp", "w") as f:  # the report reads the variant order here
             json.dump(manifest, f, indent=1)

@@ -3,11 +3,15 @@
 collectives, checked against measured N-GPU runs, and forecast for more GPUs and hosts.
 
     python3 scripts/scaling_model.py --one RUN_1GPU.jsonl --bandwidth BW.json [BW.json ...]
-                                     [--check RUN_NGPU.jsonl ...] [--gpus-per-host 8] [--links 400,100]
+                                     [--check RUN_NGPU.jsonl ...] [--allow-differ gpu] [--gpus-per-host 8] [--links 400,100]
 
 --one: the JSON-lines log of a one-GPU run (--grad-sync end, the default): its median step and the
 optimiser's time, whose sum is what the model takes from it. --bandwidth: bench/collective_bandwidth.py's
 JSON, one file for each rank count measured; the largest count measured stands for more GPUs of one host.
+--check: N-GPU runs of the same card and model shape as --one (COMPARED below: a run of another
+card or shape is refused, naming what differs, since the model would count that difference as its
+error; --allow-differ KEY compares them anyway, and the output's first line then names it). Every
+number read from these files is checked (type, finite, in range) and a refusal names file and field.
 
 The model, for the default exchange (after the backward: train/optimizer.cuh, train/shard_plan.h):
     step(N) = (step(1) - opt(1)) / N + opt(1) / N + exchange(N)
@@ -33,68 +37,84 @@ bounds are not reached; over a network transport the embeddings bound held (resu
 results/scaling/).
 """
 import argparse
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tool_errors import ToolError, regular_file, run  # noqa: E402
+from tool_errors import ToolError, checked, field, read_json, read_json_lines, record, run, within  # noqa: E402
 
 LINK_EFFICIENCY = 0.9  # the share of a network link NCCL's collectives reach
+MAX_MS = 1e7           # a step or optimiser time above this (about 3 hours) is no measurement of a step
+MAX_GBS = 1e5          # a bus bandwidth above this (GB/s) is no measurement
+MAX_GPUS = 65536
+# what a --check run must share with the --one run for their times to be compared: the model's
+# shape, the work a step does, and the card (the config's entries, train/options.cpp)
+COMPARED = ("gpu", "vocab", "width", "layers", "heads", "hidden", "seq_len", "seqs_per_step", "window_blocks",
+            "window_mask", "window_granularity", "causal", "doc_mask", "prefix_tokens", "prefix_attention")
 
 
 def read_run(path):
-    """(config, summary) of a train_gpt JSON-lines log."""
-    regular_file(path, "log")
+    """(config, summary) of a train_gpt JSON-lines log, the numbers the model takes checked."""
     config = summary = None
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for n, line in enumerate(f, 1):
-            if len(line) > 1_000_000:
-                raise ToolError(f"{path}:{n}: a line longer than 1 MB: not a train_gpt log")
-            try:
-                e = json.loads(line)
-            except (json.JSONDecodeError, RecursionError):
-                raise ToolError(f"{path}:{n}: not JSON: not a train_gpt JSON-lines log")
-            if not isinstance(e, dict):
-                continue
-            if e.get("event") == "config":
-                config = e
-            elif e.get("event") == "summary":
-                summary = e
+    for where, e in read_json_lines(path, "train_gpt JSON-lines log", 1_000_000):
+        if not isinstance(e, dict):
+            continue
+        if e.get("event") == "config":
+            config = e
+        elif e.get("event") == "summary":
+            summary = e
     if config is None or summary is None:
         raise ToolError(f"{path}: no configuration or no summary event: a train_gpt run that finished its timed steps is needed")
-    for k in ("median_step_ms", "optimizer_ms"):
-        if not isinstance(summary.get(k), (int, float)) or not summary[k] >= 0:
-            raise ToolError(f"{path}: the summary has no {k} (a log of an older train_gpt?)")
-    return config, summary
+    where = f"{path}: the summary"
+    step = field(summary, "median_step_ms", where, float, 0, MAX_MS, above=0)
+    opt = field(summary, "optimizer_ms", where, float, 0, MAX_MS)
+    if opt > step:
+        raise ToolError(f"{where}: optimizer_ms {opt:g} is more than median_step_ms {step:g}: not one step's parts")
+    where = f"{path}: the configuration"
+    shape = {k: field(config, k, where, int, lo, hi) for k, lo, hi in
+             (("vocab", 1, 1 << 20), ("width", 8, 16384), ("layers", 2, 256), ("hidden", 8, 65536))}
+    shape["world_size"] = field(config, "world_size", where, int, 1, MAX_GPUS, default=1)
+    for k, default in (("grad_sync", "end"), ("grad_exchange", "fp32"), ("gather_wait", "step"), ("gather_engine", "kernels")):
+        shape[k] = field(config, k, where, str, default=default)
+    return dict(config, **shape), {"median_step_ms": step, "optimizer_ms": opt}
 
 
 def parameters(config):
     """The parameter count of the run's model (model/config.cpp's layout, gaps aside)."""
-    try:
-        V, C, L, F = (int(config[k]) for k in ("vocab", "width", "layers", "hidden"))
-    except (KeyError, TypeError, ValueError):
-        raise ToolError("the log's configuration lacks vocab, width, layers or hidden")
+    V, C, L, F = (config[k] for k in ("vocab", "width", "layers", "hidden"))
     return V * C * (1 + L // 2) + L * (4 * C * C + 2 * C * F + 4) + L // 2 + C * V
 
 
 def early_share(config):
     """The share of the parameters whose exchange --grad-sync embeddings runs during the backward:
     the head and value_embed.1 .. L/2-1 (train/shard_plan.h sync_point)."""
-    V, C, L = (int(config[k]) for k in ("vocab", "width", "layers"))
+    V, C, L = (config[k] for k in ("vocab", "width", "layers"))
     return V * C * (1 + max(0, L // 2 - 1)) / parameters(config)
 
 
 def read_bandwidth(path):
-    regular_file(path, "bandwidth file")
-    try:
-        with open(path) as f:
-            d = json.load(f)
-        ranks = int(d["ranks"])
-        bw = {r["op"].split()[0]: float(r["busbw_GBs"]) for r in d["results"]}
-        return ranks, bw["reduce-scatter"], bw["all-gather"]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
-        raise ToolError(f"{path}: not bench/collective_bandwidth.py's JSON ({e.__class__.__name__})")
+    """(ranks, reduce-scatter GB/s, all-gather GB/s) of bench/collective_bandwidth.py's JSON."""
+    d = record(read_json(path, "bandwidth file"), path, "bench/collective_bandwidth.py's JSON object")
+    ranks = field(d, "ranks", path, int, 1, MAX_GPUS)
+    results = field(d, "results", path, list)
+    bw = {}
+    for i, r in enumerate(results):
+        where = f"{path}: results[{i}]"
+        r = record(r, where)
+        op = field(r, "op", where, str).split()
+        if op and op[0] in ("reduce-scatter", "all-gather"):
+            bw[op[0]] = field(r, "busbw_GBs", where, float, 0, MAX_GBS, above=0)
+    missing = [k for k in ("reduce-scatter", "all-gather") if k not in bw]
+    if missing:
+        raise ToolError(f"{path}: results: no {' or '.join(missing)} entry (bench/collective_bandwidth.py measures both)")
+    return ranks, bw["reduce-scatter"], bw["all-gather"]
+
+
+def differences(c, one, allow):
+    """[(key, this run's value, the one-GPU run's)] of the COMPARED entries that differ."""
+    absent = "(absent)"
+    return [(k, c.get(k, absent), one.get(k, absent)) for k in COMPARED
+            if k not in allow and c.get(k, absent) != one.get(k, absent)]
 
 
 def main():
@@ -104,6 +124,9 @@ def main():
     p.add_argument("--check", nargs="*", default=[], help="N-GPU runs' JSON-lines logs to compare with the prediction")
     p.add_argument("--gpus-per-host", type=int, default=8)
     p.add_argument("--links", default="400,100", help="network link speeds to forecast, Gb/s a GPU, comma-separated")
+    p.add_argument("--allow-differ", action="append", default=[], metavar="KEY", choices=COMPARED,
+                   help="compare --check runs that differ from --one in this configuration entry (the card: gpu; "
+                        "repeatable); the output's first line names the difference")
     p.add_argument("--tolerance", type=float, default=0.03, help="largest relative error of a --check run (exit 1 beyond it)")
     a = p.parse_args()
     if not 1 <= a.gpus_per_host <= 64:
@@ -118,14 +141,29 @@ def main():
         p.error("--links: each speed must be above 0 and at most 100000 Gb/s")
 
     config, one = read_run(a.one)
-    if int(config.get("world_size", 1)) != 1:
-        raise ToolError(f"{a.one}: a run on {config.get('world_size')} GPUs; --one takes a one-GPU run")
+    if config["world_size"] != 1:
+        raise ToolError(f"{a.one}: a run on {config['world_size']} GPUs; --one takes a one-GPU run")
     P = parameters(config)
-    step1, opt1 = float(one["median_step_ms"]), float(one["optimizer_ms"])
+    step1, opt1 = one["median_step_ms"], one["optimizer_ms"]
     compute1 = step1 - opt1
     bws = sorted(read_bandwidth(f) for f in a.bandwidth)
     if len({b[0] for b in bws}) != len(bws):
         raise ToolError("two --bandwidth files of the same rank count")
+    checks, allowed = [], []
+    for path in a.check:  # every run read and compared before anything is printed
+        c, s = read_run(path)
+        if c["grad_sync"] != "end" or c["grad_exchange"] != "fp32":
+            raise ToolError(f"{path}: the model is of the default exchange (--grad-sync end, fp32 gradients)")
+        diff = differences(c, config, a.allow_differ)
+        if diff:
+            raise ToolError(f"{path}: not comparable with --one {a.one}: " + "; ".join(f"{k} {v!r} where --one has {w!r}"
+                            for k, v, w in diff) + " (the model's error would be that difference; --allow-differ KEY "
+                            "compares them anyway)")
+        allowed += [f"{os.path.basename(path)} {k} {v!r} where --one has {w!r}"
+                    for k, v, w in differences(c, config, ()) if k in a.allow_differ]
+        checks.append((path, c, s))
+    if allowed:  # the report's first line says what its comparison rests on
+        print("scaling_model: warning: compared across a difference (--allow-differ): " + "; ".join(allowed))
 
     def bus(n, link=None, hosts=1):
         measured = [b for b in bws if b[0] <= n] or bws[:1]
@@ -149,18 +187,16 @@ def main():
     print(f"one GPU ({os.path.basename(a.one)}): step {step1:.1f} ms, optimiser {opt1:.1f} ms, {P / 1e6:.0f}M parameters")
     for n, rs, ag in bws:
         print(f"bus bandwidth on {n} GPUs: reduce-scatter {rs:.0f} GB/s, all-gather {ag:.0f} GB/s")
-    worst = 0.0
+    beyond = []  # the relative errors outside the tolerance
     if a.check:
         print(f"\n{'run':<28} {'GPUs':>4} {'measured ms':>12} {'predicted ms':>13} {'error':>7} {'scaling':>8}")
-    for path in a.check:
-        c, s = read_run(path)
-        n = int(c.get("world_size", 1))
-        if c.get("grad_sync", "end") != "end" or c.get("grad_exchange", "fp32") != "fp32":
-            raise ToolError(f"{path}: the model is of the default exchange (--grad-sync end, fp32 gradients)")
-        got = float(s["median_step_ms"])
-        want, _ = predict(n, gated=c.get("gather_wait", "step") == "layer" and c.get("gather_engine", "kernels") == "copy-engines")
+    for path, c, s in checks:
+        n = c["world_size"]
+        got = s["median_step_ms"]
+        want, _ = predict(n, gated=c["gather_wait"] == "layer" and c["gather_engine"] == "copy-engines")
         err = (want - got) / got
-        worst = max(worst, abs(err))
+        if not within(err, a.tolerance):  # (a NaN error is beyond any tolerance)
+            beyond.append(abs(err))
         print(f"{os.path.basename(path):<28} {n:>4} {got:>12.1f} {want:>13.1f} {100 * err:>6.1f}% {step1 / got:>7.2f}x")
     print("\nforecast (default exchange; with --grad-exchange bf16; --grad-sync embeddings and overlap at best):")
     print(f"{'machine':<32} {'step ms':>8} {'scaling':>8} {'bf16 ms':>8} {'embeddings ms':>14} {'overlap ms':>11}")
@@ -174,8 +210,8 @@ def main():
         overlap = t - min(ex, window) + 0.1 * ex
         embeddings = t - min(early * ex, window) + 0.1 * early * ex
         print(f"{name:<32} {t:>8.1f} {step1 / t:>7.2f}x {t16:>8.1f} {embeddings:>14.1f} {overlap:>11.1f}")
-    if a.check and worst > a.tolerance:
-        print(f"\nscaling_model: a prediction is off by {100 * worst:.1f}%, more than --tolerance {100 * a.tolerance:.0f}%")
+    if beyond:
+        print(f"\nscaling_model: a prediction is off by {100 * max(beyond):.1f}%, more than --tolerance {100 * a.tolerance:.0f}%")
         return 1
     return 0
 

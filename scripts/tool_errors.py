@@ -3,12 +3,18 @@ and exit status 1 (2 for bad flags, from argparse), never a traceback. main() fu
 ToolError (or let OSError, ValueError and JSON errors through); run() turns them into that
 message. A closed or full standard output is an error too, not a silent loss.
 
+read_json(), read_json_lines(), record() and field() are the one way a tool reads numbers and
+records from a file: each value is checked for its declared type (a number is a JSON number, never
+text or true/false), finiteness and range, and a refusal names the file (and line) and the field.
+within() is a tolerance check that a NaN fails.
+
 require() comes before the imports a tool needs beyond the standard library: where the running
 python3 lacks one (another python3 first on PATH: pyenv, conda, a venv), the tool ends with one
 line naming the module and how to get it, not an import traceback. This module itself needs
 nothing outside the standard library."""
 import errno
 import json
+import math
 import os
 import signal
 import stat
@@ -108,6 +114,99 @@ def load_json(text, where):
         raise ToolError(f"{where}: not JSON ({e})")
     except RecursionError:
         raise ToolError(f"{where}: JSON nested too deeply to read")
+    except ValueError as e:  # a whole number of more digits than Python converts
+        raise ToolError(f"{where}: not JSON that can be read ({e})")
+
+
+MAX_JSON_BYTES = 64 << 20  # a tool's JSON file (a record, a benchmark's output) is far smaller
+_REQUIRED = object()
+_KINDS = {int: "a whole number", float: "a number", str: "text", list: "a list", dict: "an object", bool: "true or false"}
+
+
+def _shown(v):
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 100:
+        return f"a {'negative ' if v < 0 else ''}whole number of about {int(v.bit_length() * 0.30103)} digits"
+    text = json.dumps(v) if isinstance(v, (str, bool)) else repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _is(v, kind):
+    """Whether a JSON value is of the kind: a bool is no number, an int is a float, text is text only."""
+    if kind is float:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if kind is int:
+        return isinstance(v, int) and not isinstance(v, bool)
+    return isinstance(v, kind)
+
+
+def checked(v, where, name, kind=float, lo=None, hi=None, above=None, choices=None):
+    """v as the declared kind, or ToolError naming where and name. A number must be finite and in
+    [lo, hi] (both stated: every number read has a bound) and above `above` when given (a divisor:
+    above=0); an int comes back as int, a float as float."""
+    if not _is(v, kind):
+        what = "text" if isinstance(v, str) else "true/false" if isinstance(v, bool) else "null" if v is None else \
+            _KINDS.get(type(v), type(v).__name__)
+        raise ToolError(f"{where}: {name} is {what}" + ("" if v is None else f" ({_shown(v)})") + f", not {_KINDS[kind]}")
+    if kind in (int, float):
+        if lo is None or hi is None:
+            raise TypeError(f"checked({name}): a number needs its bounds lo and hi")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ToolError(f"{where}: {name} is {v}, not a finite number")
+        if not lo <= v <= hi or (above is not None and not v > above):
+            low = f"above {above:g}" if above is not None else f"at least {lo:g}"
+            raise ToolError(f"{where}: {name} is {_shown(v)}: want {low} and at most {hi:g}")
+        return float(v) if kind is float else v
+    if choices is not None and v not in choices:
+        raise ToolError(f"{where}: {name} is {_shown(v)}, not one of {', '.join(map(str, choices))}")
+    return v
+
+
+def field(obj, name, where, kind=float, lo=None, hi=None, above=None, choices=None, default=_REQUIRED):
+    """obj[name] checked as checked() does; a missing field is refused unless a default is given
+    (returned as it is). obj must be a JSON object (record() checks one)."""
+    if name not in obj:
+        if default is _REQUIRED:
+            raise ToolError(f"{where}: no field {name}")
+        return default
+    return checked(obj[name], where, name, kind, lo, hi, above, choices)
+
+
+def record(v, where, what="a JSON object"):
+    """v when it is a JSON object, else ToolError naming where."""
+    if not isinstance(v, dict):
+        raise ToolError(f"{where}: {_KINDS.get(type(v), type(v).__name__)}, not {what}")
+    return v
+
+
+def read_json(path, what="JSON file", limit=MAX_JSON_BYTES):
+    """The JSON value of a regular file of at most `limit` bytes, or ToolError naming the file."""
+    regular_file(path, what)
+    if os.path.getsize(path) > limit:
+        raise ToolError(f"{path}: the {what} is larger than {limit >> 20} MiB")
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return load_json(f.read(), path)
+
+
+def read_json_lines(path, what="JSON-lines file", max_line=1 << 20):
+    """(where, value) for each non-blank line of a regular file, where is PATH:LINE; a line
+    longer than max_line characters is refused unread."""
+    regular_file(path, what)
+    with open(path, encoding="utf-8", errors="replace") as f:
+        n = 0
+        while True:
+            line = f.readline(max_line + 1)
+            if not line:
+                return
+            n += 1
+            if len(line) > max_line and not line.endswith("\n"):
+                raise ToolError(f"{path}:{n}: a line longer than {max_line} characters: not a {what}")
+            if line.strip():
+                yield f"{path}:{n}", load_json(line, f"{path}:{n}")
+
+
+def within(x, tol):
+    """abs(x) <= tol, false for a NaN (where `abs(x) > tol` would call a NaN within tolerance)."""
+    return math.isfinite(x) and abs(x) <= tol
 
 
 class Stopped(BaseException):

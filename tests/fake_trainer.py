@@ -15,6 +15,8 @@ ap.add_argument("--log-file", required=True)
 ap.add_argument("--window-mask", default="uni")
 ap.add_argument("--causal", type=int, default=1)
 ap.add_argument("--steps", type=int, default=20)
+ap.add_argument("--val-every", type=int, default=10)
+ap.add_argument("--val-data", default="data/gcide/gcide_val_*.bin")
 ap.add_argument("--train-data", default="data/gcide/gcide_train_*.bin")
 ap.add_argument("--val-tokens", type=int, default=int(os.environ.get("FAKE_VAL_TOKENS", "65536")))
 a, _ = ap.parse_known_args()
@@ -23,12 +25,12 @@ run_id = os.urandom(8).hex()
 with open(a.log_file, "w") as f, open(os.path.splitext(a.log_file)[0] + ".jsonl", "w") as j:
     f.write(f"run_id:{run_id} train_gpt fake\n")
     j.write(json.dumps({"event": "config", "run_id": run_id, "steps": a.steps, "window_mask": a.window_mask, "causal": a.causal,
-                        "train_data": a.train_data, "val_tokens": a.val_tokens, "seed": a.seed,
+                        "val_every": a.val_every, "val_data": a.val_data, "train_data": a.train_data, "val_tokens": a.val_tokens, "seed": a.seed,
                         "world_size": int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1")),
                         "git_commit": os.environ.get("FAKE_COMMIT", "abc1234")}) + "\n")
     t = 0
     for s in range(a.steps + 1):
-        if s % 10 == 0:
+        if s % a.val_every == 0 or s == a.steps:
             v = 5.0 / (1 + s) + 0.001 * a.seed + shift
             f.write(f"step:{s}/{a.steps} val_loss:{v:.4f} train_time:{t}ms step_avg:{t / max(s, 1):.2f}ms\n")
             j.write(json.dumps({"event": "val", "step": s, "total_steps": a.steps, "train_time_ms": t, "val_loss": v}) + "\n")

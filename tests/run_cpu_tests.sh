@@ -59,5 +59,6 @@ run records "$PYTHON" tests/test_records.py
 run gemm-ring-model "$PYTHON" tests/test_gemm_ring_model.py
 run hostile "$PYTHON" tests/test_hostile.py "$BUILD"
 run hostile-ab "$PYTHON" tests/test_hostile_ab.py
+run hostile-numbers "$PYTHON" tests/test_hostile_numbers.py
 echo "tests: $passed passed, $failed failed"
 [ "$failed" = 0 ]

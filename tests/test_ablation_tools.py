@@ -9,9 +9,11 @@ import glob
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -352,5 +354,101 @@ with tempfile.TemporaryDirectory() as d:
     r = subprocess.run([sys.executable, os.path.join(ROOT, "ablations", "mask_pairs.py"), rounds[0], "--out", rounds[1]],
                        capture_output=True, text=True)
     check("mask_pairs: --out onto an existing file is refused", r.returncode == 1 and "Traceback" not in r.stderr, r.stderr)
+
+# ab_run's plan: every count bounded (refused at once, naming the flag and the bound); campaign.json
+# records the plan, kept when a resume extends it; ab_report states planned, ran and missing, and a
+# partial campaign's report says "partial" in its first line; an older record stays readable.
+AB_RUN = [sys.executable, os.path.join(ROOT, "scripts", "ab_run.py")]
+FAKE_TRAINER = f"{sys.executable} {os.path.join(HERE, 'fake_trainer.py')}"
+with tempfile.TemporaryDirectory() as d:
+    camp = os.path.join(d, "camp")
+    for flags, named in ((["--runs", "100000000"], "--runs 100000000: want 1 to 1000"),
+                         (["--gpus", ",".join(map(str, range(1, 80)))], "--gpus wants at most 64"),
+                         (["--runs", "1000", "--gpus", "1,2,3,4,5,6,7,8,9,10,11,12", "--variant", "c=x", "--variant", "e=y",
+                           "--variant", "f=z", "--variant", "g=w", "--variant", "h=v", "--variant", "i=u", "--variant", "j=t"],
+                          "plans 108000 runs: at most 100000"),
+                         (["--seed0", str(2 ** 64 - 2), "--runs", "3"], "--seed0 18446744073709551614: want 0 to")):
+        t0 = time.time()
+        try:
+            r = subprocess.run(AB_RUN + ["--campaign", camp, "--dry-run", "--variant", "a=x", "--variant", "b=y"] + flags,
+                               capture_output=True, text=True, timeout=20)
+            rc, err = r.returncode, r.stderr
+        except subprocess.TimeoutExpired:
+            rc, err = "hung", "still running after 20 s"
+        check(f"ab_run {' '.join(flags)[:40]}: refused at once (exit 2, within 5 s), naming the flag and the bound",
+              rc == 2 and named in err and time.time() - t0 < 5 and not os.path.exists(camp), err[-300:])
+    base = AB_RUN + ["--campaign", camp, "--trainer", FAKE_TRAINER, "--variant", "uni=--window-mask uni", "--variant",
+                     "bi=--window-mask bi"]
+    r = subprocess.run(base + ["--runs", "2", "--", "--causal", "0"], capture_output=True, text=True)
+    r = subprocess.run(base + ["--runs", "3", "--gpus", "1", "--dry-run", "--", "--causal", "0"], capture_output=True, text=True)
+    rec = json.load(open(os.path.join(camp, "campaign.json")))
+    check("campaign.json records the plan: variants x GPU counts x seeds",
+          rec.get("plan") == {"variants": ["uni", "bi"], "gpus": [1], "seeds": [1000, 1001]}, str(rec.get("plan")))
+    subprocess.run(base + ["--runs", "3", "--", "--causal", "0"], capture_output=True, text=True)
+    r = subprocess.run(base + ["--runs", "1", "--", "--causal", "0"], capture_output=True, text=True)
+    rec = json.load(open(os.path.join(camp, "campaign.json")))
+    check("a resume with fewer --runs keeps the plan it extended (3 seeds)",
+          r.returncode == 0 and (rec.get("plan") or {}).get("seeds") == [1000, 1001, 1002], str(rec.get("plan")) + r.stderr)
+    report = [sys.executable, os.path.join(ROOT, "scripts", "ab_report.py"), "--logs-dir", camp, "--out", os.path.join(d, "rep")]
+    r = subprocess.run(report, capture_output=True, text=True)
+    check("ab_report of the whole campaign: 6 planned, ran 6, missing 0, not partial", r.returncode == 0 and
+          "= 6 runs; ran 6; missing 0." in r.stdout and "partial" not in r.stdout.splitlines()[0], r.stdout[:300] + r.stderr)
+    for f in glob.glob(os.path.join(camp, "bi_g1_r2.*")) + glob.glob(os.path.join(camp, "uni_g1_r1.*")):
+        os.remove(f)
+    r = subprocess.run(report, capture_output=True, text=True)
+    first = r.stdout.splitlines()[0] if r.stdout else ""
+    check("ab_report of a partial campaign: 'partial' in its first line, the missing runs named",
+          r.returncode == 0 and first == "# Ablation report (partial: 2 of 6 planned runs missing)" and
+          "Missing: uni@1 seed 1001, bi@1 seed 1002." in r.stdout and "partial" in r.stderr, r.stdout[:600] + r.stderr)
+    for f in glob.glob(os.path.join(camp, "bi_g1_r*.*")):  # a whole variant gone
+        os.remove(f)
+    r = subprocess.run(report, capture_output=True, text=True)
+    check("ab_report with a planned variant's every run gone: partial, that variant's runs named missing",
+          r.returncode == 0 and "partial: 4 of 6" in r.stdout.splitlines()[0] and "bi@1 seed 1000" in r.stdout, r.stdout[:600] + r.stderr)
+    rec.pop("plan", None)
+    json.dump(dict(rec, runs=3), open(os.path.join(camp, "campaign.json"), "w"))
+    r = subprocess.run(report, capture_output=True, text=True)
+    check("an older campaign.json (no plan): the plan taken from its gpus, runs and seed0, said so",
+          r.returncode == 0 and "campaign.json's gpus, runs and seed0" in r.stdout and "partial: 4 of 6" in r.stdout.splitlines()[0],
+          r.stdout[:600] + r.stderr)
+    for k in ("runs", "gpus"):
+        rec.pop(k, None)
+    json.dump(rec, open(os.path.join(camp, "campaign.json"), "w"))
+    r = subprocess.run(report, capture_output=True, text=True)
+    check("a campaign.json with neither plan nor runs: read, the report says the plan cannot be told",
+          r.returncode == 0 and "holds no plan: what is missing cannot be told" in r.stdout, r.stdout[:600] + r.stderr)
+
+# ablations/learning_compare.sh resumed with another SEED0 or other flags: its complete logs are
+# not the runs asked for, so it refuses (naming the log and the setting) and runs nothing; with the
+# same settings it keeps them. Run in a copy of the script's folders with the stand-in trainer as
+# ./train_gpt.
+with tempfile.TemporaryDirectory() as d:
+    for sub in ("ablations", "scripts"):
+        shutil.copytree(os.path.join(ROOT, sub), os.path.join(d, sub))
+    with open(os.path.join(d, "train_gpt"), "w") as f:
+        f.write(f"#!/bin/sh\nexec {sys.executable} {os.path.join(HERE, 'fake_trainer.py')} \"$@\"\n")
+    os.chmod(os.path.join(d, "train_gpt"), 0o755)
+    for name in ("x_train_000001.bin", "x_val_000000.bin"):
+        open(os.path.join(d, name), "wb").write(b"\0" * 1024)
+    logs = os.path.join(d, "logs")
+
+    def compare(**env):
+        e = dict(os.environ, LOG_DIR=logs, DATA=os.path.join(d, "x"), VARIANTS="train_gpt", RUNS="2", STEPS="20", VAL_EVERY="10")
+        e.update(env)
+        return subprocess.run(["bash", os.path.join(d, "ablations", "learning_compare.sh")], capture_output=True, text=True, env=e)
+    r = compare(SEED0="0")
+    check("learning_compare: two runs with the stand-in trainer", r.returncode == 0 and
+          len(glob.glob(os.path.join(logs, "train_gpt_g1_r*.txt"))) == 2, r.stdout + r.stderr)
+    before = {p: open(p).read() for p in glob.glob(os.path.join(logs, "*")) if os.path.isfile(p)}
+    r = compare(SEED0="5")
+    check("learning_compare resumed with another SEED0: refused naming the log and the seed, nothing run", r.returncode == 1 and
+          "train_gpt_g1_r0.txt: a run of seed 0, where seed 5 is asked for" in r.stderr and "start:" not in r.stdout and
+          "Traceback" not in r.stderr and {p: open(p).read() for p in before} == before, r.stdout + r.stderr)
+    r = compare(SEED0="0", VAL_EVERY="5")
+    check("learning_compare resumed with another VAL_EVERY: refused naming val_every", r.returncode == 1 and
+          "val_every 10, where --val-every 5" in r.stderr and "start:" not in r.stdout, r.stdout + r.stderr)
+    r = compare(SEED0="0")
+    check("learning_compare resumed as it was: the logs kept, nothing run", r.returncode == 0 and r.stdout.count("kept:") == 2 and
+          "start:" not in r.stdout, r.stdout + r.stderr)
 
 finish("ablation-tools")

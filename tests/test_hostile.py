@@ -826,6 +826,26 @@ with open(OFF, "w") as f:
     f.write(json.dumps({"event": "summary", "median_step_ms": 300.0, "optimizer_ms": 5.3}) + "\n")
 case("scaling_model --check a run the model misses by 30%: exit 1, saying so", SM + ["--one", ONE, "--bandwidth", BWJ, "--check", OFF], 1,
      ["more than --tolerance"])
+# --check runs not comparable with --one: another card, another model shape; refused naming what
+# differs, or with --allow-differ compared and named in the output's first line
+for what, extra, named in (("an H200 run against an H100 one", {"gpu": "NVIDIA H200"}, "gpu 'NVIDIA H200' where --one has 'NVIDIA H100'"),
+                           ("a 4-layer run against a 12-layer one", {"layers": 4}, "layers 4 where --one has 12")):
+    ONE_C, CHK = path("one_card.jsonl"), path("check_other.jsonl")
+    with open(ONE_C, "w") as f:
+        f.write(json.dumps({"event": "config", "vocab": 50304, "width": 768, "layers": 12, "hidden": 3072, "world_size": 1,
+                            "gpu": "NVIDIA H100"}) + "\n")
+        f.write(json.dumps({"event": "summary", "median_step_ms": 869.5, "optimizer_ms": 9.0}) + "\n")
+    with open(CHK, "w") as f:
+        f.write(json.dumps(dict({"event": "config", "vocab": 50304, "width": 768, "layers": 12, "hidden": 3072, "world_size": 1,
+                                 "gpu": "NVIDIA H100"}, **extra)) + "\n")
+        f.write(json.dumps({"event": "summary", "median_step_ms": 869.5, "optimizer_ms": 9.0}) + "\n")
+    case(f"scaling_model --check {what}: refused naming the difference", SM + ["--one", ONE_C, "--bandwidth", BWJ, "--check", CHK],
+         1, ["check_other.jsonl", named])
+    key = next(iter(extra))
+    _, out = case(f"scaling_model --check {what} --allow-differ {key}: compared, the first line names it",
+                     SM + ["--one", ONE_C, "--bandwidth", BWJ, "--check", CHK, "--allow-differ", key], 0, [named])
+    check(f"scaling_model --allow-differ {key}: the output's first line is the warning",
+          out.startswith("scaling_model: warning: compared across a difference") and named in out.split("\n")[0], out[:300])
 BSM = [PY, os.path.join(ROOT, "bench", "bwd_schedule_model.py")]
 for args, flag in ((["--overhead", "inf"], "--overhead"), (["--delay", "nan"], "--delay"), (["--sms", "0"], "--sms"),
                    (["--T", "-128"], "--T"), (["--noise", "nan"], "--noise")):

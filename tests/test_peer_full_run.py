@@ -105,8 +105,13 @@ ev = [{"event": "val", "step": 0, "train_time_ms": 0.0}, {"event": "val", "step"
 got = full_run_logs.spans(ev)
 check("spans: steps 11-125 from the clock's start after step 10 (23000 / 115 ms), 126-250 from the last validation (25000 / 125)",
       got == {(11, 125): 200.0, (126, 250): 200.0}, str(got))
-check("spans: a validation time that is not a number gives no spans (no traceback)",
-      full_run_logs.spans([{"event": "val", "step": 125, "train_time_ms": "x"}]) == {})
+try:
+    full_run_logs.spans([{"event": "val", "step": 125, "train_time_ms": "x", "where": "a.jsonl:3"}])
+    refused = "no refusal"
+except full_run_logs.ToolError as e:
+    refused = str(e)
+check("spans: a validation time that is not a number is refused naming the line and field",
+      refused.startswith("a.jsonl:3: train_time_ms is text"), refused)
 check("summary.txt holds the table", os.path.isfile(os.path.join(done, "summary.txt"))
       and open(os.path.join(done, "summary.txt")).read().strip() == r.stdout.strip())
 check("nothing moved aside for finished runs", not os.path.exists(os.path.join(done, "incomplete")))

@@ -9,7 +9,7 @@
 //   fp32 arithmetic). With gradients on, each chunk's backward (dz -> d(norm(x)), dWhead) runs
 //   right there, so no T x vocab tensor outlives its chunk; backward() then walks the layers in
 //   reverse. On Hopper the cross-entropy's first pass runs in the head product's epilogue
-//   (gemm/epilogue_softcap_ce.cuh, then layers/head_ce.cuh): the product writes g, whose rows scaled by c are dz, and the backward
+//   (gemm/epilogue_softcap_ce.cuh, then gemm/head_ce.cuh): the product writes g, whose rows scaled by c are dz, and the backward
 //   takes g with the scales moved to its small operands (the final norm's backward scales dh's
 //   rows, dWhead takes diag(c) h); elsewhere the product writes z and softcap_ce.cuh writes dz
 //   over it.
@@ -42,7 +42,7 @@
 
 #include "attention/attention.h"
 #include "layers/embedding.cuh"
-#include "layers/head_ce.cuh"
+#include "gemm/head_ce.cuh"
 #include "layers/matmul.cuh"
 #include "layers/mix.cuh"
 #include "layers/mix_backward.cuh"
@@ -201,7 +201,7 @@ class Model {
   }
   bool fused_qkv() const { return fused_qkv_; }
   // The lm head's product with the cross-entropy's first pass in its epilogue
-  // (gemm/epilogue_softcap_ce.cuh and layers/head_ce.cuh, Hopper; on by default where the device runs it), or the product through
+  // (gemm/epilogue_softcap_ce.cuh and gemm/head_ce.cuh, Hopper; on by default where the device runs it), or the product through
   // cuBLASLt and softcap_ce.cuh apart (tests compare the two; a forward that returns z takes the
   // second).
   void set_fused_head(bool on) {
@@ -347,7 +347,7 @@ class Model {
       prof_.mark(Profiler::kHead, "g = CE'(h Whead), fused");
       ok(gemm::head_ce_forward(h, W(at_.head), targets_ + r0, z_, head_scratch_, rows, C, V));
       prof_.mark(Profiler::kHead, "cross-entropy: loss, row scales");
-      ok(layers::head_ce_finalize(head_scratch_, targets_ + r0, h, grad ? z_ : nullptr, grad ? hs_ : nullptr,
+      ok(gemm::head_ce_finalize(head_scratch_, targets_ + r0, h, grad ? z_ : nullptr, grad ? hs_ : nullptr,
                                   grad ? row_scale_ + r0 : nullptr, loss_ + r0, rows, C, V, grad_scale, bad_));
       if (grad) {  // the head's backward for this chunk on g; dh's rows are scaled in backward()
         prof_.mark(Profiler::kHead, "head dX");

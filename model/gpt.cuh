@@ -41,12 +41,13 @@
 #include <vector>
 
 #include "attention/attention.h"
-#include "layers/embedding.cuh"
+#include "common/cuda_check.h"
+#include "gemm/gemm.cuh"
 #include "gemm/head_ce.cuh"
+#include "layers/embedding.cuh"
 #include "layers/matmul.cuh"
 #include "layers/mix.cuh"
 #include "layers/mix_backward.cuh"
-#include "gemm/gemm.cuh"
 #include "layers/norm_mix.cuh"
 #include "layers/qk_norm_rotary.cuh"
 #include "layers/reduce.cuh"
@@ -55,10 +56,10 @@
 #include "layers/rotary.cuh"
 #include "layers/softcap_ce.cuh"
 #include "layers/value_embed_backward.cuh"
-#include "common/cuda_check.h"
-#include "model/profile.h"
 #include "model/batch.h"
 #include "model/config.h"
+#include "model/parameters.h"
+#include "model/profile.h"
 
 namespace gpt {
 
@@ -158,11 +159,7 @@ class Model {
   }
   // fp32 master weights to and from the host (checkpoints); loading also refreshes the bf16
   // copies with the same rounding the optimiser uses, so a resumed run computes the same bits.
-  std::vector<float> download_master() const {
-    std::vector<float> h(layout_.size());
-    cuda_check(cudaMemcpy(h.data(), w32_, h.size() * sizeof(float), cudaMemcpyDeviceToHost), "download master");
-    return h;
-  }
+  std::vector<float> download_master() const { return model::Parameters{w32_, w16_, g32_, layout_.size()}.download_master(); }
   void upload_master(const std::vector<float>& h) {
     if (h.size() != layout_.size()) throw std::invalid_argument("upload_master: parameters of another configuration");
     std::vector<bf16> h16(h.size());
@@ -176,6 +173,7 @@ class Model {
   float* master() { return w32_; }
   bf16* weights() { return w16_; }
   float* grads() { return g32_; }
+  model::Parameters parameters() { return {w32_, w16_, g32_, layout_.size()}; }  // the three, for the optimiser
   void set_window(int w) { cfg_.mask.window = w; }  // the window schedule changes it per step
   // The MLP's activation inside its two products (gemm/epilogue_relu2.cuh, Hopper; on by default
   // where the device runs it) or as the products through cuBLASLt and relu2.cuh apart (tests

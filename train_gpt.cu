@@ -118,8 +118,10 @@ static std::string used_checkpoint_dir(const std::string& dir, const std::string
 // ----------------------------------------------------------------------------------- a run's pieces
 // The source's commit, stamped by the Makefile at build time (build/version.cpp), with "-dirty"
 // when tracked files differed from it (a run of modified code must not pass for the commit's),
-// or "unknown" outside a git checkout.
+// or "unknown" outside a git checkout; beside it the SHA-256 of the source tree as built (the
+// Makefile's SOURCE_DIGEST), which names the code even where the commit cannot ("-dirty").
 extern const char* const kGitCommit;
+extern const char* const kSourceDigest;
 
 // Dense bf16 tensor-core peak of the GPU (no sparsity), for MFU; 0 when unknown.
 static double peak_flops(const std::string& gpu) {
@@ -473,7 +475,7 @@ class Trainer {
     const std::vector<std::string> made = !o.checkpoint_dir.empty() && ctx.rank == 0 ? train::make_checkpoint_dir(o.checkpoint_dir)
                                                                                      : std::vector<std::string>{};
     try {
-      log_.emplace(o.log_file, ctx.rank == 0, run_id, kGitCommit);
+      log_.emplace(o.log_file, ctx.rank == 0, run_id, kGitCommit, kSourceDigest);
     } catch (...) {
       train::remove_made_dirs(made);
       throw;

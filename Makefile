@@ -65,14 +65,25 @@ train_gpt: $(BUILD)/train_gpt.o $(ATTN_OBJS) $(BUILD)/data/dataloader.o $(BUILD)
 
 # The commit the binary was built from, for its logs: rewritten only when it changes, so that a
 # new commit relinks train_gpt without recompiling it. "-dirty" when tracked files differ.
+# Beside it the digest of the source tree as built (kSourceDigest): SHA-256 over the sha256sum
+# lines (hash, path; sorted by path) of every C++/CUDA source (.cu .cuh .h .cpp) outside tests/
+# and bench/, and this Makefile: git's tracked files where this is a checkout, else every such
+# file under this folder but build/. It changes with any edit to what the binary may compile,
+# committed or not. `make source-digest` prints it; tests/test_source_digest.py recomputes it.
 GIT_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)$(shell git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo -dirty)
+SOURCE_LIST := { git ls-files -- '*.cu' '*.cuh' '*.h' '*.cpp' Makefile 2>/dev/null || find . -path ./build -prune -o -type f \( -name '*.cu' -o -name '*.cuh' -o -name '*.h' -o -name '*.cpp' -o -name Makefile \) -print | sed 's|^\./||'; } \
+               | grep -v -e '^tests/' -e '^bench/' | LC_ALL=C sort
+SOURCE_DIGEST = $$($(SOURCE_LIST) | while read -r f; do [ -f "$$f" ] && sha256sum "$$f"; done | sha256sum | cut -c1-64)
 $(BUILD)/version.cpp: FORCE
 	@mkdir -p $(BUILD)
-	@echo 'extern const char* const kGitCommit; const char* const kGitCommit = "$(GIT_COMMIT)";' > $@.new
+	@d=$(SOURCE_DIGEST); echo 'extern const char* const kGitCommit; const char* const kGitCommit = "$(GIT_COMMIT)";' > $@.new; \
+	  echo "extern const char* const kSourceDigest; const char* const kSourceDigest = \"$$d\";" >> $@.new
 	@cmp -s $@.new $@ && rm -f $@.new || mv -f $@.new $@
+source-digest:
+	@echo $(SOURCE_DIGEST)
 $(BUILD)/version.o: $(BUILD)/version.cpp
 	$(CXX) $(CXXFLAGS) -c $< -o $@
-.PHONY: FORCE
+.PHONY: FORCE source-digest
 FORCE:
 
 # MPI (when found) is confined to train/dist.cpp

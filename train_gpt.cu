@@ -42,9 +42,7 @@
 #include "train/options.h"
 #include "train/run_log.h"
 // ----------------------------------------------------------------------------------- GPU
-#include "layers/multi_tensor.cuh"
 #include "layers/checksum.cuh"
-#include "layers/muon.cuh"
 #include "model/gpt.cuh"
 #include "train/data_parallel.cuh"
 #include "train/exchange_windows.h"
@@ -120,8 +118,10 @@ static std::string used_checkpoint_dir(const std::string& dir, const std::string
 // ----------------------------------------------------------------------------------- a run's pieces
 // The source's commit, stamped by the Makefile at build time (build/version.cpp), with "-dirty"
 // when tracked files differed from it (a run of modified code must not pass for the commit's),
-// or "unknown" outside a git checkout.
+// or "unknown" outside a git checkout; beside it the SHA-256 of the source tree as built (the
+// Makefile's SOURCE_DIGEST), which names the code even where the commit cannot ("-dirty").
 extern const char* const kGitCommit;
+extern const char* const kSourceDigest;
 
 // Dense bf16 tensor-core peak of the GPU (no sparsity), for MFU; 0 when unknown.
 static double peak_flops(const std::string& gpu) {
@@ -242,7 +242,7 @@ static void save_checkpoint(const Options& o, const dist::Context& ctx, gpt::Mod
   train::Checkpoint ck;
   ck.config = train::fingerprint(o);
   ck.step = steps_done;
-  opt.save(ck, model, dp);
+  opt.save(ck, model.parameters(), dp);
   *path = o.checkpoint_dir + name;
   if (ctx.rank == 0) train::write_checkpoint(*path, ck);
 }
@@ -314,7 +314,7 @@ static void inject_fault(const Options& o, const dist::Context& ctx, int step) {
 // went wrong, and the replicated scalars as each rank updated them.
 static uint64_t check_replicas(const dist::Context& ctx, gpt::Model& model, Optimizer& opt, train::DataParallel* dp,
                                unsigned long long* d_sum, int step) {
-  opt.gather_masters(model, dp);
+  opt.gather_masters(model.parameters(), dp);
   const size_t n = model.layout().size();
   unsigned long long a = 0, b = 0;
   gpt::cuda_check(layers::checksum(model.master(), n * sizeof(float), d_sum), "checksum");
@@ -475,7 +475,7 @@ class Trainer {
     const std::vector<std::string> made = !o.checkpoint_dir.empty() && ctx.rank == 0 ? train::make_checkpoint_dir(o.checkpoint_dir)
                                                                                      : std::vector<std::string>{};
     try {
-      log_.emplace(o.log_file, ctx.rank == 0, run_id, kGitCommit);
+      log_.emplace(o.log_file, ctx.rank == 0, run_id, kGitCommit, kSourceDigest);
     } catch (...) {
       train::remove_made_dirs(made);
       throw;
@@ -535,7 +535,7 @@ class Trainer {
     const auto t0 = std::chrono::steady_clock::now();
     if (dp_) dp_->step_start();
     model_.zero_grad();
-    opt_.begin_step(model_, mm_, step, sched_, dp_.get());
+    opt_.begin_step(model_.parameters(), mm_, step, sched_, dp_.get());
     train::LossMean tl;
     std::vector<int> kept;
     for (int m = 0; m < micro(); m++) {

@@ -30,6 +30,7 @@
 #include "attention/own_intervals.cuh"
 #include "attention/softmax.cuh"
 #include "attention/tma_tiles.cuh"
+#include "hopper/named_barrier.cuh"
 
 namespace attn {
 
@@ -62,20 +63,20 @@ constexpr size_t fwd_sm90_smem() {
 
 // Ping-pong between a block's two warpgroups (BM = 128, head dim 128): a warpgroup issues a
 // tile's matmuls only once the other has issued its own, so that each one's softmax runs under
-// the other's matmuls instead of both meeting the tensor cores at once. Named barriers 2 + wg,
-// 256 threads: the waiting warpgroup syncs, the other arrives. Both walk the same tiles (the
-// walk is the block's), so their turns pair up: warpgroup 0 skips its first wait, warpgroup 1
-// its last pass. It speeds up dense causal, documents and the speedrun's mask at head dim 128
+// the other's matmuls instead of both meeting the tensor cores at once. Named barriers
+// kAttnTurnBar + wg (hopper/named_barrier.cuh), 256 threads: the waiting warpgroup syncs, the
+// other arrives. Both walk the same tiles (the walk is the block's), so their turns pair up:
+// warpgroup 0 skips its first wait, warpgroup 1 its last pass. It speeds up dense causal, documents and the speedrun's mask at head dim 128
 // and leaves windows without documents even; at head dim 64 (dense, 128 x 128 tiles), where the
 // matmuls are short beside the softmax, it is slower, so it is off there (bench/RESULTS.md,
 // Attention tiles).
 __device__ __forceinline__ void turn_wait(int wg) {
-  if (wg == 0) asm volatile("bar.sync 2, 256;\n" ::: "memory");
-  else asm volatile("bar.sync 3, 256;\n" ::: "memory");
+  if (wg == 0) hopper::named_sync<hopper::kAttnTurnBar, 256>();
+  else hopper::named_sync<hopper::kAttnTurnBar + 1, 256>();
 }
 __device__ __forceinline__ void turn_pass(int wg) {
-  if (wg == 0) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
-  else asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+  if (wg == 0) hopper::named_arrive<hopper::kAttnTurnBar + 1, 256>();
+  else hopper::named_arrive<hopper::kAttnTurnBar, 256>();
 }
 
 template <int D, typename Tl>
@@ -208,7 +209,7 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
   if (it == 0) pk.wait_full(0);  // nothing walked: Q's bytes have still landed before they are overwritten
   stage_acc_sw128<BM>(sQ, acc, wg * 64 + warp * 16, lane);
   fence_proxy_async();
-  asm volatile("bar.sync %0, 128;\n" ::"r"(4 + wg) : "memory");  // the warpgroup's rows are written
+  hopper::named_sync<128>(hopper::kAttnRowsBar + wg);  // the warpgroup's rows are written
   const bool wg_leader = threadIdx.x % 128 == 0;
   if (wg_leader) {
     tma_store_tile<D, 64, BM>(sQ + wg * 64 * 64, &tmO, q0 + wg * 64, h);

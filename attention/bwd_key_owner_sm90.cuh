@@ -22,6 +22,7 @@
 #include "attention/bwd_common_sm90.cuh"
 #include "attention/dq_order.cuh"
 #include "attention/norm_rotary_bwd.cuh"
+#include "hopper/named_barrier.cuh"
 
 namespace attn {
 
@@ -202,12 +203,12 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
     if (!SERIAL && it > 0) pipe.release(it - 1);
     if constexpr (DQ) {
       bulk_wait_read(leader);  // the staging buffer is free again (the addition is counted with the next)
-      named_barrier_256();     // both warpgroups' matmuls have read P^T, dS^T
+      hopper::named_sync<hopper::kAttnBothWarpgroupsBar, 256>();  // both warpgroups' matmuls have read P^T, dS^T
       stage_acc_sw128<BK>(sP, s, wg * 64 + warp * 16, lane);
       stage_acc_sw128<BK>(sdS, dp, wg * 64 + warp * 16, lane);
       if (it > 0) stage_dq();
       fence_proxy_async();
-      named_barrier_256();  // tile j's P^T, dS^T and tile j - 1's dQ share written by both warpgroups
+      hopper::named_sync<hopper::kAttnBothWarpgroupsBar, 256>();  // tile j's P^T, dS^T and tile j - 1's dQ share written by both warpgroups
       if (it > 0) add_dq_share(prev_tile, prev_range, seen);
       prev_tile = qt;
       prev_range = range;
@@ -259,7 +260,7 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
     bf16* s_dk = sQ + BK * D;  // hold 2 S BQ x D >= 2 BK x D
     static_assert(2 * S * BQ >= 2 * BK, "dV and dK fit the query-tile buffers");
     bulk_wait_read(leader);
-    named_barrier_256();  // both warpgroups' last matmuls done: the buffers and the staging are free
+    hopper::named_sync<hopper::kAttnBothWarpgroupsBar, 256>();  // both warpgroups' last matmuls done: the buffers and the staging are free
     if (it > 0) stage_dq();
     if (kn.rstd) {  // dk <- the gradient of the pre-norm k, or scale dK
       knr.apply(dk, scale, k_tile_pair);
@@ -272,7 +273,7 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
     stage_acc_sw128<BK>(s_dv, dv, wg * 64 + warp * 16, lane);
     stage_acc_sw128<BK>(s_dk, dk, wg * 64 + warp * 16, lane);
     fence_proxy_async();
-    named_barrier_256();
+    hopper::named_sync<hopper::kAttnBothWarpgroupsBar, 256>();
     if (it > 0) add_dq_share(prev_tile, prev_range, seen);
     // The last share's count matters only to the blocks that come after it on its tile: none
     // when it is the tile's last (under a window, the top tile of the walk), and then this

@@ -68,7 +68,6 @@ __global__ void attention_bwd_dq_convert_kernel(const float* __restrict__ dq_acc
     *reinterpret_cast<__nv_bfloat162*>(dQ + (size_t)w * D + 64 * k + 2 * lane) = __floats2bfloat162_rn(g[2 * k], g[2 * k + 1]);
 }
 
-__device__ __forceinline__ void named_barrier_256() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
 __device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {
   unsigned v;
   asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");

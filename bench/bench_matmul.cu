@@ -35,7 +35,7 @@
 #include "common/cli.h"
 #include "common/cuda_check.h"
 #include "bench/fill.cuh"
-#include "layers/head_ce.cuh"
+#include "gemm/head_ce.cuh"
 #include "layers/matmul.cuh"
 #include "gemm/gemm.cuh"
 #include "layers/qk_norm_rotary.cuh"
@@ -124,7 +124,7 @@ static void fused_mlp(int T, int C, int F, long long calls, layers::Matmul& mm, 
 }
 
 // The lm head's product with the cross-entropy's first pass in its epilogue and its finalize
-// (gemm/epilogue_softcap_ce.cuh and layers/head_ce.cuh, with the backward's outputs: g, the row scales and diag(c) h) against the
+// (gemm/epilogue_softcap_ce.cuh and gemm/head_ce.cuh, with the backward's outputs: g, the row scales and diag(c) h) against the
 // tuned product z = h Whead followed by softcap_ce.cuh (dz over z), on one chunk of rows with
 // random targets: each side's time a call (median of 10 after 3 warm-ups, alternating), the
 // largest relative difference of the rows' losses, and the relative difference of dz (the
@@ -152,7 +152,7 @@ static void fused_head(int rows, int C, int V, long long calls, layers::Matmul& 
   };
   auto fused = [&] {
     CUDA_CHECK(gemm::head_ce_forward(A, B, tg, g, scratch, rows, C, V));
-    CUDA_CHECK(layers::head_ce_finalize(scratch, tg, A, g, hs, c, loss2, rows, C, V, gs, bad));
+    CUDA_CHECK(gemm::head_ce_finalize(scratch, tg, A, g, hs, c, loss2, rows, C, V, gs, bad));
   };
   const auto [a, b] = median_pair(apart, fused, e0, e1);
   std::vector<float> l1(rows), l2(rows), hc(rows);

@@ -48,8 +48,6 @@ class Tokenizer {
     encode(text, ids);
     return ids;
   }
-  // Bytes of a token id (for decoding and tests).
-  const std::string& token_bytes(int id) const { return id_to_bytes_.at(id); }
   std::string decode(const std::vector<int>& ids) const;
   int vocab_size() const { return (int)id_to_bytes_.size(); }
 

@@ -41,6 +41,7 @@
 #include <initializer_list>
 
 #include "common/tensor_core.cuh"
+#include "hopper/named_barrier.cuh"
 
 namespace gemm {
 
@@ -49,14 +50,9 @@ typedef __nv_bfloat16 bf16;
 constexpr int BM = 128, BN = 256, BK = 64, WM = 64, OC = 128;  // WM: a consumer warpgroup's rows; OC: an epilogue round's columns
 constexpr int kConsumerThreads = 256, kThreads = kConsumerThreads + 32;  // two consumer warpgroups and the producer warp
 
-// The GEMM's named barriers (hopper/named_barrier.cuh), by id:
-enum GemmBarrier : int {
-  kWarpgroupBar = 1,   // + wg: consumer warpgroup wg's 128 threads (its epilogue buffer written, read)
-  kHeldStageBar = 3,   // + wg + 2 (tile & 1): 256 threads; warpgroup wg syncs, the other arrives once
-                       // its wgmmas of the tile are done (epilogue_store.cuh hold_last_stage)
-  kGemmBarriersEnd = 7
-};
-static_assert(kGemmBarriersEnd <= 16, "a block has 16 named barriers");
+// The GEMM's named barriers (hopper/named_barrier.cuh GemmBarrier)
+using hopper::kHeldStageBar;
+using hopper::kWarpgroupBar;
 struct Shape {
   static constexpr int kStages = 4;
   static constexpr size_t kStageBytes = (size_t)(BM + BN) * BK * sizeof(bf16);

@@ -19,12 +19,12 @@
 #include <cstring>
 #include <vector>
 
+#include "common/rotary_table.h"
 #include "gemm/config.cuh"
 #include "gemm/epilogue_store.cuh"
 #include "gemm/mainloop.cuh"
 #include "hopper/barrier.cuh"
 #include "hopper/tma.cuh"
-#include "layers/rotary.cuh"
 
 namespace gemm {
 
@@ -36,7 +36,7 @@ namespace gemm {
 // u = (D/8) q + 2 jb + e, and word u of position t is stored at (u + 4 (t mod 8)) mod D/2, so
 // that a warp's 16-byte reads of its 8 rows fall on distinct banks. [T][D/2] words.
 inline std::vector<uint32_t> rotary_angles_fp16(int T, int D) {
-  const std::vector<float2> tab = layers::rotary_table(T, D);
+  const std::vector<float2> tab = elementwise::rotary_table(T, D);
   const int W = D / 2;
   std::vector<uint32_t> out((size_t)T * W);
   for (int t = 0; t < T; t++)

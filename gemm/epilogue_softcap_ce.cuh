@@ -6,8 +6,9 @@
 //   q = exp(30 tanh(z / 30) - 30),  g = bf16(q (1 - tanh^2(z / 30)) / 4)       [M][N], written
 //   part[r][j] = sum of q over the columns of tile j (256 wide, columns < N)   [M][ceil(N/256)]
 //   zt[r] = z[r][t_r]                                                           [M] (t_r in [0, N))
-// The second pass (layers/head_ce.cuh head_ce_finalize) turns these into the loss and the
-// gradient. Special functions as layers/softcap_ce.cuh's (SoftcapTerms); all arithmetic fp32.
+// The second pass (gemm/head_ce.cuh head_ce_finalize) turns these into the loss and the
+// gradient. Special functions as layers/softcap_ce.cuh's (SoftcapTerms, common/softcap.cuh); all
+// arithmetic fp32.
 // CPU reference: model/reference_layers.h softcap_ce (tests/layers/head_ce.cu).
 //
 // It runs under the next tile's slices (gemm/gemm_deferred_sm90.cuh): after a tile's last slice
@@ -21,6 +22,7 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 
+#include "common/softcap.cuh"
 #include "gemm/config.cuh"
 #include "gemm/epilogue_store.cuh"
 #include "gemm/mainloop.cuh"
@@ -28,7 +30,6 @@
 #include "hopper/named_barrier.cuh"
 #include "hopper/tma.cuh"
 #include "hopper/wgmma.cuh"
-#include "layers/softcap_ce.cuh"
 
 namespace gemm {
 
@@ -88,7 +89,7 @@ struct SoftcapCE {
 #pragma unroll
       for (int h = 0; h < 2; h++) {
         const float za = bf16_lo(pk[j][h]), zb = bf16_hi(pk[j][h]);
-        const layers::SoftcapTerms ta(za), tb(zb);
+        const elementwise::SoftcapTerms ta(za), tb(zb);
         const float qa = ta.q(), qb = tb.q();
         if (8 * j < pcols) qsum[h] += qa + qb;  // both columns are inside N, or neither (N % 8 == 0)
         if (dt[h] == 8 * j) a.zt[pm0 + x.wg * WM + x.rr + 8 * h] = za;

@@ -21,21 +21,13 @@
 #include "gemm/mainloop.cuh"
 #include "gemm/tile_scheduler.cuh"
 #include "hopper/barrier.cuh"
+#include "hopper/setmaxnreg.cuh"
 #include "hopper/tma.cuh"
 #include "hopper/wgmma.cuh"
 
 namespace gemm {
 
 constexpr int kDeferredThreads = kConsumerThreads + 128;  // two consumer warpgroups, the producer's warpgroup
-
-template <int N>
-__device__ __forceinline__ void setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-template <int N>
-__device__ __forceinline__ void setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
-}
 
 // tmA, tmB: A and B; tmO: the epilogue's output (boxes of a warpgroup's 64 rows).
 template <class EPI>
@@ -57,7 +49,7 @@ __global__ void __launch_bounds__(kDeferredThreads, 1)
   cluster_sync();  // both blocks' barriers are set before either signals the other's
 
   if (threadIdx.x >= kConsumerThreads) {  // the producer's warpgroup: one thread issues every load
-    setmaxnreg_dec<40>();
+    hopper::setmaxnreg_dec<40>();
     if (threadIdx.x == kConsumerThreads) {
       int it = 0;
       for (int t = cluster; t < tiles; t += clusters) {
@@ -69,7 +61,7 @@ __global__ void __launch_bounds__(kDeferredThreads, 1)
     cluster_sync();
     return;
   }
-  setmaxnreg_inc<232>();
+  hopper::setmaxnreg_inc<232>();
 
   const int wg = threadIdx.x / 128, w = warp % 4;
   const Consumer x{ring, sA, sB, sC, peer, wg, lane, w * 16 + (lane >> 2), 2 * (lane & 3), w * 16 + (lane & 7) + (lane & 8),

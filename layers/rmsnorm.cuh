@@ -4,7 +4,7 @@
 //   backward: dx = rstd * dy - rstd^3 * x * (dy . x) / n           written, or added to dx when accumulate
 //             (accumulate: the residual stream's gradient also arrives by the skip connection);
 //             with dy_scale (fp32 [rows]), dy's row r taken as dy_scale[r] dy[r] (the fused lm head,
-//             layers/head_ce.cuh, leaves its rows' scales to this backward)
+//             gemm/head_ce.cuh, leaves its rows' scales to this backward)
 // One warp per row, 16-byte loads, sums in fp32. n must be a multiple of 8.
 // CPU reference: model/reference_layers.h (rmsnorm, rmsnorm_bwd).
 #pragma once

@@ -1,26 +1,15 @@
-// The rotary position embedding's table (docs/model.md): for j < D/2 and position t, the angle
-// t * f_j with f_j = 10000^(-j/(D/2)), as (cos, sin), [T][D/2] float2, built once on the host in
-// fp64: fp32 sincos of angles up to 65536 rad would be off by up to 4e-3 rad. The rotation itself
+// The rotary position embedding (docs/model.md): its table, for j < D/2 and position t the angle
+// t * f_j with f_j = 10000^(-j/(D/2)) as (cos, sin), [T][D/2] float2, is common/rotary_table.h's
+// (built once on the host in fp64; the GEMM's q, k, v epilogue reads it too). The rotation itself
 //   y1 = x1 cos + x2 sin,   y2 = -x1 sin + x2 cos   (x1 = x[.., j], x2 = x[.., D/2 + j])
 // runs fused with the per-head norm of q and k (qk_norm_rotary.cuh); the plain kernel it is
 // tested against is in tests/oracle_kernels.cuh. CPU reference: model/reference_layers.h (rotary).
 #pragma once
-#include <cmath>
-#include <vector>
-
+#include "common/rotary_table.h"
 #include "layers/common.cuh"
 
 namespace layers {
 
-inline std::vector<float2> rotary_table(int T, int D) {
-  const int half = D / 2;
-  std::vector<float2> t((size_t)T * half);
-  for (int p = 0; p < T; p++)
-    for (int j = 0; j < half; j++) {
-      const double ang = p * std::pow(10000.0, -(double)j / half);
-      t[(size_t)p * half + j] = make_float2((float)std::cos(ang), (float)std::sin(ang));
-    }
-  return t;
-}
+using elementwise::rotary_table;
 
 }  // namespace layers

@@ -25,18 +25,21 @@
 // A target of kIgnoreTarget (-1) is a prediction left out of the loss (prefix-LM: a target the
 // position can see): its loss is 0 and its dz row 0. Other targets outside [0, V) are reported
 // through bad_target (set to 1), not read; their row's loss is NaN and its dz is left as it was.
+// The per-element terms (SoftcapTerms) are common/softcap.cuh's, which the lm head's fused
+// product shares.
 #pragma once
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
+#include "common/softcap.cuh"
 #include "common/tensor_core.cuh"
-#include "common/fast_math.cuh"
 
 namespace layers {
 
-constexpr float kSoftcap = 30.f;
-constexpr int kIgnoreTarget = -1;
+using elementwise::kIgnoreTarget;
+using elementwise::kSoftcap;
+using elementwise::SoftcapTerms;
 
 template <int THREADS>
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
@@ -51,21 +54,6 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   __syncthreads();
   return scratch[0];
 }
-
-// e = exp(2z/30) and r = 1 / (1 + e) of one head output z (see the top comment)
-struct SoftcapTerms {
-  static constexpr float kLogit = -2.f * kSoftcap * 1.4426950408889634f;  // exp(logit - 30) = 2^(r kLogit)
-  float e, r;
-  __device__ __forceinline__ explicit SoftcapTerms(float z) {
-    e = ex2_approx(z * (2.f / kSoftcap * 1.4426950408889634f));
-    r = rcp_approx(1.f + e);  // e = inf gives r = 0, the right limit
-  }
-  // q = exp(logit - 30) in [e^-60, 1]
-  __device__ __forceinline__ float q() const { return ex2_approx(r * kLogit); }
-  // (1 - tanh^2(z / 30)) / 4 = r (1 - r), with 1 - r = e r when e < 1 (no cancellation near
-  // r = 1; e = inf, where e r is NaN, takes the other branch)
-  __device__ __forceinline__ float dtanh_4() const { return r * (e < 1.f ? e * r : 1.f - r); }
-};
 
 // SMEM (with VEC): the row goes through dynamic shared memory (2V bytes), see the top comment.
 template <int THREADS, bool VEC, bool GRAD, bool SMEM>

@@ -9,7 +9,7 @@
 //   fp32 arithmetic). With gradients on, each chunk's backward (dz -> d(norm(x)), dWhead) runs
 //   right there, so no T x vocab tensor outlives its chunk; backward() then walks the layers in
 //   reverse. On Hopper the cross-entropy's first pass runs in the head product's epilogue
-//   (gemm/epilogue_softcap_ce.cuh, then layers/head_ce.cuh): the product writes g, whose rows scaled by c are dz, and the backward
+//   (gemm/epilogue_softcap_ce.cuh, then gemm/head_ce.cuh): the product writes g, whose rows scaled by c are dz, and the backward
 //   takes g with the scales moved to its small operands (the final norm's backward scales dh's
 //   rows, dWhead takes diag(c) h); elsewhere the product writes z and softcap_ce.cuh writes dz
 //   over it.
@@ -41,12 +41,13 @@
 #include <vector>
 
 #include "attention/attention.h"
+#include "common/cuda_check.h"
+#include "gemm/gemm.cuh"
+#include "gemm/head_ce.cuh"
 #include "layers/embedding.cuh"
-#include "layers/head_ce.cuh"
 #include "layers/matmul.cuh"
 #include "layers/mix.cuh"
 #include "layers/mix_backward.cuh"
-#include "gemm/gemm.cuh"
 #include "layers/norm_mix.cuh"
 #include "layers/qk_norm_rotary.cuh"
 #include "layers/reduce.cuh"
@@ -55,10 +56,10 @@
 #include "layers/rotary.cuh"
 #include "layers/softcap_ce.cuh"
 #include "layers/value_embed_backward.cuh"
-#include "common/cuda_check.h"
-#include "model/profile.h"
 #include "model/batch.h"
 #include "model/config.h"
+#include "model/parameters.h"
+#include "model/profile.h"
 
 namespace gpt {
 
@@ -158,11 +159,7 @@ class Model {
   }
   // fp32 master weights to and from the host (checkpoints); loading also refreshes the bf16
   // copies with the same rounding the optimiser uses, so a resumed run computes the same bits.
-  std::vector<float> download_master() const {
-    std::vector<float> h(layout_.size());
-    cuda_check(cudaMemcpy(h.data(), w32_, h.size() * sizeof(float), cudaMemcpyDeviceToHost), "download master");
-    return h;
-  }
+  std::vector<float> download_master() const { return model::Parameters{w32_, w16_, g32_, layout_.size()}.download_master(); }
   void upload_master(const std::vector<float>& h) {
     if (h.size() != layout_.size()) throw std::invalid_argument("upload_master: parameters of another configuration");
     std::vector<bf16> h16(h.size());
@@ -176,6 +173,7 @@ class Model {
   float* master() { return w32_; }
   bf16* weights() { return w16_; }
   float* grads() { return g32_; }
+  model::Parameters parameters() { return {w32_, w16_, g32_, layout_.size()}; }  // the three, for the optimiser
   void set_window(int w) { cfg_.mask.window = w; }  // the window schedule changes it per step
   // The MLP's activation inside its two products (gemm/epilogue_relu2.cuh, Hopper; on by default
   // where the device runs it) or as the products through cuBLASLt and relu2.cuh apart (tests
@@ -201,7 +199,7 @@ class Model {
   }
   bool fused_qkv() const { return fused_qkv_; }
   // The lm head's product with the cross-entropy's first pass in its epilogue
-  // (gemm/epilogue_softcap_ce.cuh and layers/head_ce.cuh, Hopper; on by default where the device runs it), or the product through
+  // (gemm/epilogue_softcap_ce.cuh and gemm/head_ce.cuh, Hopper; on by default where the device runs it), or the product through
   // cuBLASLt and softcap_ce.cuh apart (tests compare the two; a forward that returns z takes the
   // second).
   void set_fused_head(bool on) {
@@ -347,7 +345,7 @@ class Model {
       prof_.mark(Profiler::kHead, "g = CE'(h Whead), fused");
       ok(gemm::head_ce_forward(h, W(at_.head), targets_ + r0, z_, head_scratch_, rows, C, V));
       prof_.mark(Profiler::kHead, "cross-entropy: loss, row scales");
-      ok(layers::head_ce_finalize(head_scratch_, targets_ + r0, h, grad ? z_ : nullptr, grad ? hs_ : nullptr,
+      ok(gemm::head_ce_finalize(head_scratch_, targets_ + r0, h, grad ? z_ : nullptr, grad ? hs_ : nullptr,
                                   grad ? row_scale_ + r0 : nullptr, loss_ + r0, rows, C, V, grad_scale, bad_));
       if (grad) {  // the head's backward for this chunk on g; dh's rows are scaled in backward()
         prof_.mark(Profiler::kHead, "head dX");

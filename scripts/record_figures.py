@@ -64,7 +64,8 @@ def default_job(rec):
     for path in logs:
         text = read_text(path)
         lines = text.splitlines()
-        m = re.match(r"run_id:\S+ train_gpt (\S+)$", lines[0] if lines else "")
+        # "run_id:ID train_gpt COMMIT", then " source:DIGEST" where the build stamped the source tree's digest
+        m = re.match(r"run_id:\S+ train_gpt (\S+)(?: source:[0-9a-f]{64})?$", lines[0] if lines else "")
         if not m:
             raise ToolError(f"{path}:1: not a train_gpt log (its first line names the run and the commit)")
         commits.add(checked_commit(m.group(1), f"{path}:1"))

@@ -55,6 +55,8 @@ run torch-peer "$PYTHON" tests/test_torch_peer.py ./train_gpt
 run peer-full-run "$PYTHON" tests/test_peer_full_run.py
 run standalone "$PYTHON" tests/test_standalone.py
 run layout "$PYTHON" tests/test_layout.py
+run layering "$PYTHON" tests/test_layering.py
+run source-digest "$PYTHON" tests/test_source_digest.py
 run records "$PYTHON" tests/test_records.py
 run gemm-ring-model "$PYTHON" tests/test_gemm_ring_model.py
 run hostile "$PYTHON" tests/test_hostile.py "$BUILD"

@@ -298,6 +298,15 @@ int main() {
     CHECK(first == "run_id:00ff00ff00ff00ff train_gpt abc123", "the refused run changed the first run's log: %s", first.c_str());
     CHECK(train::RunLog::new_run_id() != train::RunLog::new_run_id() && train::RunLog::new_run_id().size() == 16, "run ids");
   }
+  // with the build's source digest, the first line names it after the commit
+  {
+    const std::string named = dir + "/sourced.txt", digest(64, 'e');
+    { train::RunLog rl(named, true, "00ff00ff00ff00ff", "abc123", digest); }
+    std::ifstream in(named);
+    std::string first;
+    std::getline(in, first);
+    CHECK(first == "run_id:00ff00ff00ff00ff train_gpt abc123 source:" + digest, "%s", first.c_str());
+  }
   // a full disk while logging is an error, not a silent loss (the file size limit fails writes alike)
   {
     struct rlimit old, small;

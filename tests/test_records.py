@@ -29,7 +29,7 @@ if os.path.isdir(records):
     rc, out = tool("--check", records)
     check("every record in results/records recomputes, and every page quotes its figures as they are", rc == 0, out[-3000:])
 
-LOG = """run_id:00000000000000{i} train_gpt 0123abc
+LOG = """run_id:00000000000000{i} train_gpt 0123abc{source}
 train_gpt: NVIDIA H100 80GB HBM3 x 1, 54657600 parameters, 300 steps of 65536 tokens (8 micro-step(s) of one sequence per GPU)
 step:0/300 val_loss:10.8258 train_time:0ms step_avg:nanms
 step:300/300 train_loss:1.5834 train_time:9903ms step_avg:34.15ms
@@ -51,7 +51,9 @@ def make_tree(tmp):
     json.dump({"kind": "default_job", "question": "test"}, open(os.path.join(rec, "record.json"), "w"))
     open(os.path.join(rec, "command.sh"), "w").write("./train_gpt\n")
     for i in (1, 2):
-        open(os.path.join(rec, "logs", f"run_{i:02d}.txt"), "w").write(LOG.format(i=i))
+        # run 1 as logs were before the build stamped the source digest, run 2 with it
+        source = " source:" + "0a" * 32 if i == 2 else ""
+        open(os.path.join(rec, "logs", f"run_{i:02d}.txt"), "w").write(LOG.format(i=i, source=source))
     open(os.path.join(rec, "logs", "run_03.txt"), "w").write(CRASH)
     tg = os.path.join(tmp, "results", "records", "2026-01-01_test_gpu_test")
     os.makedirs(os.path.join(tg, "logs"))

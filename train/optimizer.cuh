@@ -29,8 +29,8 @@
 // ranks) for the last update alone, the next forward then waiting for each layer's gathered weights
 // (train/data_parallel.cuh, Arrivals).
 //
-// The arithmetic is the unsharded optimiser's, element by element (layers/multi_tensor.cuh, each
-// stage tested against the one-tensor kernels of layers/adam.cuh and layers/muon.cuh). A
+// The arithmetic is the unsharded optimiser's, element by element (optim/multi_tensor.cuh, each
+// stage tested against the one-tensor kernels of optim/adam.cuh and optim/muon.cuh). A
 // checkpoint holds the whole state, gathered from the ranks (save), so that any rank count
 // resumes it (load takes each rank's share).
 #pragma once
@@ -43,11 +43,12 @@
 #include <utility>
 #include <vector>
 
+#include "common/cuda_check.h"
 #include "layers/matmul.cuh"
-#include "layers/multi_tensor.cuh"
-#include "layers/muon.cuh"
+#include "optim/multi_tensor.cuh"
+#include "optim/muon.cuh"
 #include "model/config.h"
-#include "model/gpt.cuh"
+#include "model/parameters.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.cuh"
 #include "train/shard_plan.h"
@@ -59,12 +60,12 @@ class Optimizer {
   Optimizer(const model::Layout& layout, int layers, int rank, int world, Sync sync)
       : layout_(layout), plan_(shard_plan(layout, layers, world, rank, sync)) {
     for (auto [p, elems] : {std::pair<float**, size_t>{&m_, plan_.adam_state}, {&v_, plan_.adam_state}, {&buf_, plan_.muon_state}}) {
-      gpt::cuda_check(cudaMalloc(p, std::max<size_t>(elems, 1) * sizeof(float)), "optimizer state");
-      gpt::cuda_check(cudaMemset(*p, 0, std::max<size_t>(elems, 1) * sizeof(float)), "optimizer state");
+      cuda_check(cudaMalloc(p, std::max<size_t>(elems, 1) * sizeof(float)), "optimizer state");
+      cuda_check(cudaMemset(*p, 0, std::max<size_t>(elems, 1) * sizeof(float)), "optimizer state");
     }
     // X's slots: this rank's matrices, by point, then by shape (r x c after the transpose of a
     // tall matrix), so that Newton-Schulz runs on a point's matrices of one shape at once
-    // (layers::newton_schulz5_batched); 128-byte aligned (cuBLASLt wants 16), one stride apart
+    // (optim::newton_schulz5_batched); 128-byte aligned (cuBLASLt wants 16), one stride apart
     size_t total = 0, most_a = 0, most_x = 0;
     for (auto& [point, pieces] : plan_.points) {
       std::vector<std::pair<int, int>> shapes;  // in order of first appearance
@@ -85,12 +86,12 @@ class Optimizer {
         most_x = std::max(most_x, g.batch * r * c);
       }
     }
-    gpt::cuda_check(cudaMalloc(&X_, std::max<size_t>(total, 1) * sizeof(layers::bf16)), "Muon update buffer");
+    cuda_check(cudaMalloc(&X_, std::max<size_t>(total, 1) * sizeof(layers::bf16)), "Muon update buffer");
     for (auto [p, elems] : {std::pair<layers::bf16**, size_t>{&bA_, most_a}, {&bAA_, most_a}, {&bBX_, most_x}})
-      gpt::cuda_check(cudaMalloc(p, std::max<size_t>(elems, 1) * sizeof(layers::bf16)), "Muon batch scratch");
-    gpt::cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "optimizer stream");
-    gpt::cuda_check(cudaEventCreate(&done_), "optimizer event");
-    gpt::cuda_check(cudaEventCreate(&backward_done_), "optimizer event");
+      cuda_check(cudaMalloc(p, std::max<size_t>(elems, 1) * sizeof(layers::bf16)), "Muon batch scratch");
+    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "optimizer stream");
+    cuda_check(cudaEventCreate(&done_), "optimizer event");
+    cuda_check(cudaEventCreate(&backward_done_), "optimizer event");
   }
   ~Optimizer() {
     for (float* p : {m_, v_, buf_}) cudaFree(p);
@@ -107,8 +108,8 @@ class Optimizer {
   const ShardPlan& plan() const { return plan_; }
 
   // Before the step's backward: its schedule (0-based step), the model and the exchange.
-  void begin_step(gpt::Model& model, layers::Matmul& mm, int step, const model::Schedule& sched, DataParallel* dp) {
-    if (work_.empty()) bind(model, dp);
+  void begin_step(const model::Parameters& params, layers::Matmul& mm, int step, const model::Schedule& sched, DataParallel* dp) {
+    if (work_.empty()) bind(params, dp);
     mm_ = &mm, dp_ = dp;
     adam_steps_++;
     mult_ = (float)sched.lr_multiplier(step), mom_ = (float)sched.muon_momentum(step);
@@ -121,31 +122,31 @@ class Optimizer {
     auto it = work_.find(point);
     if (it == work_.end()) return;
     Work& w = it->second;
-    gpt::cuda_check(cudaEventRecord(w.grads, 0), "optimizer event");
+    cuda_check(cudaEventRecord(w.grads, 0), "optimizer event");
     const bool staged = dp_ && w.staged;
     const cudaEvent_t mats = staged ? dp_->reduce_staged(w.matrices, w.grads) : nullptr;
     const cudaEvent_t sums = dp_ ? dp_->reduce(staged ? w.others : plan_.points.at(point), w.grads) : w.grads;
-    gpt::cuda_check(cudaStreamWaitEvent(stream_, staged ? mats : sums, 0), "optimizer stream wait");
-    gpt::cuda_check(cudaEventRecord(w.start, stream_), "optimizer event");
-    if (w.muon) gpt::cuda_check(w.muon->normalize(mom_, stream_), "Muon's momentum and normalisation");
+    cuda_check(cudaStreamWaitEvent(stream_, staged ? mats : sums, 0), "optimizer stream wait");
+    cuda_check(cudaEventRecord(w.start, stream_), "optimizer event");
+    if (w.muon) cuda_check(w.muon->normalize(mom_, stream_), "Muon's momentum and normalisation");
     if (!staged && w.adam)
-      gpt::cuda_check(w.adam->step(mult_, adam_steps_, (float)hp_.beta1, (float)hp_.beta2, (float)hp_.adam_eps, stream_), "Adam's step");
+      cuda_check(w.adam->step(mult_, adam_steps_, (float)hp_.beta1, (float)hp_.beta2, (float)hp_.adam_eps, stream_), "Adam's step");
     for (const Group& gr : groups_[point])  // the point's owned matrices' Newton-Schulz, batched by shape
       for (size_t i = 0; i < gr.count; i += gr.batch) {
-        layers::newton_schulz5_batched(*mm_, X_ + gr.first + i * gr.stride, (int)std::min(gr.batch, gr.count - i), (long long)gr.stride, gr.r,
+        optim::newton_schulz5_batched(*mm_, X_ + gr.first + i * gr.stride, (int)std::min(gr.batch, gr.count - i), (long long)gr.stride, gr.r,
                                        gr.c, bA_, bAA_, bBX_, stream_);
-        gpt::cuda_check(cudaGetLastError(), "Muon's Newton-Schulz");
+        cuda_check(cudaGetLastError(), "Muon's Newton-Schulz");
       }
-    if (w.muon) gpt::cuda_check(w.muon->apply(mult_ * (float)hp_.lr_muon, stream_), "Muon's update");
+    if (w.muon) cuda_check(w.muon->apply(mult_ * (float)hp_.lr_muon, stream_), "Muon's update");
     if (staged) {
-      gpt::cuda_check(cudaEventRecord(w.mid, stream_), "optimizer event");
+      cuda_check(cudaEventRecord(w.mid, stream_), "optimizer event");
       dp_->gather_staged(w.matrices, w.mid);
-      gpt::cuda_check(cudaStreamWaitEvent(stream_, sums, 0), "optimizer stream wait");
-      gpt::cuda_check(cudaEventRecord(w.resume, stream_), "optimizer event");  // (the wait is not the optimiser's time)
+      cuda_check(cudaStreamWaitEvent(stream_, sums, 0), "optimizer stream wait");
+      cuda_check(cudaEventRecord(w.resume, stream_), "optimizer event");  // (the wait is not the optimiser's time)
       if (w.adam)
-        gpt::cuda_check(w.adam->step(mult_, adam_steps_, (float)hp_.beta1, (float)hp_.beta2, (float)hp_.adam_eps, stream_), "Adam's step");
+        cuda_check(w.adam->step(mult_, adam_steps_, (float)hp_.beta1, (float)hp_.beta2, (float)hp_.adam_eps, stream_), "Adam's step");
     }
-    gpt::cuda_check(cudaEventRecord(w.end, stream_), "optimizer event");
+    cuda_check(cudaEventRecord(w.end, stream_), "optimizer event");
     last_end_ = w.end;
     if (dp_) dp_->gather(staged ? w.others : plan_.points.at(point), w.end);
   }
@@ -154,9 +155,9 @@ class Optimizer {
   // alone, the weights' last gathers left to the next forward (train/data_parallel.cuh, Arrivals).
   void wait(bool updates_only = false) {
     if (dp_) return dp_->wait(updates_only ? last_end_ : nullptr);
-    gpt::cuda_check(cudaEventRecord(backward_done_, 0), "optimizer event");
-    gpt::cuda_check(cudaEventRecord(done_, stream_), "optimizer event");
-    gpt::cuda_check(cudaStreamWaitEvent(0, done_, 0), "optimizer stream wait");
+    cuda_check(cudaEventRecord(backward_done_, 0), "optimizer event");
+    cuda_check(cudaEventRecord(done_, stream_), "optimizer event");
+    cuda_check(cudaStreamWaitEvent(0, done_, 0), "optimizer stream wait");
   }
   // After the step's host sync, on one GPU: how long the compute stream waited at wait().
   double exposed_ms() const {
@@ -181,10 +182,10 @@ class Optimizer {
   // Its state in a checkpoint: Adam's moments and step count, Muon's momentum, as blobs of the
   // layout's n floats (zero where a group does not apply), gathered from every rank, and the
   // masters (gather_masters first). Collective: every rank calls it; rank 0 writes the file.
-  void save(Checkpoint& ck, gpt::Model& model, DataParallel* dp) {
+  void save(Checkpoint& ck, const model::Parameters& params, DataParallel* dp) {
     ck.adam_steps = adam_steps_;
-    gather_masters(model, dp);
-    ck.blobs["master"] = model.download_master();
+    gather_masters(params, dp);
+    ck.blobs["master"] = params.download_master();
     ck.blobs["adam_m"] = gather_state(m_, false, dp);
     ck.blobs["adam_v"] = gather_state(v_, false, dp);
     ck.blobs["muon_buf"] = gather_state(buf_, true, dp);
@@ -192,9 +193,9 @@ class Optimizer {
   // Every rank's fp32 masters gathered in place (each rank updates only its share of them); the
   // host then waits for them under the exchange's deadline (--timeout), so that a peer that
   // stops cannot hang this rank in a plain copy.
-  void gather_masters(gpt::Model& model, DataParallel* dp) {
+  void gather_masters(const model::Parameters& params, DataParallel* dp) {
     if (!dp) return;
-    for (auto& [point, pieces] : plan_.points) dp->gather_fp32(model.master(), pieces, true, true);
+    for (auto& [point, pieces] : plan_.points) dp->gather_fp32(params.master, pieces, true, true);
     dp->sync("gathering the masters from their ranks");
   }
   // Each rank takes its share of a checkpoint's state (of any rank count).
@@ -207,7 +208,7 @@ class Optimizer {
       for (const Piece& p : pieces) {
         if (!p.count) continue;
         auto put = [&](float* state, const char* blob) {
-          gpt::cuda_check(cudaMemcpy(state + p.state, ck.blobs.at(blob).data() + p.offset, p.count * sizeof(float), cudaMemcpyHostToDevice),
+          cuda_check(cudaMemcpy(state + p.state, ck.blobs.at(blob).data() + p.offset, p.count * sizeof(float), cudaMemcpyHostToDevice),
                           "optimizer state");
         };
         if (p.kind == Piece::kMatrix) put(buf_, "muon_buf");
@@ -224,11 +225,11 @@ class Optimizer {
     int r, c;
     size_t first, count, batch, stride;  // first: the first slot's offset in X; stride: a slot's size
   };
-  // A point's element-wise stages over its tensors at once (layers/multi_tensor.cuh), and the
+  // A point's element-wise stages over its tensors at once (optim/multi_tensor.cuh), and the
   // events of its update.
   struct Work {
-    std::unique_ptr<layers::AdamMulti> adam;
-    std::unique_ptr<layers::MuonMulti> muon;
+    std::unique_ptr<optim::AdamMulti> adam;
+    std::unique_ptr<optim::MuonMulti> muon;
     std::vector<Piece> matrices, others;  // the point's pieces apart (the staged exchange)
     bool staged = false;                  // the plan stages the exchange and the point has matrices
     cudaEvent_t grads, start, mid, resume, end;
@@ -241,31 +242,31 @@ class Optimizer {
   }
   // The point's lists, bound to the model's buffers at the first step (a staged matrix reads
   // its gradient's sums and writes its bf16 weights in the exchange's staging buffers).
-  void bind(gpt::Model& model, DataParallel* dp) {
+  void bind(const model::Parameters& params, DataParallel* dp) {
     const bool staged = dp && plan_.staged;
     for (auto& [point, pieces] : plan_.points) {
       Work& w = work_[point];
       w.staged = staged && std::any_of(pieces.begin(), pieces.end(), [](const Piece& p) { return p.kind == Piece::kMatrix; });
-      std::vector<layers::AdamTensor> adam;
-      std::vector<layers::MuonMatrix> muon;
+      std::vector<optim::AdamTensor> adam;
+      std::vector<optim::MuonMatrix> muon;
       for (const Piece& p : pieces) {
         (p.kind == Piece::kMatrix ? w.matrices : w.others).push_back(p);
         if (!p.count) continue;
         const model::Tensor& t = layout_.tensors[p.tensor];
-        float* m = model.master() + p.offset;
+        float* m = params.master + p.offset;
         if (p.kind == Piece::kMatrix) {
-          const float* g = staged ? dp->grad_stage() + p.stage : model.grads() + p.offset;
-          layers::bf16* w16 = staged ? dp->weight_stage() + p.stage : model.weights() + p.offset;
+          const float* g = staged ? dp->grad_stage() + p.stage : params.grads + p.offset;
+          layers::bf16* w16 = staged ? dp->weight_stage() + p.stage : params.weights + p.offset;
           muon.push_back({m, w16, g, buf_ + p.state, X_ + x_slot_.at(p.tensor), (int)t.rows, (int)t.cols, true});
           continue;
         }
         const model::ParamGroup grp = model::group_of(t);
         const double lr = grp == model::ParamGroup::kEmbed ? hp_.lr_embed : grp == model::ParamGroup::kHead ? hp_.lr_head : hp_.lr_scalar;
-        adam.push_back({m, model.weights() + p.offset, model.grads() + p.offset, m_ + p.state, v_ + p.state, p.count, (float)lr});
+        adam.push_back({m, params.weights + p.offset, params.grads + p.offset, m_ + p.state, v_ + p.state, p.count, (float)lr});
       }
-      if (!adam.empty()) w.adam = std::make_unique<layers::AdamMulti>(adam);
-      if (!muon.empty()) w.muon = std::make_unique<layers::MuonMulti>(muon);
-      for (cudaEvent_t* e : {&w.grads, &w.start, &w.mid, &w.resume, &w.end}) gpt::cuda_check(cudaEventCreate(e), "optimizer event");
+      if (!adam.empty()) w.adam = std::make_unique<optim::AdamMulti>(adam);
+      if (!muon.empty()) w.muon = std::make_unique<optim::MuonMulti>(muon);
+      for (cudaEvent_t* e : {&w.grads, &w.start, &w.mid, &w.resume, &w.end}) cuda_check(cudaEventCreate(e), "optimizer event");
     }
   }
   // The layout-sized blob of a state array: each rank's pieces in place (Adam's, or Muon's when
@@ -273,20 +274,20 @@ class Optimizer {
   std::vector<float> gather_state(const float* state, bool muon, DataParallel* dp) {
     const size_t n = layout_.size();
     float* full = nullptr;
-    gpt::cuda_check(cudaMalloc(&full, n * sizeof(float)), "checkpoint: optimizer state");
+    cuda_check(cudaMalloc(&full, n * sizeof(float)), "checkpoint: optimizer state");
     std::vector<float> h(n);
     try {
-      gpt::cuda_check(cudaMemset(full, 0, n * sizeof(float)), "checkpoint: optimizer state");
+      cuda_check(cudaMemset(full, 0, n * sizeof(float)), "checkpoint: optimizer state");
       for (auto& [point, pieces] : plan_.points)
         for (const Piece& p : pieces)
           if (p.count && (p.kind == Piece::kMatrix) == muon)
-            gpt::cuda_check(cudaMemcpy(full + p.offset, state + p.state, p.count * sizeof(float), cudaMemcpyDeviceToDevice),
+            cuda_check(cudaMemcpy(full + p.offset, state + p.state, p.count * sizeof(float), cudaMemcpyDeviceToDevice),
                             "checkpoint: optimizer state");
       if (dp) {
         for (auto& [point, pieces] : plan_.points) dp->gather_fp32(full, pieces, !muon, muon);
         dp->sync("gathering the optimiser's state from its ranks");
       }
-      gpt::cuda_check(cudaMemcpy(h.data(), full, n * sizeof(float), cudaMemcpyDeviceToHost), "checkpoint: optimizer state");
+      cuda_check(cudaMemcpy(h.data(), full, n * sizeof(float), cudaMemcpyDeviceToHost), "checkpoint: optimizer state");
     } catch (...) {
       cudaFree(full);
       throw;

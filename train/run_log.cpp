@@ -68,7 +68,9 @@ static FILE* create_new(const std::string& path) {
   return f;
 }
 
-RunLog::RunLog(const std::string& path, bool enabled, const std::string& run_id, const std::string& commit) : enabled_(enabled) {
+RunLog::RunLog(const std::string& path, bool enabled, const std::string& run_id, const std::string& commit,
+               const std::string& source_digest)
+    : enabled_(enabled) {
   if (!enabled_ || path.empty()) return;
   txt_path_ = path, jsonl_path_ = jsonl_path(path);
   txt_ = create_new(txt_path_);
@@ -79,7 +81,8 @@ RunLog::RunLog(const std::string& path, bool enabled, const std::string& run_id,
     std::remove(txt_path_.c_str());  // ours, and empty
     throw;
   }
-  if (!run_id.empty()) write(txt_, txt_path_, "run_id:" + run_id + " train_gpt " + commit);
+  if (!run_id.empty())
+    write(txt_, txt_path_, "run_id:" + run_id + " train_gpt " + commit + (source_digest.empty() ? "" : " source:" + source_digest));
 }
 
 void RunLog::write(FILE* f, const std::string& path, const std::string& line) {

@@ -9,8 +9,10 @@
 // fails (full disk) is an error, never ignored.
 //
 // One log is one run: the files are created new (an existing LOG or its .jsonl is refused, so
-// two runs are never appended into one), and the text log's first line names the run,
-//     run_id:<16 hex digits> train_gpt <commit>
+// two runs are never appended into one), and the text log's first line names the run and its code,
+//     run_id:<16 hex digits> train_gpt <commit> source:<64 hex digits>
+// (the source tree's SHA-256 as the build computed it, Makefile SOURCE_DIGEST; logs written before
+// it was stamped end at the commit)
 // with the same id in the configuration event, so that a log put together from two runs by hand
 // is recognised as such by scripts/speedrun_logs.py.
 #pragma once
@@ -26,7 +28,8 @@ class RunLog {
  public:
   // path empty: stdout only. enabled false (ranks other than 0): writes nothing.
   // Throws when LOG or its .jsonl exists already, or cannot be created.
-  RunLog(const std::string& path, bool enabled, const std::string& run_id = "", const std::string& commit = "");
+  RunLog(const std::string& path, bool enabled, const std::string& run_id = "", const std::string& commit = "",
+         const std::string& source_digest = "");
   ~RunLog();
   RunLog(const RunLog&) = delete;
   RunLog& operator=(const RunLog&) = delete;

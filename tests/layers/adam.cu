@@ -2,7 +2,7 @@
 // (CPU references: model/reference_layers.h unless named otherwise).
 // Tolerances: Adam works in fp32: 1e-5.
 #include "tests/layers/gpu_test.h"
-#include "layers/adam.cuh"
+#include "optim/adam.cuh"
 #include "model/optimizer_reference.h"
 
 // ---- Adam against the reference optimiser's Adam group (embed, lr 0.6), three steps
@@ -33,7 +33,7 @@ static void test_adam() {
       std::vector<float> hg(g.begin() + emb.offset, g.begin() + emb.offset + n);
       model_ref::optimizer_step(p, g, st, step, sched);
       CUDA_CHECK(cudaMemcpy(dg, hg.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-      CUDA_CHECK(layers::adam_step(dp, nullptr, dg, dm, dv, n, 0.6f, step + 1));
+      CUDA_CHECK(optim::adam_step(dp, nullptr, dg, dm, dv, n, 0.6f, step + 1));
     }
     CUDA_CHECK(cudaDeviceSynchronize());
     CUDA_CHECK(cudaMemcpy(hp.data(), dp, n * sizeof(float), cudaMemcpyDeviceToHost));

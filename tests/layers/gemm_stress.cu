@@ -30,7 +30,7 @@
 #include "tests/layers/gpu_test.h"
 #include "gemm/gemm.cuh"
 #include "layers/checksum.cuh"
-#include "layers/head_ce.cuh"
+#include "gemm/head_ce.cuh"
 #include "layers/qk_norm_rotary.cuh"
 #include "layers/relu2.cuh"
 #include "layers/rotary.cuh"
@@ -387,7 +387,7 @@ void head_case(int M, int K, int reps, cudaStream_t st, Bufs& b) {
   CUDA_CHECK(cudaDeviceSynchronize());
   repeat(name, reps, copies, [&](int c) { return gemm::head_ce_forward(h + (size_t)c * MK, W, tg, g, scratch, M, K, N, st); },
          {{g, MN * sizeof(bf16)}, {scratch, scratch_floats * sizeof(float)}}, st, b.checksums);
-  CUDA_CHECK(layers::head_ce_finalize(scratch, tg, h, nullptr, nullptr, nullptr, loss, M, K, N, 1.f, tg + M));
+  CUDA_CHECK(gemm::head_ce_finalize(scratch, tg, h, nullptr, nullptr, nullptr, loss, M, K, N, 1.f, tg + M));
   std::vector<float> got(M), ref(M);
   int bad = 0;
   CUDA_CHECK(cudaMemcpy(got.data(), loss, M * sizeof(float), cudaMemcpyDeviceToHost));

@@ -19,7 +19,7 @@
 // one rounding, 4e-3 an element. Rows past M are never written (guard rows stay NaN).
 #include "tests/layers/gpu_test.h"
 #include "gemm/gemm.cuh"
-#include "layers/head_ce.cuh"
+#include "gemm/head_ce.cuh"
 
 #include <omp.h>
 
@@ -45,9 +45,9 @@ static void test_head_ce() {
     const std::vector<double> W = cs.exact ? random_eighths((size_t)K * N) : random_bf16((size_t)K * N);
     std::vector<int> tg(M);
     for (int r = 0; r < M; r++) tg[r] = (int)(rng() % N);
-    tg[1] = N - 1;                     // the last column, in the last (partial) tile
-    tg[2] = layers::kIgnoreTarget;     // left out of the loss
-    tg[M - 1] = N + 5;                 // out of range: reported, loss NaN, no gradient
+    tg[1] = N - 1;                       // the last column, in the last (partial) tile
+    tg[2] = elementwise::kIgnoreTarget;  // left out of the loss
+    tg[M - 1] = N + 5;                   // out of range: reported, loss NaN, no gradient
     const double scale = 1.0 / 1000;
     // the reference: z = bf16(h W) in fp64, then the row's loss and dz
     std::vector<double> z(MN, 0.0), dz_ref(MN, 0.0), loss_ref(M, 0.0), c_ref(M, 0.0);
@@ -79,7 +79,7 @@ static void test_head_ce() {
       CUDA_CHECK(cudaMemset(dloss, 0xFF, M * sizeof(float)));
       CUDA_CHECK(cudaMemset(dc, 0xFF, M * sizeof(float)));
       CUDA_CHECK(gemm::head_ce_forward(dh, dW, dtg, dg, dscr, M, K, N));
-      CUDA_CHECK(layers::head_ce_finalize(dscr, dtg, dh, grad ? dg : nullptr, grad ? dhs : nullptr, grad ? dc : nullptr, dloss, M, K, N,
+      CUDA_CHECK(gemm::head_ce_finalize(dscr, dtg, dh, grad ? dg : nullptr, grad ? dhs : nullptr, grad ? dc : nullptr, dloss, M, K, N,
                                           (float)scale, dbad));
       CUDA_CHECK(cudaDeviceSynchronize());
       loss->resize(M);

@@ -1,6 +1,6 @@
 // The layer test of multi_tensor (tests/layers/gpu_test.h: helpers and tolerances): the
 // optimiser's stages over many tensors in one launch against the one-tensor kernels they
-// replace (layers/adam.cuh, layers/muon.cuh, themselves tested against the fp64 reference in
+// replace (optim/adam.cuh, optim/muon.cuh, themselves tested against the fp64 reference in
 // adam.cu and muon.cu), on fresh random tensors of sizes that cut the blocks and tiles at every
 // edge, tall and wide matrices, owned and not.
 // Tolerances: bitwise (the same fp32 arithmetic and the same order of the norm's sums); and
@@ -9,9 +9,9 @@
 #include <cstring>
 
 #include "tests/layers/gpu_test.h"
-#include "layers/adam.cuh"
-#include "layers/multi_tensor.cuh"
-#include "layers/muon.cuh"
+#include "optim/adam.cuh"
+#include "optim/multi_tensor.cuh"
+#include "optim/muon.cuh"
 
 static std::vector<float> random_f32(size_t n, float scale) {
   std::normal_distribution<float> nd(0.f, scale);
@@ -60,10 +60,10 @@ static void test_adam_multi() {
       s.pb[i] = i % 4 == 3 ? nullptr : poisoned(sizes[i]);
     }
   const float rates[3] = {0.6f, 0.008f, 0.04f};
-  std::vector<layers::AdamTensor> list;
+  std::vector<optim::AdamTensor> list;
   for (int i = 0; i < n_t; i++)
     list.push_back({side[1].p[i], side[1].pb[i], side[1].g[i], side[1].m[i], side[1].v[i], sizes[i], rates[i % 3]});
-  layers::AdamMulti multi(list);
+  optim::AdamMulti multi(list);
   const float mults[3] = {1.f, 0.75f, 0.3f};
   for (int t = 1; t <= 3; t++) {
     for (int i = 0; i < n_t; i++) {  // a fresh gradient, the same on both sides
@@ -71,7 +71,7 @@ static void test_adam_multi() {
       for (Side& s : side) CUDA_CHECK(cudaMemcpy(s.g[i], g.data(), g.size() * sizeof(float), cudaMemcpyHostToDevice));
     }
     for (int i = 0; i < n_t; i++)
-      CUDA_CHECK(layers::adam_step(side[0].p[i], side[0].pb[i], side[0].g[i], side[0].m[i], side[0].v[i], sizes[i], mults[t - 1] * rates[i % 3], t));
+      CUDA_CHECK(optim::adam_step(side[0].p[i], side[0].pb[i], side[0].g[i], side[0].m[i], side[0].v[i], sizes[i], mults[t - 1] * rates[i % 3], t));
     CUDA_CHECK(multi.step(mults[t - 1], t, 0.8f, 0.95f, 1e-8f));
   }
   bool p_ok = true, mv_ok = true, pb_ok = true, moved = true;
@@ -93,7 +93,7 @@ static void test_adam_multi() {
       for (float* q : {s.p[i], s.g[i], s.m[i], s.v[i]}) CUDA_CHECK(cudaFree(q));
       if (s.pb[i]) CUDA_CHECK(cudaFree(s.pb[i]));
     }
-  layers::AdamMulti none({});
+  optim::AdamMulti none({});
   CHECK(none.step(1.f, 1, 0.8f, 0.95f, 1e-8f) == cudaSuccess, "Adam multi over no tensors does nothing");
   CHECK(multi.step(1.f, 0, 0.8f, 0.95f, 1e-8f) == cudaErrorInvalidValue, "Adam multi refuses step count 0");
 }
@@ -108,7 +108,7 @@ static void test_muon_multi() {
   const std::vector<Shape> shapes = {{64, 64, true},   {128, 512, true}, {512, 128, true}, {37, 100, true},
                                      {100, 37, false}, {33, 31, true},   {1, 2, true}};
   const int n_m = (int)shapes.size();
-  layers::MuonScratch scratch(512 * 128, 1);
+  optim::MuonScratch scratch(512 * 128, 1);
   struct Side {
     std::vector<float*> w, g, buf;
     std::vector<bf16*> wb, X;
@@ -125,10 +125,10 @@ static void test_muon_multi() {
       s.X.push_back(poisoned(n));
     }
   }
-  std::vector<layers::MuonMatrix> list;
+  std::vector<optim::MuonMatrix> list;
   for (int j = 0; j < n_m; j++)
     list.push_back({side[1].w[j], side[1].wb[j], side[1].g[j], side[1].buf[j], side[1].X[j], shapes[j].rows, shapes[j].cols, shapes[j].owned});
-  layers::MuonMulti multi(list);
+  optim::MuonMulti multi(list);
   const float moms[2] = {0.85f, 0.9f}, lr = 0.05f;
   bool buf_ok = true, x_ok = true, w_ok = true, wb_ok = true, unowned_ok = true;
   double norm_err = 0;
@@ -147,8 +147,8 @@ static void test_muon_multi() {
     }
     for (int j = 0; j < n_m; j++) {  // the one-matrix path
       const size_t n = (size_t)shapes[j].rows * shapes[j].cols;
-      CUDA_CHECK(layers::muon_momentum(scratch, side[0].g[j], side[0].buf[j], n, moms[step], shapes[j].owned));
-      if (shapes[j].owned) CUDA_CHECK(layers::muon_normalize(scratch, side[0].X[j], shapes[j].rows, shapes[j].cols));
+      CUDA_CHECK(optim::muon_momentum(scratch, side[0].g[j], side[0].buf[j], n, moms[step], shapes[j].owned));
+      if (shapes[j].owned) CUDA_CHECK(optim::muon_normalize(scratch, side[0].X[j], shapes[j].rows, shapes[j].cols));
     }
     CUDA_CHECK(multi.normalize(moms[step]));
     for (int j = 0; j < n_m; j++) {
@@ -186,7 +186,7 @@ static void test_muon_multi() {
         for (size_t i = 0; i < n; i++) hx[i] = __float2bfloat16(0.01f * (float)((i * 7919) % 201) - 1.f);
         for (Side& s : side) CUDA_CHECK(cudaMemcpy(s.X[j], hx.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
       }
-      CUDA_CHECK(layers::muon_apply(side[0].w[j], side[0].wb[j], side[0].X[j], shapes[j].rows, shapes[j].cols, lr));
+      CUDA_CHECK(optim::muon_apply(side[0].w[j], side[0].wb[j], side[0].X[j], shapes[j].rows, shapes[j].cols, lr));
     }
     CUDA_CHECK(multi.apply(lr));
     for (int j = 0; j < n_m; j++) {
@@ -209,11 +209,11 @@ static void test_muon_multi() {
       for (bf16* q : {s.wb[j], s.X[j]})
         if (q) CUDA_CHECK(cudaFree(q));
     }
-  layers::MuonMulti none({});
+  optim::MuonMulti none({});
   CHECK(none.normalize(0.9f) == cudaSuccess && none.apply(0.1f) == cudaSuccess, "Muon multi over no matrices does nothing");
   bool threw = false;
   try {
-    layers::MuonMulti bad({{nullptr, nullptr, nullptr, nullptr, nullptr, 0, 4, true}});
+    optim::MuonMulti bad({{nullptr, nullptr, nullptr, nullptr, nullptr, 0, 4, true}});
   } catch (const std::invalid_argument&) {
     threw = true;
   }

@@ -6,7 +6,7 @@
 // give muon_step's bits; Newton-Schulz batched over matrices of one shape gets the first
 // tolerance (its batched products may sum in another order).
 #include "tests/layers/gpu_test.h"
-#include "layers/muon.cuh"
+#include "optim/muon.cuh"
 #include "model/optimizer_reference.h"
 
 static double bf(double x) { return (double)ref::round_bf16((float)x); }
@@ -52,7 +52,7 @@ static std::vector<double> ns5_bf16_emulated(std::vector<double> x, int rows, in
 static void test_muon() {
   {
     layers::Matmul mm;
-    layers::MuonScratch scratch(512 * 512, 512 * 512);
+    optim::MuonScratch scratch(512 * 512, 512 * 512);
     for (auto [rows, cols] : {std::pair<int, int>{128, 512}, {512, 128}, {256, 256}}) {
       const size_t n = (size_t)rows * cols;
       std::normal_distribution<float> nd(0.f, 1.f);
@@ -77,13 +77,13 @@ static void test_muon() {
         CUDA_CHECK(cudaMemcpy(dg, g.data(), n * sizeof(float), cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemset(dbuf, 0, n * sizeof(float)));
         if (rep == 0) {
-          CUDA_CHECK(layers::muon_step(mm, scratch, dw, nullptr, dg, dbuf, rows, cols, lr, mom));
+          CUDA_CHECK(optim::muon_step(mm, scratch, dw, nullptr, dg, dbuf, rows, cols, lr, mom));
         } else {  // the three stages the data-parallel optimiser calls, X in a buffer of its own
           bf16* X;
           CUDA_CHECK(cudaMalloc(&X, n * sizeof(bf16)));
-          CUDA_CHECK(layers::muon_momentum(scratch, dg, dbuf, n, mom, true));
-          CUDA_CHECK(layers::muon_orthogonalize(mm, scratch, X, rows, cols));
-          CUDA_CHECK(layers::muon_apply(dw, nullptr, X, rows, cols, lr));
+          CUDA_CHECK(optim::muon_momentum(scratch, dg, dbuf, n, mom, true));
+          CUDA_CHECK(optim::muon_orthogonalize(mm, scratch, X, rows, cols));
+          CUDA_CHECK(optim::muon_apply(dw, nullptr, X, rows, cols, lr));
           CUDA_CHECK(cudaDeviceSynchronize());
           CUDA_CHECK(cudaFree(X));
         }
@@ -111,7 +111,7 @@ static void test_muon() {
   // with muon_step's tolerance
   {
     layers::Matmul mm;
-    layers::MuonScratch scratch(512 * 512, 512 * 512);
+    optim::MuonScratch scratch(512 * 512, 512 * 512);
     const int r = 128, c = 512, count = 3;
     const std::pair<int, int> shapes[count] = {{128, 512}, {512, 128}, {128, 512}};
     for (long long stride : {(long long)r * c, (long long)r * c + 64}) {
@@ -133,15 +133,15 @@ static void test_muon() {
         CUDA_CHECK(cudaMemcpy(dw[i], w[i].data(), n * sizeof(float), cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemcpy(dg[i], g[i].data(), n * sizeof(float), cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemset(dbuf[i], 0, n * sizeof(float)));
-        CUDA_CHECK(layers::muon_momentum(scratch, dg[i], dbuf[i], n, mom, true));
-        CUDA_CHECK(layers::muon_normalize(scratch, X + i * stride, shapes[i].first, shapes[i].second));
+        CUDA_CHECK(optim::muon_momentum(scratch, dg[i], dbuf[i], n, mom, true));
+        CUDA_CHECK(optim::muon_normalize(scratch, X + i * stride, shapes[i].first, shapes[i].second));
       }
-      layers::newton_schulz5_batched(mm, X, count, stride, r, c, A, AA, BX);
+      optim::newton_schulz5_batched(mm, X, count, stride, r, c, A, AA, BX);
       CUDA_CHECK(cudaGetLastError());
       for (int i = 0; i < count; i++) {
         const int rows = shapes[i].first, cols = shapes[i].second;
         const size_t n = (size_t)rows * cols;
-        CUDA_CHECK(layers::muon_apply(dw[i], nullptr, X + i * stride, rows, cols, lr));
+        CUDA_CHECK(optim::muon_apply(dw[i], nullptr, X + i * stride, rows, cols, lr));
         std::vector<float> out(n);
         CUDA_CHECK(cudaMemcpy(out.data(), dw[i], n * sizeof(float), cudaMemcpyDeviceToHost));
         std::vector<double> u(n), upd(n), upd_ref(n);

@@ -1,5 +1,5 @@
 // The optimiser's element-wise stages over all of a model's tensors in one launch each, where
-// layers/adam.cuh and layers/muon.cuh take one tensor a launch (docs/model.md, optimisation):
+// optim/adam.cuh and optim/muon.cuh take one tensor a launch (docs/model.md, optimisation):
 //   Adam, every tensor i of the list: m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
 //     p -= (mult lr_i) (m / bc1) / (sqrt(v / bc2) + eps);  p_bf16 = bf16(p)
 //   Muon, every matrix j [rows_j][cols_j] of the list:
@@ -27,10 +27,14 @@
 #include <vector>
 
 #include "layers/common.cuh"
-#include "layers/muon.cuh"
 #include "layers/reduce.cuh"
+#include "optim/muon.cuh"
 
-namespace layers {
+namespace optim {
+
+using layers::bf16;
+using layers::block_tree_sum;
+using layers::kDotBlocks;
 
 struct AdamTensor {
   float* p;
@@ -223,7 +227,7 @@ class AdamMulti {
 };
 
 // Muon's element-wise stages over a fixed list of matrices; Newton-Schulz runs between
-// normalize() and apply() on the owned matrices' X (layers::newton_schulz5_batched).
+// normalize() and apply() on the owned matrices' X (newton_schulz5_batched).
 class MuonMulti {
  public:
   explicit MuonMulti(const std::vector<MuonMatrix>& list) : count_((int)list.size()) {
@@ -272,4 +276,4 @@ class MuonMulti {
   float *partial_ = nullptr, *sumsq_ = nullptr;
 };
 
-}  // namespace layers
+}  // namespace optim

@@ -18,11 +18,17 @@
 #include "layers/matmul.cuh"
 #include "layers/reduce.cuh"
 
-namespace layers {
+namespace optim {
+
+using layers::Batch;
+using layers::bf16;
+using layers::dot;
+using layers::kDotBlocks;
+using layers::Matmul;
 
 // The momentum's two expressions with their roundings spelled out (each a product of (1 - mom)
 // and g, then one fused multiply-add), so that every kernel computing them gives the same bits
-// whatever the compiler would contract (layers/multi_tensor.cuh recomputes u from buf and g).
+// whatever the compiler would contract (optim/multi_tensor.cuh recomputes u from buf and g).
 __device__ __forceinline__ float muon_buf(float mom, float buf, float g) { return __fmaf_rn(buf, mom, __fmul_rn(1.f - mom, g)); }
 __device__ __forceinline__ float muon_u(float mom, float buf_new, float g) { return __fmaf_rn(buf_new, mom, __fmul_rn(1.f - mom, g)); }
 
@@ -155,4 +161,4 @@ inline cudaError_t muon_step(Matmul& mm, MuonScratch& s, float* w, bf16* w_bf16,
   return e;
 }
 
-}  // namespace layers
+}  // namespace optim

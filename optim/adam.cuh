@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-namespace layers {
+namespace optim {
 
 __global__ void adam_kernel(float* __restrict__ p, __nv_bfloat16* __restrict__ p_bf16, const float* __restrict__ g,
                             float* __restrict__ m, float* __restrict__ v, size_t n, float lr, float b1, float b2, float bc1,
@@ -33,4 +33,4 @@ inline cudaError_t adam_step(float* p, __nv_bfloat16* p_bf16, const float* g, fl
   return cudaGetLastError();
 }
 
-}  // namespace layers
+}  // namespace optim

@@ -60,15 +60,16 @@ def default_job(rec):
     logs = sorted(glob.glob(os.path.join(rec, "logs", "run_*.txt")))
     if not logs:
         raise ToolError(f"{rec}/logs: no run_*.txt log")
-    runs, commits, cards = [], set(), set()
+    runs, commits, cards, sources = [], set(), set(), set()
     for path in logs:
         text = read_text(path)
         lines = text.splitlines()
         # "run_id:ID train_gpt COMMIT", then " source:DIGEST" where the build stamped the source tree's digest
-        m = re.match(r"run_id:\S+ train_gpt (\S+)(?: source:[0-9a-f]{64})?$", lines[0] if lines else "")
+        m = re.match(r"run_id:\S+ train_gpt (\S+)(?: source:([0-9a-f]{64}))?$", lines[0] if lines else "")
         if not m:
             raise ToolError(f"{path}:1: not a train_gpt log (its first line names the run and the commit)")
         commits.add(checked_commit(m.group(1), f"{path}:1"))
+        sources.add(m.group(2))
         card = re.search(r"^train_gpt: (.+?) x (\d+), ", text, re.M)
         if card:
             cards.add(f"{card.group(1)} x {card.group(2)}")
@@ -89,9 +90,14 @@ def default_job(rec):
         runs.append(run_)
     if len(commits) != 1 or len(cards) != 1:
         raise ToolError(f"{rec}/logs: the runs name {len(commits)} commits and {len(cards)} cards: a record is one code on one card")
+    if len(sources) != 1:
+        raise ToolError(f"{rec}/logs: the runs name {len(sources)} source digests (or some none): a record is one code")
     done = [r for r in runs if r["completed"]]
     fig = {"kind": "default_job", "commit": commits.pop(), "card": cards.pop(), "runs": len(runs), "completed": len(done),
            "failures": [f"{r['log']}: {r['error']}" for r in runs if not r["completed"]]}
+    source = sources.pop()
+    if source:  # logs of builds before the digest name none
+        fig["source"] = source
     if done:
         vl = [r["final_val_loss"] for r in done]
         ms = sorted(r["median_step_ms"] for r in done)

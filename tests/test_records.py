@@ -37,7 +37,7 @@ step:300/300 val_loss:1.65{i}9 train_time:9903ms step_avg:34.15ms
 train_gpt: 290 timed steps: median 2{i}.4 ms a step, 1919118 tokens/s, 188.4 TFLOP/s a GPU, MFU 19.0% (bf16 dense peak 989 TFLOP/s a GPU)
 train_gpt: done; peak GPU memory 2913 MiB
 """
-CRASH = """run_id:0000000000000009 train_gpt 0123abc
+CRASH = """run_id:0000000000000009 train_gpt 0123abc source:0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a
 train_gpt: NVIDIA H100 80GB HBM3 x 1, 54657600 parameters, 300 steps of 65536 tokens (8 micro-step(s) of one sequence per GPU)
 step:69/300 train_loss:2.2786 train_time:1357ms step_avg:22.99ms
 train_gpt: error: optimizer step 70: unspecified launch failure
@@ -51,8 +51,7 @@ def make_tree(tmp):
     json.dump({"kind": "default_job", "question": "test"}, open(os.path.join(rec, "record.json"), "w"))
     open(os.path.join(rec, "command.sh"), "w").write("./train_gpt\n")
     for i in (1, 2):
-        # run 1 as logs were before the build stamped the source digest, run 2 with it
-        source = " source:" + "0a" * 32 if i == 2 else ""
+        source = " source:" + "0a" * 32  # the source tree's digest, which the build stamps
         open(os.path.join(rec, "logs", f"run_{i:02d}.txt"), "w").write(LOG.format(i=i, source=source))
     open(os.path.join(rec, "logs", "run_03.txt"), "w").write(CRASH)
     tg = os.path.join(tmp, "results", "records", "2026-01-01_test_gpu_test")
@@ -84,7 +83,8 @@ try:
     check("default_job figures: runs, completed, the failure's error line, the losses and steps of the completed runs",
           fig["runs"] == 3 and fig["completed"] == 2 and fig["failures"] == ["run_03.txt: optimizer step 70: unspecified launch failure"]
           and fig["final_val_loss_min"] == 1.6519 and fig["final_val_loss_max"] == 1.6529 and fig["median_step_ms_min"] == 21.4
-          and fig["median_step_ms_max"] == 22.4 and fig["card"] == "NVIDIA H100 80GB HBM3 x 1", json.dumps(fig)[:600])
+          and fig["median_step_ms_max"] == 22.4 and fig["card"] == "NVIDIA H100 80GB HBM3 x 1" and fig["source"] == "0a" * 32,
+          json.dumps(fig)[:600])
     tfig = json.load(open(os.path.join(tg, "figures.json")))
     check("test_gpu figures: a suite's checks summed, the stress test's size",
           tfig["suites"]["gpu-layers"] == {"rc": 0, "passed": 2607, "failed": 0, "stress_cases": 1300, "stress_repetitions": 20000,
@@ -113,6 +113,10 @@ try:
     caught("an unknown commit", os.path.join(tg, "logs", "commit.txt"), "0123abc", "unknown", "is not a clean commit")
     caught("two commits in one record", os.path.join(rec, "logs", "run_02.txt"), "train_gpt 0123abc", "train_gpt 4567def",
            "the runs name 2 commits")
+    caught("two source digests in one record", os.path.join(rec, "logs", "run_02.txt"), "source:" + "0a" * 32, "source:" + "0b" * 32,
+           "the runs name 2 source digests")
+    caught("a run without the source digest beside runs with it", os.path.join(rec, "logs", "run_02.txt"), " source:" + "0a" * 32, "",
+           "the runs name 2 source digests")
     caught("a page quoting no record", os.path.join(tmp, "results", "topic", "README.md"), "figures: 2026-01-01_default_job_test",
            "figures: 2026-01-01_nothing", "quotes record 2026-01-01_nothing")
     caught("an unknown kind", os.path.join(rec, "record.json"), "default_job", "defaultjob", "is not one of")

@@ -379,8 +379,14 @@ RUNB_COMMON = ["--", "--causal", "1", "--train-data", os.path.join(DATA, "x_trai
 RUNB = RUNB_FLAGS + RUNB_COMMON
 env_fail = dict(os.environ, FAKE_FAIL_SEED="1001")
 case("ab_run: a campaign stopped by a failing run", RUNB, 1, ["uni_g1_r1.txt", "failed"], env=env_fail)
-check("ab_run: campaign.json records the data (shard names and sizes)",
-      [["x_train_000001.bin", 1024], ["x_train_000002.bin", 2048]] in json.load(open(os.path.join(CAMP, "campaign.json"))).get("data", {}).values())
+check("ab_run: campaign.json records the data (shard names, sizes and SHA-256)",
+      [["x_train_000001.bin", 1024, hashlib.sha256(b"\0" * 1024).hexdigest()],
+       ["x_train_000002.bin", 2048, hashlib.sha256(b"\0" * 2048).hexdigest()]]
+      in json.load(open(os.path.join(CAMP, "campaign.json"))).get("data", {}).values())
+open(os.path.join(DATA, "x_train_000002.bin"), "wb").write(b"\1" + b"\0" * 2047)
+case("ab_run: resumed after a shard was changed in place at the same size: refused, nothing touched", RUNB, 1,
+     ["data", "x_train_000002.bin", "--start-over"], keep=[CAMP])
+open(os.path.join(DATA, "x_train_000002.bin"), "wb").write(b"\0" * 2048)
 open(os.path.join(DATA, "x_train_000003.bin"), "wb").write(b"\0" * 512)
 case("ab_run: resumed after a shard was added under --train-data: refused, nothing touched", RUNB, 1, ["data", "--start-over"],
      keep=[CAMP])

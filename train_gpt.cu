@@ -141,6 +141,8 @@ struct Data {
   data::TokenStream train, val;
   std::vector<uint64_t> val_seqs;  // this rank's validation sequences
   data::TrainSchedule schedule;
+  // the data as read, by content (data/dataloader.h): what the log and a checkpoint record
+  std::string digests() const { return "train_data_sha256=" + train.digest() + " val_data_sha256=" + val.digest(); }
   Data(const Options& o, const dist::Context& ctx)
       : train(shard_files(o.train_data, "train"), o.seq_len, o.vocab_size, true),
         val(shard_files(o.val_data, "val"), o.seq_len, o.vocab_size, false),
@@ -235,12 +237,13 @@ static int window_at(const Options& o, const model::Schedule& sched, int step) {
 
 // Checkpoints: everything a run needs to continue as if never stopped (train/checkpoint.h). The
 // state is gathered from every rank (collective); rank 0 writes the file.
-static void save_checkpoint(const Options& o, const dist::Context& ctx, gpt::Model& model, Optimizer& opt, train::DataParallel* dp,
-                            int steps_done, std::string* path) {
+static void save_checkpoint(const Options& o, const dist::Context& ctx, const std::string& data, gpt::Model& model, Optimizer& opt,
+                            train::DataParallel* dp, int steps_done, std::string* path) {
   char name[64];
   std::snprintf(name, sizeof(name), "/ckpt_%06d.bin", steps_done);
   train::Checkpoint ck;
   ck.config = train::fingerprint(o);
+  ck.data = data;
   ck.step = steps_done;
   opt.save(ck, model, dp);
   *path = o.checkpoint_dir + name;
@@ -445,7 +448,7 @@ static void report(const Options& o, const dist::Context& ctx, const cudaDeviceP
 class Trainer {
  public:
   Trainer(const Options& o, const dist::Context& ctx)
-      : o_(o), ctx_(ctx), resume_from_(before_the_gpu(o, ctx)), data_(o, ctx), prop_(open_gpu(ctx)), cfg_(model_config(o)),
+      : o_(o), ctx_(ctx), resume_from_(before_the_gpu(o, ctx)), data_(o, ctx), prop_(ready_for_gpu(o, ctx, resume_from_, data_)), cfg_(model_config(o)),
         sched_(schedule(o)), model_(cfg_, o.seq_len, 16384, exchange_allocator(o, ctx)), opt_(model_.layout(), o.layers, ctx.rank, ctx.world, grad_sync(o)),
         windows_(grad_sync(o) == train::Sync::kEmbeddings, points_of(opt_.plan())),
         reader_(o.seq_len, cfg_.mask), batch_(o.seq_len), next_(o.seq_len), hand_out_(data_.schedule, o.seq_len, o.balance_ranks), flops_(o, model_.layout()) {
@@ -480,7 +483,11 @@ class Trainer {
       train::remove_made_dirs(made);
       throw;
     }
-    log_->config(train::config_json(o, run_id, ctx.world, prop_.name, kGitCommit));
+    log_->config(train::config_json(o, run_id, ctx.world, prop_.name, kGitCommit,
+                                    {{"train_data_sha256", data_.train.digest()}, {"val_data_sha256", data_.val.digest()}}));
+    log_->note("train_gpt: data by content (SHA-256 of the shards' SHA-256s in order): train " + data_.train.digest() + " (" +
+               std::to_string(data_.train.shard_digests().size()) + " shards), val " + data_.val.digest() + " (" +
+               std::to_string(data_.val.shard_digests().size()) + " shards)");
     log_->note("train_gpt: " + std::string(prop_.name) + " x " + std::to_string(ctx.world) + ", " + std::to_string(model_.layout().size()) +
               " parameters, " + std::to_string(o.steps) + " steps of " + std::to_string((long long)o.seq_len * o.seqs_per_step) +
               " tokens (" + std::to_string(micro()) + " micro-step(s) of one sequence per GPU)");
@@ -594,7 +601,7 @@ class Trainer {
           throw std::runtime_error("after step " + std::to_string(done) + ": rank " + std::to_string(r) +
                                    " handed the step's sequences out otherwise than rank 0 (--balance-ranks, --check-replicas)");
     }
-    if (checkpoints_after(done)) save_checkpoint(o_, ctx_, model_, opt_, dp_.get(), done, &last_checkpoint_);
+    if (checkpoints_after(done)) save_checkpoint(o_, ctx_, data_.digests(), model_, opt_, dp_.get(), done, &last_checkpoint_);
   }
 
   // whether validation follows `done` steps (0: before the first), and a checkpoint
@@ -625,8 +632,9 @@ class Trainer {
   }
 
  private:
-  // What is checked before the GPU is touched (then the shards, by Data): --resume's file, read
-  // and checked against the flags, its step and the size of its weights (returned). The
+  // What is checked before the GPU is touched: --resume's file, read and checked against the
+  // flags and its step (returned); then the shards, by Data; then (ready_for_gpu) that the
+  // checkpoint was made on the same data, by content, and the size of its weights. The
   // checkpoint folder is made at the end of the constructor, once the run can start.
   static train::Checkpoint before_the_gpu(const Options& o, const dist::Context&) {
     train::Checkpoint ck;
@@ -634,11 +642,17 @@ class Trainer {
       ck = train::read_checkpoint(o.resume);
       train::check_same_config(ck, train::fingerprint(o), o.resume);
       if (ck.step < 0 || ck.step > o.steps) throw train::CheckpointError(o.resume + ": step " + std::to_string(ck.step) + " outside the run");
+    }
+    return ck;
+  }
+  static cudaDeviceProp ready_for_gpu(const Options& o, const dist::Context& ctx, const train::Checkpoint& ck, const Data& data) {
+    if (!o.resume.empty()) {
+      train::check_same_data(ck, data.digests(), o.resume);
       auto master = ck.blobs.find("master");
       if (master == ck.blobs.end() || master->second.size() != model::Layout(model_config(o)).size())
         throw train::CheckpointError(o.resume + ": blob master is missing or of another size");
     }
-    return ck;
+    return open_gpu(ctx);
   }
   int micro() const { return data_.schedule.micro_steps(); }
   // the attention window of step (0-based) in tokens, whatever its granularity

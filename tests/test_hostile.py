@@ -6,6 +6,8 @@ Needs no GPU: every case is refused before a GPU would be used. Prints one line 
 
     python3 tests/test_hostile.py BUILD_DIR
 """
+import glob
+import hashlib
 import json
 import os
 import resource
@@ -658,9 +660,19 @@ case("train_gpt --log-file with a name too long for the file system", [TRAIN, *D
 check("train_gpt --log-file refusals: no log or probe left", not [n for n in os.listdir(T) if n.startswith("x" * 20)])
 
 
-def fnv_ckpt(config, step, blobs):
-    """A checkpoint file (train/checkpoint.h) with a valid checksum."""
-    b = b"TGPTCKPT" + struct.pack("<IQ", 1, len(config)) + config.encode() + struct.pack("<qqI", step, 0, len(blobs))
+def data_digest(pattern):
+    """The data digest train_gpt records (data/dataloader.h): the SHA-256 of its shards' SHA-256s in order."""
+    return hashlib.sha256("".join(hashlib.sha256(open(f, "rb").read()).hexdigest() + "\n"
+                                  for f in sorted(glob.glob(pattern))).encode()).hexdigest()
+
+
+RUN_DATA = f"train_data_sha256={data_digest(GOOD_TRAIN)} val_data_sha256={data_digest(GOOD_VAL)}"
+
+
+def fnv_ckpt(config, step, blobs, data=RUN_DATA):
+    """A checkpoint file (train/checkpoint.h, version 2) with a valid checksum."""
+    b = (b"TGPTCKPT" + struct.pack("<IQ", 2, len(config)) + config.encode() + struct.pack("<Q", len(data)) + data.encode() +
+         struct.pack("<qqI", step, 0, len(blobs)))
     for name, floats in blobs.items():
         b += struct.pack("<I", len(name)) + name.encode() + struct.pack("<Q", len(floats)) + np.asarray(floats, "<f4").tobytes()
     h = 1469598103934665603
@@ -681,6 +693,28 @@ if fp:
     open(path("ck_small.bin"), "wb").write(fnv_ckpt(fp, 2, {"master": [0.0] * 10}))
     case("train_gpt --resume a checkpoint whose weights are of another size: refused before the GPU",
          [TRAIN, *DATA, "--steps", "5", "--resume", path("ck_small.bin")], 1, ["ck_small.bin", "master"])
+    # data known by content: a checkpoint made on other shards (same flags, same names) is refused,
+    # naming both digests; so is one that records no data digest at all
+    other = "train_data_sha256=" + "ab" * 32 + " val_data_sha256=" + "cd" * 32
+    open(path("ck_otherdata.bin"), "wb").write(fnv_ckpt(fp, 2, {"master": [0.0] * 10}, data=other))
+    case("train_gpt --resume a checkpoint made on other data: refused before the GPU, naming both digests",
+         [TRAIN, *DATA, "--steps", "5", "--resume", path("ck_otherdata.bin")], 1,
+         ["ck_otherdata.bin", "ab" * 32, "cd" * 32, data_digest(GOOD_TRAIN), data_digest(GOOD_VAL)])
+    open(path("ck_nodata.bin"), "wb").write(fnv_ckpt(fp, 2, {"master": [0.0] * 10}, data=""))
+    case("train_gpt --resume a checkpoint that records no data digest: refused before the GPU",
+         [TRAIN, *DATA, "--steps", "5", "--resume", path("ck_nodata.bin")], 1, ["ck_nodata.bin", "data"])
+    # a shard changed in place at the same size (a byte of its last token) is refused, naming it
+    changed = path("changed")
+    shutil.copytree(GOOD, changed)
+    victim = sorted(glob.glob(os.path.join(changed, "toy_train_*.bin")))[0]
+    with open(victim, "r+b") as f:
+        f.seek(-2, 2)
+        last = struct.unpack("<H", f.read(2))[0]
+        f.seek(-2, 2)
+        f.write(struct.pack("<H", 2 if last == 1 else 1))  # another valid token id
+    case("train_gpt a shard changed in place at the same size: refused naming it", [TRAIN, "--train-data",
+         os.path.join(changed, "toy_train_*.bin"), "--val-data", GOOD_VAL, "--seq-len", "64", "--val-tokens", "64"], 1,
+         [os.path.basename(victim), "SHA-256"])
 
 # ------------------------------------------------------------------------------------ shell scripts: numeric variables in range
 # every numeric variable is a whole number within a range: a 0 that would spin a loop (PARALLEL=0)

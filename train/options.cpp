@@ -216,7 +216,8 @@ std::string fingerprint(const Options& o) {
   return out;
 }
 
-std::string config_json(const Options& o, const std::string& run_id, int world_size, const std::string& gpu, const std::string& commit) {
+std::string config_json(const Options& o, const std::string& run_id, int world_size, const std::string& gpu, const std::string& commit,
+                        const std::vector<std::pair<std::string, std::string>>& extra) {
   Options copy = o;
   Json j;
   j["event"] = "config";
@@ -226,6 +227,7 @@ std::string config_json(const Options& o, const std::string& run_id, int world_s
   j["world_size"] = world_size;
   j["gpu"] = gpu;
   j["git_commit"] = commit;
+  for (const auto& [k, v] : extra) j[k] = v;
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // bytes that are not UTF-8 become U+FFFD
 }
 

@@ -4,6 +4,8 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace train {
 
@@ -51,6 +53,7 @@ int parse_options(int argc, char** argv, int world, int rank, Options* o);
 std::string fingerprint(const Options& o);
 
 // The log's configuration event: every flag, then the facts of this run.
-std::string config_json(const Options& o, const std::string& run_id, int world_size, const std::string& gpu, const std::string& commit);
+std::string config_json(const Options& o, const std::string& run_id, int world_size, const std::string& gpu, const std::string& commit,
+                        const std::vector<std::pair<std::string, std::string>>& extra = {});
 
 }  // namespace train

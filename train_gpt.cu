@@ -590,8 +590,9 @@ class Trainer {
     if (loss.empty())  // no loss to check or log: the step's line has none
       log_->note("train_gpt: step " + std::to_string(done) + ": none of its sequences keeps a target (every document fits inside --prefix-tokens " +
                  std::to_string(o_.prefix_tokens) + "); no training loss");
-    else fail_if_not_finite("training", loss.mean(), done);
-    log_->step(done, o_.steps, timing_.train_ms, NAN, loss.mean());
+    log_->step(done, o_.steps, timing_.train_ms, std::nullopt,
+               loss.empty() ? std::nullopt : std::optional<double>(loss.mean()));  // a diverged loss is logged, then stops the run
+    if (!loss.empty()) fail_if_not_finite("training", loss.mean(), done);
     if (done == start_step_ + 1) log_startup(*log_);
     if (o_.check_replicas) last_sum_ = check_replicas(ctx_, model_, opt_, dp_.get(), d_sum_, done);
     if (o_.check_replicas && hand_out_.on) {  // (the all-reduce keeps the replicas equal even if the hand-outs differed)

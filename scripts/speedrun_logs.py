@@ -51,7 +51,13 @@ class LogError(ToolError, ValueError):
     """A log that cannot be read as one run."""
 
 
+DIVERGED = {"diverged(nan)": math.nan, "diverged(inf)": math.inf, "diverged(-inf)": -math.inf}
+
+
 def _num(text):
+    """A number of the text log; train_gpt's diverged(nan|inf|-inf) is that non-finite value."""
+    if text in DIVERGED:
+        return DIVERGED[text]
     text = text[:-2] if text.endswith("ms") else text
     try:
         return float(text)
@@ -60,9 +66,13 @@ def _num(text):
 
 
 def _jnum(v):
-    """A number of the JSON lines (null, as the trainer writes NaN, is nan); None if not a number."""
+    """A number of the JSON lines: the trainer writes a diverged loss as the string diverged(nan),
+    diverged(inf) or diverged(-inf), its value here (null, as earlier trainers wrote NaN, is nan);
+    None if not a number."""
     if v is None:
         return math.nan
+    if isinstance(v, str) and v in DIVERGED:
+        return DIVERGED[v]
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
     return float(v)
@@ -97,7 +107,7 @@ def _lines(f, limit):
 
 
 def _same(a, b, tol):
-    return (math.isnan(a) and math.isnan(b)) or abs(a - b) <= tol
+    return a == b or (math.isnan(a) and math.isnan(b)) or abs(a - b) <= tol  # (inf - inf is nan)
 
 
 @dataclass

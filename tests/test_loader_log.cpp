@@ -261,7 +261,7 @@ int main() {
     rl.config("{\"event\": \"config\", \"seed\": 1}");
     for (int st = 0; st <= 20; st++) {
       const double t = st <= 10 ? 0.0 : (st - 10) * 150.0 + 0.4;
-      rl.step(st, 20, t, st % 10 == 0 ? 5.0 - st * 0.1 : NAN, 6.0 - st * 0.05);
+      rl.step(st, 20, t, st % 10 == 0 ? std::optional<double>(5.0 - st * 0.1) : std::nullopt, 6.0 - st * 0.05);
     }
   }
   std::ifstream in(log);
@@ -295,6 +295,32 @@ int main() {
     int vals = 0;
     for (std::string l; std::getline(in, l);) vals += l.find(",val,") != std::string::npos;
     CHECK(status == 0 && vals == 3, "speedrun_logs.py found %d validation rows in the trainer's log, want 3 (status %d)", vals, status);
+  }
+
+  // a diverged loss (NaN, +-inf) is written as diverged in the text and the JSON lines alike,
+  // never as a missing value (a second bare step line, or null)
+  {
+    const std::string dl = dir + "/diverged.txt";
+    {
+      train::RunLog rl(dl, true);
+      rl.config("{\"event\": \"config\"}");
+      rl.step(5, 20, 0, NAN);
+      rl.step(6, 20, 0, std::nullopt, INFINITY);
+      rl.step(7, 20, 0, -INFINITY, 1.5);
+    }
+    std::ifstream in(dl);
+    std::vector<std::string> got;
+    for (std::string l; std::getline(in, l);) got.push_back(l);
+    CHECK(got.size() == 3 && got[0] == "step:5/20 val_loss:diverged(nan) train_time:0ms step_avg:nanms" &&
+              got[1] == "step:6/20 train_loss:diverged(inf) train_time:0ms step_avg:nanms" &&
+              got[2] == "step:7/20 val_loss:diverged(-inf) train_loss:1.5000 train_time:0ms step_avg:nanms",
+          "diverged text lines: %s", got.empty() ? "" : got[0].c_str());
+    std::ifstream js(train::RunLog::jsonl_path(dl));
+    std::vector<nlohmann::json> ev;
+    for (std::string l; std::getline(js, l);) ev.push_back(nlohmann::json::parse(l));
+    CHECK(ev.size() == 4 && ev[1]["event"] == "val" && ev[1]["val_loss"] == "diverged(nan)" && ev[2]["event"] == "step" &&
+              ev[2]["train_loss"] == "diverged(inf)" && ev[3]["val_loss"] == "diverged(-inf)" && ev[3]["train_loss"] == 1.5,
+          "diverged JSON lines");
   }
 
   // one log, one run: the files are created new, named by the run's id
@@ -348,7 +374,7 @@ int main() {
     try {
       train::RunLog rl(dir + "/full.txt", true, "2222222222222222", "abc");
       setrlimit(RLIMIT_FSIZE, &small);
-      for (int st = 0; st < 1000; st++) rl.step(st, 1000, st * 10.0, NAN, 3.0);
+      for (int st = 0; st < 1000; st++) rl.step(st, 1000, st * 10.0, std::nullopt, 3.0);
     } catch (const std::runtime_error& ex) {
       threw = std::string(ex.what()).find("full.txt") != std::string::npos || std::string(ex.what()).find("full.jsonl") != std::string::npos;
     }

@@ -13,15 +13,16 @@ JSON lines beside the text log: flags, seed, GPU count), and the steps it logged
 anything the report checks every log, and refuses (exit 1, one line per log at fault, nothing
 written) when
   - a log is incomplete: a training step of 1..N missing, stopped before step N, or no
-    validation at step N (a diverged train_gpt run stops too: move such a log aside);
+    validation at step N (except a run that stopped at a loss logged as diverged: below);
   - its JSON lines are another run's (run id, steps, losses or times that disagree);
   - two files hold one run (one run id, or the same text), or a group holds one seed twice;
   - a run's configuration disagrees with its group's (another campaign's log: other steps, data,
     validation tokens, GPU, commit, ...), its GPU count with the group's, or, with the campaign's
     record (campaign.json), its flags with the variant's;
   - with campaign.json, the variants differ in a setting that is none of their flags.
-Runs that completed with a loss that is not finite (diverged, NaN) are counted and named, and left
-out of the statistics. Runs of one GPU count are paired by the seed in their configuration (never
+Runs whose log records a loss as diverged (train_gpt's diverged(nan), diverged(inf),
+diverged(-inf), where it stops the run) are counted, named with the step and loss, and left out
+of the statistics, as are complete runs whose final loss or times are not finite. Runs of one GPU count are paired by the seed in their configuration (never
 by their file names). --allow-differ KEY accepts differing values of one configuration entry
 (named in the report).
 
@@ -159,7 +160,7 @@ def check_runs(runs, record, allow, problems):
         g = group_name(key)
         for r in rs:
             state, why = r.state()
-            if state != "complete":
+            if state == "incomplete":  # (a diverged run is counted, named and left out: build)
                 problems.add(f"{r.path}: incomplete: {why}; finish the campaign (scripts/ab_run.py resumes it) or move the "
                              "log out of the report")
             if r.run_id:
@@ -410,7 +411,8 @@ def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False, recor
     title = one_line(title)
     lines = [f"# {title}", "", "Per variant and GPU count, over the runs used (mean, standard deviation, half-width of the "
              "95% confidence interval of the mean). A log that is incomplete, another run's, a copy or of another "
-             "configuration stops the report; a complete run whose loss is not finite (diverged) is counted and left out.", "",
+             "configuration stops the report; a run that diverged (a loss logged as diverged, or a final value that is not "
+             "finite) is counted, named and left out.", "",
              "| variant | GPUs | runs (used) | " + " | ".join(f"{m} mean | std | 95% CI" for m, _, _ in metrics) + " |",
              "|" + " --- |" * (3 + 3 * len(metrics))]
     values, used, left_out = {}, OrderedDict(), []
@@ -419,9 +421,11 @@ def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False, recor
         for r in rs:
             bad = [(n, v) for n, v in (("final val loss", r.final_val_loss), ("train time", r.train_time_ms),
                                        ("step avg", r.step_avg_ms))[:1 if loss_only else 3] if not math.isfinite(v)]
-            if bad:
+            if r.diverged:  # the trainer stopped at a loss that is not finite
+                left_out.append(f"| {md(variant)} | {gpus} | {md(r.path)} | diverged ({r.state()[1]}) |")
+            elif bad:
                 why = ", ".join(f"{n} {'NaN' if math.isnan(v) else v}" for n, v in bad)
-                left_out.append(f"| {md(variant)} | {gpus} | {md(r.path)} | diverged ({why}) |")
+                left_out.append(f"| {md(variant)} | {gpus} | {md(r.path)} | not finite ({why}) |")
             else:
                 done.append(r)
         used[(variant, gpus)] = done
@@ -472,9 +476,13 @@ def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False, recor
                                    "n/a |")
             for s in both:
                 seq_a, seq_b = a[s].loss_sequence(), b[s].loss_sequence()
-                same = seq_a == seq_b and bool(seq_a)
+                same = seq_a == seq_b and bool(seq_a)  # the JSON lines' values as written, each to the bit
+                if same and not (a[s].exact_losses and b[s].exact_losses):
+                    verdict = "not known (equal as printed, to 4 decimals: no losses in JSON lines)"
+                else:
+                    verdict = "yes" if same else "no"
                 identical_rows.append(f"| {gpus} | {md(base)} vs {md(other)} | {s} | {md(a[s].run_id or '-')}, "
-                                      f"{md(b[s].run_id or '-')} | {'yes' if same else 'no'} |")
+                                      f"{md(b[s].run_id or '-')} | {verdict} |")
     lines += ["", "Final validation loss paired by seed (from the runs' configurations; a fair pairing only where one "
               "seed gives both variants the same start, as in one trainer with a flag flipped): mean and standard deviation "
               "of the differences, paired t-test (two-sided p).", "",

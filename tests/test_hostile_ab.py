@@ -104,9 +104,10 @@ def make_log(p, seed, mask="uni", causal=1, gpus=1, steps=20, run_id="auto", val
             if nan_final and s == steps:
                 v = math.nan
             avg = t / (s - 10) if s > 10 else math.nan
-            text.append(f"step:{s}/{steps} val_loss:{v:.4f} train_time:{t:.0f}ms step_avg:{avg:.2f}ms")
+            text.append(f"step:{s}/{steps} val_loss:{'diverged(nan)' if math.isnan(v) else f'{v:.4f}'} train_time:{t:.0f}ms "
+                        f"step_avg:{avg:.2f}ms")  # (train_gpt writes a loss that is not finite as diverged, in both files)
             js.append(json.dumps({"event": "val", "step": s, "total_steps": steps, "train_time_ms": round(t, 3),
-                                  "val_loss": None if math.isnan(v) else v}))
+                                  "val_loss": "diverged(nan)" if math.isnan(v) else v}))
     with open(p, "w") as f:
         f.write("\n".join(text) + "\n")
     if jsonl:
@@ -499,7 +500,7 @@ report("one run a group: the spread is 'n/a (1 run)', never 0.0000", ["--logs-di
 d = campaign(path("nan"), SEEDS)
 make_log(os.path.join(d, "bi_g1_r1.txt"), 1001, mask="bi", nan_final=True)
 report("a complete run with a NaN final loss: 'diverged', left out, never 'nan +- nan'", ["--logs-dir", d], 0,
-       contains=["diverged (final val loss NaN)", "| bi | 1 | 3 (2) |", "| 1 | bi | uni | 2 (1000, 1002) |"],
+       contains=["diverged (val_loss diverged(nan) at step 20 of 20)", "| bi | 1 | 3 (2) |", "| 1 | bi | uni | 2 (1000, 1002) |"],
        lacks=["nan +- nan", "| nan |"])
 pipe = path("pipe_names")
 os.makedirs(pipe)

@@ -62,7 +62,7 @@ setup:
 
 # ---------------------------------------------------------------------------- binaries
 train_gpt: $(BUILD)/train_gpt.o $(ATTN_OBJS) $(BUILD)/data/dataloader.o $(BUILD)/train/run_log.o $(BUILD)/train/options.o $(BUILD)/train/checkpoint.o \
-           $(BUILD)/train/dist.o $(MODEL_OBJS) $(BUILD)/version.o
+           $(BUILD)/train/dist.o $(BUILD)/train/start_gate.o $(MODEL_OBJS) $(BUILD)/version.o
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(MPI_LIBS) $(CRYPTO_LIBS) -Xcompiler -fopenmp -lgomp
 
 # The commit the binary was built from, for its logs: rewritten only when it changes, so that a

@@ -41,6 +41,7 @@
 #include "train/loss_mean.h"
 #include "train/options.h"
 #include "train/run_log.h"
+#include "train/start_gate.h"
 // ----------------------------------------------------------------------------------- GPU
 #include "layers/multi_tensor.cuh"
 #include "layers/checksum.cuh"
@@ -447,8 +448,8 @@ static void report(const Options& o, const dist::Context& ctx, const cudaDeviceP
 // run_training below.
 class Trainer {
  public:
-  Trainer(const Options& o, const dist::Context& ctx)
-      : o_(o), ctx_(ctx), resume_from_(before_the_gpu(o, ctx)), data_(o, ctx), prop_(ready_for_gpu(o, ctx, resume_from_, data_)), cfg_(model_config(o)),
+  Trainer(const Options& o, const dist::Context& ctx, train::StartGate& gate)
+      : o_(o), ctx_(ctx), resume_from_(before_the_gpu(o, ctx)), data_(o, ctx), prop_(ready_for_gpu(o, ctx, resume_from_, data_, gate)), cfg_(model_config(o)),
         sched_(schedule(o)), model_(cfg_, o.seq_len, 16384, exchange_allocator(o, ctx)), opt_(model_.layout(), o.layers, ctx.rank, ctx.world, grad_sync(o)),
         windows_(grad_sync(o) == train::Sync::kEmbeddings, points_of(opt_.plan())),
         reader_(o.seq_len, cfg_.mask), batch_(o.seq_len), next_(o.seq_len), hand_out_(data_.schedule, o.seq_len, o.balance_ranks), flops_(o, model_.layout()) {
@@ -635,8 +636,10 @@ class Trainer {
  private:
   // What is checked before the GPU is touched: --resume's file, read and checked against the
   // flags and its step (returned); then the shards, by Data; then (ready_for_gpu) that the
-  // checkpoint was made on the same data, by content, and the size of its weights. The
-  // checkpoint folder is made at the end of the constructor, once the run can start.
+  // checkpoint was made on the same data, by content, and the size of its weights; then every
+  // rank passes the start gate (a refusal before it on any rank ends every rank there:
+  // run_training). The checkpoint folder is made at the end of the constructor, once the run
+  // can start.
   static train::Checkpoint before_the_gpu(const Options& o, const dist::Context&) {
     train::Checkpoint ck;
     if (!o.resume.empty()) {
@@ -646,13 +649,15 @@ class Trainer {
     }
     return ck;
   }
-  static cudaDeviceProp ready_for_gpu(const Options& o, const dist::Context& ctx, const train::Checkpoint& ck, const Data& data) {
+  static cudaDeviceProp ready_for_gpu(const Options& o, const dist::Context& ctx, const train::Checkpoint& ck, const Data& data,
+                                      train::StartGate& gate) {
     if (!o.resume.empty()) {
       train::check_same_data(ck, data.digests(), o.resume);
       auto master = ck.blobs.find("master");
       if (master == ck.blobs.end() || master->second.size() != model::Layout(model_config(o)).size())
         throw train::CheckpointError(o.resume + ": blob master is missing or of another size");
     }
+    if (const int rc = gate.pass(-1, ""); rc >= 0) throw train::Refused(rc);
     return open_gpu(ctx);
   }
   int micro() const { return data_.schedule.micro_steps(); }
@@ -736,14 +741,16 @@ static void report_error(const dist::Context& ctx, const std::exception& e) {
 }
 
 // The training loop: validation at step 0, every --val-every steps and at the end; one step at a
-// time in between.
+// time in between. Returns 0, or the code of a refusal before the GPU, which every rank returns
+// (train/start_gate.h); with several ranks any later failure ends the job here.
 static int run_training(const Options& o, const dist::Context& ctx) {
   // With several ranks a failure ends the job from here, while the trainer still stands: its
   // destructors would wait for the GPU, whose streams can wait forever for a peer that hung (a
   // copy-engine all-gather waits for its peers' flags, which no abort releases).
   std::optional<Trainer> t;
+  train::StartGate gate(ctx);  // a failure before it, on any rank, ends every rank there, none having touched its GPU
   try {
-    t.emplace(o, ctx);
+    t.emplace(o, ctx, gate);
     for (int step = t->start_step(); step <= o.steps; step++) {
       const int window = t->window(step);
       if (t->validates_after(step)) t->validate(step, window);
@@ -752,12 +759,16 @@ static int run_training(const Options& o, const dist::Context& ctx) {
       t->after_step(step + 1, t->train_step(step, window));
     }
     t->finish();
+  } catch (const train::Refused& e) {  // another rank refused to start; rank 0 printed why
+    return e.code;
   } catch (const CLI::ValidationError& e) {
     if (ctx.world < 2) throw;
+    if (!gate.passed()) return gate.pass(2, std::string("error: ") + e.what());
     report_error(ctx, e);
     dist::abort_all(ctx, 2);
   } catch (const std::exception& e) {
     if (ctx.world < 2) throw;
+    if (!gate.passed()) return gate.pass(1, std::string("error: ") + e.what());
     report_error(ctx, e);
     dist::abort_all(ctx, 1);
   }
@@ -773,29 +784,29 @@ int main(int argc, char** argv) {
     return 1;
   }
   // one exit path: under mpirun a rank that fails while training takes the job down
-  // (MPI_Abort) so that none waits forever; a flag error is the same on every rank, and each
-  // rank simply exits with it
+  // (MPI_Abort) so that none waits forever; a refusal before the GPU is agreed by every rank
+  // (train/start_gate.h), and each rank simply exits with the job's code
   auto finish = [&](int rc, bool every_rank_agrees = false) {
     if (rc != 0 && ctx.world > 1 && !every_rank_agrees) dist::abort_all(ctx, rc);
     dist::finalize(ctx);
     return rc;
   };
+  // every rank parses its own flags (mpirun may give each its own); what exists on disk is rank
+  // 0's to judge (it alone writes logs and checkpoints). The log and the checkpoint folder are
+  // tried for writing now (and made only once the run can start), so that neither is found
+  // unwritable after training has begun. Then the ranks agree: one's refusal ends every rank.
   Options o;
-  const int rc = train::parse_options(argc, argv, ctx.world, ctx.rank, &o);
-  if (rc >= 0) return finish(rc, true);
-  // what exists on disk is rank 0's to judge (it alone writes logs and checkpoints); a refusal
-  // there ends every rank. The log and the checkpoint folder are tried for writing now (and made
-  // only once the run can start), so that neither is found unwritable after training has begun.
-  if (ctx.rank == 0 && !o.check_data) {
+  std::string refusal;
+  int rc = train::parse_options(argc, argv, ctx.world, ctx.rank, &o, &refusal);
+  if (rc < 0 && ctx.rank == 0 && !o.check_data) {
     std::string why = o.log_file.empty() ? "" : train::RunLog::refuse_existing(o.log_file);
     const char* flag = "--log-file";
     if (why.empty() && !o.checkpoint_dir.empty()) why = used_checkpoint_dir(o.checkpoint_dir, o.resume), flag = "--checkpoint-dir";
     if (why.empty() && !o.checkpoint_dir.empty()) why = train::unwritable_checkpoint_dir(o.checkpoint_dir);  // made once the run can start
-    if (!why.empty()) {
-      std::fprintf(stderr, "train_gpt: %s: %s\n", flag, why.c_str());
-      return finish(2);
-    }
+    if (!why.empty()) rc = 2, refusal = std::string(ctx.world > 1 ? "" : "train_gpt: ") + flag + ": " + why;
   }
+  rc = train::StartGate(ctx).pass(rc, refusal);
+  if (rc >= 0) return finish(rc, true);
   if (o.check_data) {
     int bad = ctx.rank == 0 ? check_data(o) : 0;
     if (bad) std::fprintf(stderr, "check-data: %d problem(s) found\n", bad);
@@ -803,7 +814,7 @@ int main(int argc, char** argv) {
     return finish(bad ? 1 : 0);
   }
   try {
-    return finish(run_training(o, ctx));
+    return finish(run_training(o, ctx), true);  // (its code is every rank's: a later failure ended the job inside it)
   } catch (const CLI::ValidationError& e) {
     report_error(ctx, e);
     return finish(2);

@@ -539,6 +539,27 @@ if shutil.which("mpirun") and shutil.which("nvidia-smi") is None:
          ["2 ranks on this machine, 0 GPU(s) visible"],
          env=dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1"))
 
+# any rank's refusal reaches the user, naming its rank, before any GPU work, and every rank leaves
+# with the job's one code (2 for a flag, 1 for a file; the larger when several refuse): mpirun
+# with per-rank arguments (its 'A : B' form), each refusal on one rank only
+if shutil.which("mpirun"):
+    MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+
+    def two_ranks(rank0, rank1):
+        return ["mpirun", "--oversubscribe", "-np", "1", TRAIN, *rank0, ":", "-np", "1", TRAIN, *rank1]
+    NO_TRAIN = ["--train-data", path("nothere_*.bin"), *DATA[2:]]
+    for name, cmd, rc, names in [
+        ("a bad flag on rank 1 only", two_ranks(DATA, DATA + ["--bogus", "1"]), 2, ["train_gpt: rank 1 of 2:", "--bogus"]),
+        ("a --train-data that matches nothing on rank 1 only", two_ranks(DATA, NO_TRAIN), 1,
+         ["train_gpt: rank 1 of 2: error:", "nothere_*.bin"]),
+        ("a bad flag on each rank, each its own", two_ranks(DATA + ["--steps", "0"], DATA + ["--bogus", "1"]), 2,
+         ["train_gpt: rank 0 of 2: --steps", "train_gpt: rank 1 of 2:", "--bogus"]),
+        ("no data on rank 0, a bad checkpoint on rank 1", two_ranks(NO_TRAIN, DATA + ["--resume", path("nothere.bin")]), 1,
+         ["train_gpt: rank 0 of 2: error:", "nothere_*.bin", "train_gpt: rank 1 of 2: error:", "nothere.bin"]),
+    ]:
+        _, out = case(f"train_gpt under mpirun, {name}: named with its rank, exit {rc}", cmd, rc, names, env=MPI_ENV)
+        check(f"train_gpt under mpirun, {name}: refused before any GPU work", "GPU" not in out, out[-800:])
+
 # the GPU scripts check their inputs before they build or need a GPU
 GB = ["bash", os.path.join(ROOT, "bench", "gpu_bench.sh")]
 case("gpu_bench.sh PARTS=bogus", GB, 2, ["bogus"], env=dict(os.environ, PARTS="bogus"))

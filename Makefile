@@ -34,6 +34,8 @@ ifeq ($(USE_MPI),1)
   MPI_LIBS := $(foreach f,$(shell mpicxx --showme:link),$(if $(filter -Wl%,$(f)),-Xlinker $(subst -Wl$(comma),,$(f)),$(f)))
 endif
 comma := ,
+# SHA-256 (common/sha256.h) is OpenSSL's libcrypto
+CRYPTO_LIBS := -lcrypto
 
 BUILD := build
 TOOLS := $(BUILD)/prepare $(BUILD)/tokenize
@@ -60,8 +62,8 @@ setup:
 
 # ---------------------------------------------------------------------------- binaries
 train_gpt: $(BUILD)/train_gpt.o $(ATTN_OBJS) $(BUILD)/data/dataloader.o $(BUILD)/train/run_log.o $(BUILD)/train/options.o $(BUILD)/train/checkpoint.o \
-           $(BUILD)/train/dist.o $(MODEL_OBJS) $(BUILD)/version.o
-	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(MPI_LIBS) -Xcompiler -fopenmp -lgomp
+           $(BUILD)/train/dist.o $(BUILD)/train/start_gate.o $(MODEL_OBJS) $(BUILD)/version.o
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(MPI_LIBS) $(CRYPTO_LIBS) -Xcompiler -fopenmp -lgomp
 
 # The commit the binary was built from, for its logs: rewritten only when it changes, so that a
 # new commit relinks train_gpt without recompiling it. "-dirty" when tracked files differ.
@@ -100,17 +102,17 @@ $(BUILD)/%.o: %.cpp
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
 $(BUILD)/prepare: $(BUILD)/data/prepare.o $(BUILD)/data/tokenizer.o
-	$(CXX) $^ -o $@ -pthread -lz
+	$(CXX) $^ -o $@ -pthread -lz $(CRYPTO_LIBS)
 
 $(BUILD)/tokenize: $(BUILD)/data/tokenize_main.o $(BUILD)/data/tokenizer.o
-	$(CXX) -fopenmp $^ -o $@
+	$(CXX) -fopenmp $^ -o $@ $(CRYPTO_LIBS)
 
 $(BUILD)/attn_run: $(BUILD)/attention/attn_run.o $(ATTN_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@
 
 # ---------------------------------------------------------------------------- tests
 $(BUILD)/tests/test_data: $(BUILD)/tests/test_data.o
-	$(CXX) -fopenmp $^ -o $@
+	$(CXX) -fopenmp $^ -o $@ $(CRYPTO_LIBS)
 
 $(BUILD)/tests/test_attention_cpu: $(BUILD)/tests/test_attention_cpu.o $(BUILD)/attention/reference.o
 	$(CXX) -fopenmp $^ -o $@
@@ -119,7 +121,7 @@ $(BUILD)/tests/test_model_cpu: $(BUILD)/tests/test_model_cpu.o $(MODEL_REF_OBJS)
 	$(CXX) -fopenmp $^ -o $@
 
 $(BUILD)/tests/test_loader_log: $(BUILD)/tests/test_loader_log.o $(BUILD)/data/dataloader.o $(BUILD)/train/run_log.o $(BUILD)/train/options.o
-	$(CXX) $^ -o $@
+	$(CXX) $^ -o $@ $(CRYPTO_LIBS)
 
 $(BUILD)/tests/test_checkpoint: $(BUILD)/tests/test_checkpoint.o $(BUILD)/train/checkpoint.o
 	$(CXX) $^ -o $@
@@ -134,7 +136,7 @@ $(BUILD)/tests/test_shard_plan: $(BUILD)/tests/test_shard_plan.o $(MODEL_OBJS)
 	$(CXX) -fopenmp $^ -o $@
 
 $(BUILD)/tests/test_hand_out: $(BUILD)/tests/test_hand_out.o $(BUILD)/data/dataloader.o
-	$(CXX) $^ -o $@
+	$(CXX) $^ -o $@ $(CRYPTO_LIBS)
 
 $(BUILD)/tests/test_dist: $(BUILD)/tests/test_dist.o $(BUILD)/train/dist.o
 	$(CXX) $^ -o $@ $(shell $(if $(filter 1,$(USE_MPI)),mpicxx --showme:link,true))

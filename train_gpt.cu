@@ -41,6 +41,7 @@
 #include "train/loss_mean.h"
 #include "train/options.h"
 #include "train/run_log.h"
+#include "train/start_gate.h"
 // ----------------------------------------------------------------------------------- GPU
 #include "layers/checksum.cuh"
 #include "model/gpt.cuh"
@@ -141,6 +142,8 @@ struct Data {
   data::TokenStream train, val;
   std::vector<uint64_t> val_seqs;  // this rank's validation sequences
   data::TrainSchedule schedule;
+  // the data as read, by content (data/dataloader.h): what the log and a checkpoint record
+  std::string digests() const { return "train_data_sha256=" + train.digest() + " val_data_sha256=" + val.digest(); }
   Data(const Options& o, const dist::Context& ctx)
       : train(shard_files(o.train_data, "train"), o.seq_len, o.vocab_size, true),
         val(shard_files(o.val_data, "val"), o.seq_len, o.vocab_size, false),
@@ -235,12 +238,13 @@ static int window_at(const Options& o, const model::Schedule& sched, int step) {
 
 // Checkpoints: everything a run needs to continue as if never stopped (train/checkpoint.h). The
 // state is gathered from every rank (collective); rank 0 writes the file.
-static void save_checkpoint(const Options& o, const dist::Context& ctx, gpt::Model& model, Optimizer& opt, train::DataParallel* dp,
-                            int steps_done, std::string* path) {
+static void save_checkpoint(const Options& o, const dist::Context& ctx, const std::string& data, gpt::Model& model, Optimizer& opt,
+                            train::DataParallel* dp, int steps_done, std::string* path) {
   char name[64];
   std::snprintf(name, sizeof(name), "/ckpt_%06d.bin", steps_done);
   train::Checkpoint ck;
   ck.config = train::fingerprint(o);
+  ck.data = data;
   ck.step = steps_done;
   opt.save(ck, model.parameters(), dp);
   *path = o.checkpoint_dir + name;
@@ -444,8 +448,8 @@ static void report(const Options& o, const dist::Context& ctx, const cudaDeviceP
 // run_training below.
 class Trainer {
  public:
-  Trainer(const Options& o, const dist::Context& ctx)
-      : o_(o), ctx_(ctx), resume_from_(before_the_gpu(o, ctx)), data_(o, ctx), prop_(open_gpu(ctx)), cfg_(model_config(o)),
+  Trainer(const Options& o, const dist::Context& ctx, train::StartGate& gate)
+      : o_(o), ctx_(ctx), resume_from_(before_the_gpu(o, ctx)), data_(o, ctx), prop_(ready_for_gpu(o, ctx, resume_from_, data_, gate)), cfg_(model_config(o)),
         sched_(schedule(o)), model_(cfg_, o.seq_len, 16384, exchange_allocator(o, ctx)), opt_(model_.layout(), o.layers, ctx.rank, ctx.world, grad_sync(o)),
         windows_(grad_sync(o) == train::Sync::kEmbeddings, points_of(opt_.plan())),
         reader_(o.seq_len, cfg_.mask), batch_(o.seq_len), next_(o.seq_len), hand_out_(data_.schedule, o.seq_len, o.balance_ranks), flops_(o, model_.layout()) {
@@ -480,7 +484,11 @@ class Trainer {
       train::remove_made_dirs(made);
       throw;
     }
-    log_->config(train::config_json(o, run_id, ctx.world, prop_.name, kGitCommit));
+    log_->config(train::config_json(o, run_id, ctx.world, prop_.name, kGitCommit,
+                                    {{"train_data_sha256", data_.train.digest()}, {"val_data_sha256", data_.val.digest()}}));
+    log_->note("train_gpt: data by content (SHA-256 of the shards' SHA-256s in order): train " + data_.train.digest() + " (" +
+               std::to_string(data_.train.shard_digests().size()) + " shards), val " + data_.val.digest() + " (" +
+               std::to_string(data_.val.shard_digests().size()) + " shards)");
     log_->note("train_gpt: " + std::string(prop_.name) + " x " + std::to_string(ctx.world) + ", " + std::to_string(model_.layout().size()) +
               " parameters, " + std::to_string(o.steps) + " steps of " + std::to_string((long long)o.seq_len * o.seqs_per_step) +
               " tokens (" + std::to_string(micro()) + " micro-step(s) of one sequence per GPU)");
@@ -583,8 +591,9 @@ class Trainer {
     if (loss.empty())  // no loss to check or log: the step's line has none
       log_->note("train_gpt: step " + std::to_string(done) + ": none of its sequences keeps a target (every document fits inside --prefix-tokens " +
                  std::to_string(o_.prefix_tokens) + "); no training loss");
-    else fail_if_not_finite("training", loss.mean(), done);
-    log_->step(done, o_.steps, timing_.train_ms, NAN, loss.mean());
+    log_->step(done, o_.steps, timing_.train_ms, std::nullopt,
+               loss.empty() ? std::nullopt : std::optional<double>(loss.mean()));  // a diverged loss is logged, then stops the run
+    if (!loss.empty()) fail_if_not_finite("training", loss.mean(), done);
     if (done == start_step_ + 1) log_startup(*log_);
     if (o_.check_replicas) last_sum_ = check_replicas(ctx_, model_, opt_, dp_.get(), d_sum_, done);
     if (o_.check_replicas && hand_out_.on) {  // (the all-reduce keeps the replicas equal even if the hand-outs differed)
@@ -594,7 +603,7 @@ class Trainer {
           throw std::runtime_error("after step " + std::to_string(done) + ": rank " + std::to_string(r) +
                                    " handed the step's sequences out otherwise than rank 0 (--balance-ranks, --check-replicas)");
     }
-    if (checkpoints_after(done)) save_checkpoint(o_, ctx_, model_, opt_, dp_.get(), done, &last_checkpoint_);
+    if (checkpoints_after(done)) save_checkpoint(o_, ctx_, data_.digests(), model_, opt_, dp_.get(), done, &last_checkpoint_);
   }
 
   // whether validation follows `done` steps (0: before the first), and a checkpoint
@@ -625,20 +634,31 @@ class Trainer {
   }
 
  private:
-  // What is checked before the GPU is touched (then the shards, by Data): --resume's file, read
-  // and checked against the flags, its step and the size of its weights (returned). The
-  // checkpoint folder is made at the end of the constructor, once the run can start.
+  // What is checked before the GPU is touched: --resume's file, read and checked against the
+  // flags and its step (returned); then the shards, by Data; then (ready_for_gpu) that the
+  // checkpoint was made on the same data, by content, and the size of its weights; then every
+  // rank passes the start gate (a refusal before it on any rank ends every rank there:
+  // run_training). The checkpoint folder is made at the end of the constructor, once the run
+  // can start.
   static train::Checkpoint before_the_gpu(const Options& o, const dist::Context&) {
     train::Checkpoint ck;
     if (!o.resume.empty()) {
       ck = train::read_checkpoint(o.resume);
       train::check_same_config(ck, train::fingerprint(o), o.resume);
       if (ck.step < 0 || ck.step > o.steps) throw train::CheckpointError(o.resume + ": step " + std::to_string(ck.step) + " outside the run");
+    }
+    return ck;
+  }
+  static cudaDeviceProp ready_for_gpu(const Options& o, const dist::Context& ctx, const train::Checkpoint& ck, const Data& data,
+                                      train::StartGate& gate) {
+    if (!o.resume.empty()) {
+      train::check_same_data(ck, data.digests(), o.resume);
       auto master = ck.blobs.find("master");
       if (master == ck.blobs.end() || master->second.size() != model::Layout(model_config(o)).size())
         throw train::CheckpointError(o.resume + ": blob master is missing or of another size");
     }
-    return ck;
+    if (const int rc = gate.pass(-1, ""); rc >= 0) throw train::Refused(rc);
+    return open_gpu(ctx);
   }
   int micro() const { return data_.schedule.micro_steps(); }
   // the attention window of step (0-based) in tokens, whatever its granularity
@@ -721,14 +741,16 @@ static void report_error(const dist::Context& ctx, const std::exception& e) {
 }
 
 // The training loop: validation at step 0, every --val-every steps and at the end; one step at a
-// time in between.
+// time in between. Returns 0, or the code of a refusal before the GPU, which every rank returns
+// (train/start_gate.h); with several ranks any later failure ends the job here.
 static int run_training(const Options& o, const dist::Context& ctx) {
   // With several ranks a failure ends the job from here, while the trainer still stands: its
   // destructors would wait for the GPU, whose streams can wait forever for a peer that hung (a
   // copy-engine all-gather waits for its peers' flags, which no abort releases).
   std::optional<Trainer> t;
+  train::StartGate gate(ctx);  // a failure before it, on any rank, ends every rank there, none having touched its GPU
   try {
-    t.emplace(o, ctx);
+    t.emplace(o, ctx, gate);
     for (int step = t->start_step(); step <= o.steps; step++) {
       const int window = t->window(step);
       if (t->validates_after(step)) t->validate(step, window);
@@ -737,12 +759,16 @@ static int run_training(const Options& o, const dist::Context& ctx) {
       t->after_step(step + 1, t->train_step(step, window));
     }
     t->finish();
+  } catch (const train::Refused& e) {  // another rank refused to start; rank 0 printed why
+    return e.code;
   } catch (const CLI::ValidationError& e) {
     if (ctx.world < 2) throw;
+    if (!gate.passed()) return gate.pass(2, std::string("error: ") + e.what());
     report_error(ctx, e);
     dist::abort_all(ctx, 2);
   } catch (const std::exception& e) {
     if (ctx.world < 2) throw;
+    if (!gate.passed()) return gate.pass(1, std::string("error: ") + e.what());
     report_error(ctx, e);
     dist::abort_all(ctx, 1);
   }
@@ -758,29 +784,29 @@ int main(int argc, char** argv) {
     return 1;
   }
   // one exit path: under mpirun a rank that fails while training takes the job down
-  // (MPI_Abort) so that none waits forever; a flag error is the same on every rank, and each
-  // rank simply exits with it
+  // (MPI_Abort) so that none waits forever; a refusal before the GPU is agreed by every rank
+  // (train/start_gate.h), and each rank simply exits with the job's code
   auto finish = [&](int rc, bool every_rank_agrees = false) {
     if (rc != 0 && ctx.world > 1 && !every_rank_agrees) dist::abort_all(ctx, rc);
     dist::finalize(ctx);
     return rc;
   };
+  // every rank parses its own flags (mpirun may give each its own); what exists on disk is rank
+  // 0's to judge (it alone writes logs and checkpoints). The log and the checkpoint folder are
+  // tried for writing now (and made only once the run can start), so that neither is found
+  // unwritable after training has begun. Then the ranks agree: one's refusal ends every rank.
   Options o;
-  const int rc = train::parse_options(argc, argv, ctx.world, ctx.rank, &o);
-  if (rc >= 0) return finish(rc, true);
-  // what exists on disk is rank 0's to judge (it alone writes logs and checkpoints); a refusal
-  // there ends every rank. The log and the checkpoint folder are tried for writing now (and made
-  // only once the run can start), so that neither is found unwritable after training has begun.
-  if (ctx.rank == 0 && !o.check_data) {
+  std::string refusal;
+  int rc = train::parse_options(argc, argv, ctx.world, ctx.rank, &o, &refusal);
+  if (rc < 0 && ctx.rank == 0 && !o.check_data) {
     std::string why = o.log_file.empty() ? "" : train::RunLog::refuse_existing(o.log_file);
     const char* flag = "--log-file";
     if (why.empty() && !o.checkpoint_dir.empty()) why = used_checkpoint_dir(o.checkpoint_dir, o.resume), flag = "--checkpoint-dir";
     if (why.empty() && !o.checkpoint_dir.empty()) why = train::unwritable_checkpoint_dir(o.checkpoint_dir);  // made once the run can start
-    if (!why.empty()) {
-      std::fprintf(stderr, "train_gpt: %s: %s\n", flag, why.c_str());
-      return finish(2);
-    }
+    if (!why.empty()) rc = 2, refusal = std::string(ctx.world > 1 ? "" : "train_gpt: ") + flag + ": " + why;
   }
+  rc = train::StartGate(ctx).pass(rc, refusal);
+  if (rc >= 0) return finish(rc, true);
   if (o.check_data) {
     int bad = ctx.rank == 0 ? check_data(o) : 0;
     if (bad) std::fprintf(stderr, "check-data: %d problem(s) found\n", bad);
@@ -788,7 +814,7 @@ int main(int argc, char** argv) {
     return finish(bad ? 1 : 0);
   }
   try {
-    return finish(run_training(o, ctx));
+    return finish(run_training(o, ctx), true);  // (its code is every rank's: a later failure ended the job inside it)
   } catch (const CLI::ValidationError& e) {
     report_error(ctx, e);
     return finish(2);

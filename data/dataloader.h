@@ -11,8 +11,13 @@
 // val_tokens / seq_len sequences of the validation stream (no cycling), split round-robin over
 // ranks. Shards are checked (header, size, every token id) whenever they are loaded; all headers
 // are checked when the loader is built, and the first shard that holds a sequence is loaded whole.
-// A shard whose token count differs from the one seen when the loader was built (replaced during
-// a run) is refused, naming the file: the sequence positions were fixed from that count.
+// Shards are known by their contents: building the loader reads every file whole once and takes
+// its SHA-256, refusing one whose digest differs from the one its folder's manifest lists
+// (data/manifest.h; changed after it was written, even at the same size). Every later load
+// takes the digest of the bytes it read again, and a shard that no longer matches the digest
+// taken at the start (replaced or edited during a run) is refused, naming the file; so is one
+// whose token count changed, since the sequence positions were fixed from that count. digest()
+// names the data as read: the SHA-256 of the shards' digests in order, whatever their names.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -29,11 +34,15 @@ class TokenStream {
   void sequence(uint64_t k, uint16_t* out);
   uint64_t sequences_per_pass() const { return prefix_.back(); }
   int seq_len() const { return seq_len_; }
+  const std::vector<std::string>& shard_digests() const { return digests_; }  // each file's SHA-256, in order
+  const std::string& digest() const { return digest_; }                       // of the stream (see above)
 
  private:
   std::vector<std::string> files_;
   std::vector<uint64_t> prefix_;  // prefix_[i] = sequences in files_[0..i)
   std::vector<size_t> tokens_at_start_;  // each file's token count when the loader was built
+  std::vector<std::string> digests_;     // and its SHA-256
+  std::string digest_;
   int seq_len_, vocab_;
   bool cycle_;
   int loaded_ = -1;

@@ -2,7 +2,8 @@
 //   header: 256 x int32 = {magic 20240520, version 1, token count n, 0...}
 //   body:   n x uint16 token ids
 // Readers check the magic, the version, the count against the file size and every id against
-// the vocabulary; each failure is a ShardError whose message names the file and the fault.
+// the vocabulary; each failure is a ShardError whose message names the file and the fault. A
+// shard is known by the SHA-256 of its whole file (header and tokens), as read_shard can give it.
 // Writers go through a temporary file and a rename, so a crash never leaves a half shard.
 #pragma once
 #include <glob.h>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "common/files.h"
+#include "common/sha256.h"
 
 namespace shard {
 
@@ -62,12 +64,14 @@ inline FILE* open(const std::string& path) {
   }
 }
 
-// Reads and checks the header; returns the token count. Leaves f positioned at the body.
-inline size_t read_header(FILE* f, const std::string& path) {
+// Reads and checks the header (copied to raw when given); returns the token count. Leaves f
+// positioned at the body.
+inline size_t read_header(FILE* f, const std::string& path, int32_t* raw = nullptr) {
   struct stat st;
   if (fstat(fileno(f), &st) != 0) throw ShardError(path + ": cannot stat");
-  int32_t header[kHeaderInts];
-  if ((size_t)st.st_size < kHeaderBytes || std::fread(header, sizeof(header), 1, f) != 1)
+  int32_t local[kHeaderInts];
+  int32_t* header = raw ? raw : local;
+  if ((size_t)st.st_size < kHeaderBytes || std::fread(header, kHeaderBytes, 1, f) != 1)
     throw ShardError(path + ": file is " + std::to_string(st.st_size) + " bytes, shorter than the " +
                      std::to_string(kHeaderBytes) + "-byte shard header");
   if (header[0] != kMagic)
@@ -86,12 +90,14 @@ inline size_t read_header(FILE* f, const std::string& path) {
   return n;
 }
 
-// Reads a whole shard, checking every id against vocab_size.
-inline std::vector<uint16_t> read_shard(const std::string& path, int vocab_size, ShardInfo* info = nullptr) {
+// Reads a whole shard, checking every id against vocab_size; digest, when given, receives the
+// SHA-256 of the file's bytes as they were read.
+inline std::vector<uint16_t> read_shard(const std::string& path, int vocab_size, ShardInfo* info = nullptr, std::string* digest = nullptr) {
   FILE* f = open(path);
   std::vector<uint16_t> tokens;
+  int32_t header[kHeaderInts];
   try {
-    size_t n = read_header(f, path);
+    size_t n = read_header(f, path, header);
     tokens.resize(n);
     if (n && std::fread(tokens.data(), sizeof(uint16_t), n, f) != n) throw ShardError(path + ": read failed");
   } catch (...) {
@@ -107,6 +113,12 @@ inline std::vector<uint16_t> read_shard(const std::string& path, int vocab_size,
     docs += tokens[i] == kBos;
   }
   if (info) *info = {path, tokens.size(), docs};
+  if (digest) {
+    sha256::Hasher h;
+    h.update(header, kHeaderBytes);
+    h.update(tokens.data(), tokens.size() * sizeof(uint16_t));
+    *digest = h.hex();
+  }
   return tokens;
 }
 

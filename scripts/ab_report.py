@@ -13,7 +13,7 @@ JSON lines beside the text log: flags, seed, GPU count), and the steps it logged
 anything the report checks every log, and refuses (exit 1, one line per log at fault, nothing
 written) when
   - a log is incomplete: a training step of 1..N missing, stopped before step N, or no
-    validation at step N (a diverged train_gpt run stops too: move such a log aside);
+    validation at step N (except a run that stopped at a loss logged as diverged: below);
   - its JSON lines are another run's (run id, steps, losses or times that disagree);
   - two files hold one run (one run id, or the same text), or a group holds one seed twice;
   - a run's configuration disagrees with its group's (another campaign's log: other steps, data,
@@ -24,8 +24,10 @@ written) when
 With campaign.json the report states the campaign's plan (variants x GPU counts x seeds), how
 many of its runs ran and which are missing; a report of a partial campaign says "partial" in its
 first line.
-Runs that completed with a loss that is not finite (diverged, NaN) are counted and named, and left
-out of the statistics. Runs of one GPU count are paired by the seed in their configuration (never
+Runs whose log records a loss as diverged (train_gpt's diverged(nan), diverged(inf),
+diverged(-inf), where it stops the run) are counted, named with the step and loss, and left out
+of the statistics, as are complete runs whose final loss or times are not finite. Runs of one GPU
+count are paired by the seed in their configuration (never
 by their file names). --allow-differ KEY accepts differing values of one configuration entry
 (named in the report).
 
@@ -156,7 +158,7 @@ def check_runs(runs, record, allow, problems):
         g = group_name(key)
         for r in rs:
             state, why = r.state()
-            if state != "complete":
+            if state == "incomplete":  # (a diverged run is counted, named and left out: build)
                 problems.add(f"{r.path}: incomplete: {why}; finish the campaign (scripts/ab_run.py resumes it) or move the "
                              "log out of the report")
             if r.run_id:
@@ -411,7 +413,8 @@ def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False, recor
         print(f"ab_report: warning: {partial}", file=sys.stderr)
     lines = [f"# {title}" + (f" ({partial})" if partial else ""), "", "Per variant and GPU count, over the runs used (mean, standard deviation, half-width of the "
              "95% confidence interval of the mean). A log that is incomplete, another run's, a copy or of another "
-             "configuration stops the report; a complete run whose loss is not finite (diverged) is counted and left out.", "",
+             "configuration stops the report; a run that diverged (a loss logged as diverged, or a final value that is not "
+             "finite) is counted, named and left out.", "",
              "| variant | GPUs | runs (used) | " + " | ".join(f"{m} mean | std | 95% CI" for m, _, _ in metrics) + " |",
              "|" + " --- |" * (3 + 3 * len(metrics))]
     values, used, left_out = {}, OrderedDict(), []
@@ -420,9 +423,11 @@ def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False, recor
         for r in rs:
             bad = [(n, v) for n, v in (("final val loss", r.final_val_loss), ("train time", r.train_time_ms),
                                        ("step avg", r.step_avg_ms))[:1 if loss_only else 3] if not math.isfinite(v)]
-            if bad:
+            if r.diverged:  # the trainer stopped at a loss that is not finite
+                left_out.append(f"| {md(variant)} | {gpus} | {md(r.path)} | diverged ({r.state()[1]}) |")
+            elif bad:
                 why = ", ".join(f"{n} {'NaN' if math.isnan(v) else v}" for n, v in bad)
-                left_out.append(f"| {md(variant)} | {gpus} | {md(r.path)} | diverged ({why}) |")
+                left_out.append(f"| {md(variant)} | {gpus} | {md(r.path)} | not finite ({why}) |")
             else:
                 done.append(r)
         used[(variant, gpus)] = done
@@ -474,9 +479,13 @@ def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False, recor
                                    "n/a |")
             for s in both:
                 seq_a, seq_b = a[s].loss_sequence(), b[s].loss_sequence()
-                same = seq_a == seq_b and bool(seq_a)
+                same = seq_a == seq_b and bool(seq_a)  # the JSON lines' values as written, each to the bit
+                if same and not (a[s].exact_losses and b[s].exact_losses):
+                    verdict = "not known (equal as printed, to 4 decimals: no losses in JSON lines)"
+                else:
+                    verdict = "yes" if same else "no"
                 identical_rows.append(f"| {gpus} | {md(base)} vs {md(other)} | {s} | {md(a[s].run_id or '-')}, "
-                                      f"{md(b[s].run_id or '-')} | {'yes' if same else 'no'} |")
+                                      f"{md(b[s].run_id or '-')} | {verdict} |")
     lines += ["", "Final validation loss paired by seed (from the runs' configurations; a fair pairing only where one "
               "seed gives both variants the same start, as in one trainer with a flag flipped): mean and standard deviation "
               "of the differences, paired t-test (two-sided p).", "",

@@ -54,16 +54,29 @@ OPTIONAL = ("data",)  # recorded since; a record without it is of an earlier run
 DATA_FLAGS = ("--train-data", "--val-data")
 
 
+def file_sha256(path):
+    """The SHA-256 of a file's contents, read in pieces of 4 MiB."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for piece in iter(lambda: f.read(4 << 20), b""):
+            h.update(piece)
+    return h.hexdigest()
+
+
 def data_fingerprint(flags):
-    """{pattern: [[shard name, size], ..., ["manifest.tsv sha256", digest]]} for each data pattern
-    among the flags: what the runs read, cheap to take (no shard is read)."""
+    """{pattern: [[shard name, size, sha256], ..., ["manifest.tsv sha256", digest]]} for each data
+    pattern among the flags: what the runs read, known by content (a shard changed in place at the
+    same size is other data). Every shard is read once: about 0.6 GB/s on 2 CPU cores."""
     out = {}
     for i, t in enumerate(flags):
         name, eq, value = t.partition("=")
         if name in DATA_FLAGS and (eq or i + 1 < len(flags)):
             pattern = value if eq else flags[i + 1]
             files = sorted(glob.glob(pattern))
-            entry = [[os.path.basename(f), os.path.getsize(f)] for f in files if os.path.isfile(f)]
+            try:
+                entry = [[os.path.basename(f), os.path.getsize(f), file_sha256(f)] for f in files if os.path.isfile(f)]
+            except OSError as e:
+                raise ToolError(f"{name} {pattern}: cannot read {e.filename}: {e.strerror}")
             for folder in sorted({os.path.dirname(f) for f in files}):
                 manifest = os.path.join(folder, "manifest.tsv")
                 if os.path.isfile(manifest):
@@ -107,7 +120,8 @@ def check_record(campaign, manifest, start_over):
     changed = [k for k in DEFINING + OPTIONAL if old is not None and (k in DEFINING or k in old) and
                json.loads(json.dumps(old.get(k))) != json.loads(json.dumps(manifest[k]))]
     if old is not None and changed and not start_over:
-        detail = "; ".join(f"{k}: was {_short(old.get(k))}, now {_short(manifest[k])}" for k in changed)
+        detail = "; ".join(_data_change(old.get(k), manifest[k]) if k == "data" else f"{k}: was {_short(old.get(k))}, now {_short(manifest[k])}"
+                           for k in changed)
         raise ToolError(f"{campaign} was run with other flags ({path}: {detail}); its logs would be reported under the new ones. "
                         "Run it with the old flags, name a new --campaign, or give --start-over to move the old logs aside")
     if start_over:
@@ -136,6 +150,16 @@ def planned(old, names, gpus, seeds):
         plan["gpus"] = sorted(set(plan["gpus"]) | set(before["gpus"]))
         plan["seeds"] = sorted(set(plan["seeds"]) | set(before["seeds"]))
     return plan
+
+
+def _data_change(was, now):
+    """The shards whose name, size or SHA-256 differ between two data records, named."""
+    def entries(rec):
+        return {(p, e[0]): e[1:] for p, es in (rec or {}).items() if isinstance(es, list) for e in es if isinstance(e, list) and e}
+    a, b = entries(was), entries(now)
+    names = sorted({k[1] for k in a.keys() | b.keys() if a.get(k) != b.get(k)}, key=str)
+    return "data: " + (", ".join(map(str, names[:10])) + (f" and {len(names) - 10} more" if len(names) > 10 else "") +
+                       " differ (name, size or SHA-256)" if names else f"was {_short(was)}, now {_short(now)}")
 
 
 def _short(v, limit=300):

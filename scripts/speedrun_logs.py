@@ -19,9 +19,13 @@ must be the same run's as the text log: the same run id (both or neither), the s
 the same losses and times to the text's printed precision; JSON lines of another run are refused,
 never used in the text log's place.
 
+A loss is a number, or diverged: train_gpt writes a loss that is not finite as diverged(nan),
+diverged(inf) or diverged(-inf) in both files (and stops the run there), read as a Diverged (a
+float of that value); a step line without a loss gives None, never a number.
+
 A run is complete when its log holds every training step 1..N and a validation at step N (N
-being the steps it was started for); Run.state() says what else it is (stopped early, a step
-missing, begun past step 1).
+being the steps it was started for); Run.state() says what else it is (diverged, stopped early,
+a step missing, begun past step 1).
 
     python3 scripts/speedrun_logs.py LOG... > steps.csv      # every step of every log, as CSV
 """
@@ -51,7 +55,24 @@ class LogError(ToolError, ValueError):
     """A log that cannot be read as one run."""
 
 
+class Diverged(float):
+    """A loss that the log records as diverged: its value (nan, inf or -inf), shown as train_gpt
+    writes it, diverged(nan). A loss the log does not hold is None, never a Diverged."""
+
+    def __new__(cls, value):
+        return super().__new__(cls, value)
+
+    def __repr__(self):
+        return f"diverged({'nan' if math.isnan(self) else 'inf' if self > 0 else '-inf'})"
+
+    __str__ = __repr__
+
+
+DIVERGED = {"diverged(nan)": Diverged(math.nan), "diverged(inf)": Diverged(math.inf), "diverged(-inf)": Diverged(-math.inf)}
+
+
 def _num(text):
+    """A time of the text log (nan if it is no number: step_avg is nan before step 11)."""
     text = text[:-2] if text.endswith("ms") else text
     try:
         return float(text)
@@ -59,13 +80,40 @@ def _num(text):
         return math.nan
 
 
+def _loss(text, where):
+    """A loss of the text log: None when the line holds none; a Diverged for train_gpt's
+    diverged(nan|inf|-inf) and for any other value that is not finite (earlier trainers printed
+    inf); a LogError, naming where, for a value that is no number."""
+    if text is None:
+        return None
+    if text in DIVERGED:
+        return DIVERGED[text]
+    try:
+        x = float(text)
+    except ValueError:
+        raise LogError(f"{where}: a loss of {text[:40]!r}, which is no number") from None
+    return x if math.isfinite(x) else Diverged(x)
+
+
 def _jnum(v):
-    """A number of the JSON lines (null, as the trainer writes NaN, is nan); None if not a number."""
+    """A time of the JSON lines (null is nan); None if not a number."""
     if v is None:
         return math.nan
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
     return float(v)
+
+
+def _jloss(v):
+    """A loss of the JSON lines: train_gpt writes a diverged one as the string diverged(nan),
+    diverged(inf) or diverged(-inf), a Diverged here, as is null (earlier trainers wrote a loss
+    that was not finite as null); None if it is no number."""
+    if v is None:
+        return Diverged(math.nan)
+    if isinstance(v, str):
+        return DIVERGED.get(v)
+    x = _jnum(v)
+    return x if x is None or math.isfinite(x) else Diverged(x)
 
 
 def _fields(rest):
@@ -97,14 +145,25 @@ def _lines(f, limit):
 
 
 def _same(a, b, tol):
-    return (math.isnan(a) and math.isnan(b)) or abs(a - b) <= tol
+    return a == b or (math.isnan(a) and math.isnan(b)) or abs(a - b) <= tol  # (inf - inf is nan)
+
+
+def _same_loss(text, json, tol):
+    """Whether a loss of the text log and of the JSON lines agree: diverged in both alike, or
+    numbers within the text's rounding (either absent: nothing to compare)."""
+    if text is None or json is None:
+        return True
+    if isinstance(text, Diverged) or isinstance(json, Diverged):
+        return isinstance(text, Diverged) and isinstance(json, Diverged) and repr(text) == repr(json)
+    return _same(text, json, tol)
 
 
 @dataclass
 class Run:
     path: str
     total_steps: int = 0
-    train: list = field(default_factory=list)  # (step, train_time_ms, step_avg_ms, train_loss or nan)
+    # losses: a float, a Diverged (logged as diverged), or None (train_loss: the line holds none)
+    train: list = field(default_factory=list)  # (step, train_time_ms, step_avg_ms, train_loss)
     val: list = field(default_factory=list)    # (step, val_loss, train_time_ms)
     config: dict = field(default_factory=dict)
     peak_memory_mib: float = math.nan
@@ -124,18 +183,31 @@ class Run:
         w = self.config.get("world_size")
         return w if isinstance(w, int) and not isinstance(w, bool) else None
 
+    @property
+    def diverged(self):
+        """The first loss the log records as diverged, as (step, 'train_loss' or 'val_loss',
+        Diverged); None when every logged loss is finite."""
+        losses = [(s, "val_loss", v) for s, v, _ in self.val] + [(s, "train_loss", l) for s, _, _, l in self.train]
+        bad = [x for x in losses if isinstance(x[2], Diverged)]
+        return min(bad, key=lambda x: (x[0], x[1] == "val_loss")) if bad else None
+
     def state(self):
-        """('complete', '') when every training step 1..N is logged and step N validated; else
-        ('incomplete', why): stopped early, a step missing, begun past step 1, no step at all."""
+        """('complete', '') when every training step 1..N is logged and step N validated;
+        ('diverged', what) when its steps run from 1 without a gap to a loss logged as diverged
+        (train_gpt stops there); else ('incomplete', why): stopped early, a step missing, begun
+        past step 1, no step at all."""
         n = self.total_steps
         steps = [s for s, _, _, _ in self.train]
-        if not n or not steps:
-            return "incomplete", "no training step logged"
-        if steps[0] != 1:
+        if steps and steps[0] != 1:
             return "incomplete", f"begins at step {steps[0]} of {n}, not at step 1 (a resumed run?)"
         for i, s in enumerate(steps, 1):
             if s != i:
                 return "incomplete", f"step {i} of {n} is missing (the log jumps from step {i - 1} to {s})"
+        if self.diverged:  # (at any step: the validation at step 0 comes before the first training step)
+            s, key, v = self.diverged
+            return "diverged", f"{key} {v!r} at step {s} of {n}"
+        if not n or not steps:
+            return "incomplete", "no training step logged"
         if steps[-1] != n:
             return "incomplete", f"stopped at step {steps[-1]} of {n}"
         if not self.val or self.val[-1][0] != n:
@@ -167,11 +239,16 @@ class Run:
 
     def loss_sequence(self):
         """The losses to compare bit for bit: full precision from the JSON lines when the trainer
-        wrote them, else the printed values."""
+        wrote them (exact_losses), else the printed values."""
         if self.json_losses:
             return list(self.json_losses)
-        return [(s, "val_loss", v) for s, v, _ in self.val] + \
-               [(s, "train_loss", l) for s, _, _, l in self.train if not math.isnan(l)]
+        return [(s, "val_loss", repr(v) if isinstance(v, Diverged) else v) for s, v, _ in self.val] + \
+               [(s, "train_loss", repr(l) if isinstance(l, Diverged) else l) for s, _, _, l in self.train if l is not None]
+
+    @property
+    def exact_losses(self):
+        """Whether loss_sequence() holds the losses as computed (the JSON lines'), not as printed."""
+        return bool(self.json_losses)
 
 
 def parse(path):
@@ -214,10 +291,11 @@ def parse(path):
             last[kind] = step
             run.total_steps = total
             tt = _num(fields["train_time"])
+            where = f"{path}:{lineno}"
             if kind == "val":
-                run.val.append((step, _num(fields["val_loss"]), tt))
+                run.val.append((step, _loss(fields["val_loss"], where), tt))
             else:
-                run.train.append((step, tt, _num(fields.get("step_avg", "nan")), _num(fields.get("train_loss", "nan"))))
+                run.train.append((step, tt, _num(fields.get("step_avg", "nan")), _loss(fields.get("train_loss"), where)))
     for side in (path + "l" if path.endswith(".json") else None, os.path.splitext(path)[0] + ".jsonl", path + ".jsonl"):
         if side and side != path and os.path.exists(side):
             _read_json_lines(run, side)
@@ -255,7 +333,7 @@ def _read_json_lines(run, side):
                 raise LogError(f"{side}:{lineno}: step {s} of {total}, where {path} runs {run.total_steps} steps: "
                                "the JSON lines of another run")
             key = "train_loss" if kind == "step" else "val_loss"
-            record = (_jnum(ev.get("train_time_ms")), _jnum(ev.get(key)) if key in ev else None)
+            record = (_jnum(ev.get("train_time_ms")), _jloss(ev.get(key)) if key in ev else None)
             if record[0] is None or (key in ev and record[1] is None):
                 raise LogError(f"{side}:{lineno}: a {kind} event whose train_time_ms or {key} is not a number")
             table = steps if kind == "step" else vals
@@ -290,8 +368,7 @@ def _read_json_lines(run, side):
                            "the log and its JSON lines are not one run's")
         for s, tt, loss in text_rows:
             jt, jl = table[s]
-            loss_differs = jl is not None and not math.isnan(loss) and not _same(loss, jl, TEXT_LOSS_TOL)
-            if not _same(tt, jt, TEXT_TIME_TOL) or loss_differs:
+            if not _same(tt, jt, TEXT_TIME_TOL) or not _same_loss(loss, jl, TEXT_LOSS_TOL):
                 raise LogError(f"{side}: the {what} at step {s} reads train_time {jt} ms, loss {jl} there and {tt} ms, "
                                f"{loss} in {path}: the log and its JSON lines are not one run's")
     run.json_losses = seq
@@ -355,7 +432,7 @@ def write_csv(runs, out):
     w.writerow(["file", "step", "total_steps", "kind", "val_loss", "train_loss", "train_time_ms", "step_avg_ms"])
     for r in runs:
         for s, tt, avg, tl in r.train:
-            w.writerow([r.path, s, r.total_steps, "train", "", "" if math.isnan(tl) else tl, tt, "" if math.isnan(avg) else avg])
+            w.writerow([r.path, s, r.total_steps, "train", "", "" if tl is None else tl, tt, "" if math.isnan(avg) else avg])
         for s, vl, tt in r.val:
             w.writerow([r.path, s, r.total_steps, "val", vl, "", tt, ""])
 

@@ -2,7 +2,9 @@
 """Stands in for train_gpt in the runner's tests: writes a record-format log and its JSON lines
 (a run id, the configuration, every step and validation) whose losses depend on --seed and,
 unless --causal 1, on --window-mask. Exits 3 without finishing when the environment names its
-seed in FAKE_FAIL_SEED. FAKE_COMMIT and FAKE_VAL_TOKENS stand for a rebuilt trainer or a changed
+seed in FAKE_FAIL_SEED. FAKE_DIVERGE=SEED:STEP:nan|inf|-inf makes that seed's loss at
+STEP (a validation's at a step of 10, 20, ...) diverge: logged as train_gpt logs it,
+diverged(nan), in both files, and the run stops there with exit 1, as train_gpt does. FAKE_COMMIT and FAKE_VAL_TOKENS stand for a rebuilt trainer or a changed
 default: they change what the configuration records, not the flags."""
 import argparse
 import json
@@ -20,6 +22,17 @@ ap.add_argument("--val-data", default="data/gcide/gcide_val_*.bin")
 ap.add_argument("--train-data", default="data/gcide/gcide_train_*.bin")
 ap.add_argument("--val-tokens", type=int, default=int(os.environ.get("FAKE_VAL_TOKENS", "65536")))
 a, _ = ap.parse_known_args()
+div_seed, div_step, div_value = (os.environ.get("FAKE_DIVERGE", "") + "::").split(":")[:3]
+diverge_at = int(div_step) if div_seed == str(a.seed) else -1
+
+
+def loss_at(s, value):
+    """The loss of step s: value, or the diverged one at FAKE_DIVERGE's step (text, JSON value)."""
+    if s == diverge_at:
+        return f"diverged({div_value})", f"diverged({div_value})"
+    return f"{value:.4f}", value
+
+
 shift = 0.0 if a.causal else (0.01 if a.window_mask == "bi" else 0.0)
 run_id = os.urandom(8).hex()
 with open(a.log_file, "w") as f, open(os.path.splitext(a.log_file)[0] + ".jsonl", "w") as j:
@@ -32,13 +45,19 @@ with open(a.log_file, "w") as f, open(os.path.splitext(a.log_file)[0] + ".jsonl"
     for s in range(a.steps + 1):
         if s % a.val_every == 0 or s == a.steps:
             v = 5.0 / (1 + s) + 0.001 * a.seed + shift
-            f.write(f"step:{s}/{a.steps} val_loss:{v:.4f} train_time:{t}ms step_avg:{t / max(s, 1):.2f}ms\n")
-            j.write(json.dumps({"event": "val", "step": s, "total_steps": a.steps, "train_time_ms": t, "val_loss": v}) + "\n")
+            text, value = loss_at(s, v)
+            f.write(f"step:{s}/{a.steps} val_loss:{text} train_time:{t}ms step_avg:{t / max(s, 1):.2f}ms\n")
+            j.write(json.dumps({"event": "val", "step": s, "total_steps": a.steps, "train_time_ms": t, "val_loss": value}) + "\n")
+            if s == diverge_at:
+                sys.exit(1)
         if s == a.steps:
             break
         if os.environ.get("FAKE_FAIL_SEED") == str(a.seed) and s == 5:
             sys.exit(3)
         t += 100 + (a.seed % 7) + (5 if a.window_mask == "bi" else 0)
         loss = 6.0 / (2 + s) + 0.001 * a.seed + shift
-        f.write(f"step:{s + 1}/{a.steps} train_loss:{loss:.4f} train_time:{t}ms step_avg:{t / (s + 1):.2f}ms\n")
-        j.write(json.dumps({"event": "step", "step": s + 1, "total_steps": a.steps, "train_time_ms": t, "train_loss": loss}) + "\n")
+        text, value = loss_at(s + 1, loss)
+        f.write(f"step:{s + 1}/{a.steps} train_loss:{text} train_time:{t}ms step_avg:{t / (s + 1):.2f}ms\n")
+        j.write(json.dumps({"event": "step", "step": s + 1, "total_steps": a.steps, "train_time_ms": t, "train_loss": value}) + "\n")
+        if s + 1 == diverge_at:
+            sys.exit(1)

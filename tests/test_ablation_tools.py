@@ -154,6 +154,59 @@ with tempfile.TemporaryDirectory() as d:
                 "step:2/4 train_time:2ms step_avg:nanms\n")
     r = speedrun_logs.parse(holes)
     check("a log stopped at step 2 of 4 is not complete", not r.complete and "stopped at step 2 of 4" in r.state()[1], str(r.state()))
+    check("a step line without a loss: its loss is None (absent), not a number", [t[3] for t in r.train] == [None, None],
+          str(r.train))
+
+    # a loss logged as diverged (train_gpt writes diverged(nan|inf|-inf) in both files, then stops)
+    # is told from a missing one: a Diverged of that value, and the run's state says diverged
+    def fake_log(name, diverge):
+        path = os.path.join(d, name)
+        subprocess.run([sys.executable, os.path.join(HERE, "fake_trainer.py"), "--seed", "7", "--log-file", path],
+                       env=dict(os.environ, FAKE_DIVERGE=diverge), capture_output=True)
+        return path
+
+    Diverged = getattr(speedrun_logs, "Diverged", type("Absent", (), {}))  # (a parser without it fails the checks)
+
+    def parsed(path):
+        """The run, or an empty Run where the parser refuses it (each check below then fails, one by one)."""
+        try:
+            return speedrun_logs.parse(path)
+        except speedrun_logs.LogError as e:
+            check(f"{path} read", False, str(e))
+            return speedrun_logs.Run(path=path, train=[(0, 0, 0, 0)] * 5, val=[(0, 0, 0)])
+    div = fake_log("div.txt", "7:5:nan")
+    r = parsed(div)
+    got = r.train[4][3]
+    check("a training loss logged as diverged(nan): read as diverged, nan", r.train[4][0] == 5 and
+          isinstance(got, Diverged) and math.isnan(got) and repr(got) == "diverged(nan)" and
+          not any(isinstance(t[3], Diverged) for t in r.train[:4]), str(r.train))
+    check("a run that diverged at step 5: state diverged, naming the loss and step",
+          r.state() == ("diverged", "train_loss diverged(nan) at step 5 of 20") and not r.complete, str(r.state()))
+    check("a diverged run's losses as the JSON lines hold them", r.loss_sequence()[-1] == (5, "train_loss", "diverged(nan)"),
+          str(r.loss_sequence()[-3:]))
+    r = parsed(fake_log("div0.txt", "7:0:inf"))
+    check("a validation loss logged as diverged(inf): read as diverged, inf; state diverged",
+          isinstance(r.val[0][1], Diverged) and r.val[0][1] == math.inf and
+          r.state() == ("diverged", "val_loss diverged(inf) at step 0 of 20"), f"{r.val} {r.state()}")
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "speedrun_logs.py"), div], capture_output=True, text=True)
+    check("CSV: a diverged loss as diverged(nan)",
+          out.returncode == 0 and f"{div},5,20,train,,diverged(nan),500.0," in out.stdout,
+          out.stdout[-300:] + out.stderr)
+    # the text and the JSON lines must agree on a diverged loss: the same word, never a number
+    div_json = open(os.path.splitext(div)[0] + ".jsonl").read()
+    div_text = open(div).read()
+    for name, text, jsonl, needle in [
+        ("diverged(nan) in the text, diverged(inf) in the JSON lines", div_text, div_json.replace('"diverged(nan)"', '"diverged(inf)"'),
+         "step 5"),
+        ("diverged(nan) in the text, a number in the JSON lines", div_text, div_json.replace('"diverged(nan)"', "1.5"), "step 5"),
+        ("a number in the text, diverged(nan) in the JSON lines", div_text.replace("train_loss:diverged(nan)", "train_loss:1.5000"),
+         div_json, "step 5"),
+        ("a loss in the text that is no number", div_text.replace("train_loss:diverged(nan)", "train_loss:abc"), div_json,
+         "div.txt:"),
+    ]:
+        open(div, "w").write(text)
+        open(os.path.splitext(div)[0] + ".jsonl", "w").write(jsonl)
+        refused(div, f"{name}: refused", needle)
 
 # the 2024-11-24 line form, with train_loss
 with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
@@ -248,6 +301,29 @@ with tempfile.TemporaryDirectory() as d:
     check("report written", r.returncode == 0 and rep.startswith("# test"), r.stderr)
     check("report: 3 complete runs per variant", rep.count("| 3 (3) |") == 2, rep)
     check("report: paired losses identical under causal", rep.count("| yes |") == 3, rep)
+    # the verdict "identical to the bit" is the JSON lines' exact values: a loss edited by 1e-6 in
+    # one .jsonl (within the text's 4 decimals, so still that run's) makes its pair differ; a pair
+    # whose JSON lines hold no losses (the text's 4 decimals alone) is not called identical
+    import shutil
+    camp_id = os.path.join(d, "camp_id")
+    shutil.copytree(camp, camp_id)
+    j = os.path.join(camp_id, "bi_g1_r0.jsonl")
+    events = [json.loads(l) for l in open(j)]
+    events[2]["train_loss"] += 1e-6
+    open(j, "w").write("".join(json.dumps(ev) + "\n" for ev in events))
+    for name in ("uni_g1_r2.jsonl", "bi_g1_r2.jsonl"):
+        events = [json.loads(l) for l in open(os.path.join(camp_id, name))]
+        open(os.path.join(camp_id, name), "w").write("".join(json.dumps({k: v for k, v in ev.items() if not k.endswith("_loss")}) + "\n"
+                                                             for ev in events))
+    out_id = os.path.join(d, "report_id")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_report.py"), "--logs-dir", camp_id, "--out", out_id],
+                       capture_output=True, text=True)
+    rep_id = open(os.path.join(out_id, "report.md")).read() if r.returncode == 0 else ""
+    rows = {s: l for s in (1000, 1001, 1002) for l in rep_id.splitlines() if l.startswith(f"| 1 | uni vs bi | {s} |")}
+    check("identical to the bit: a loss edited by 1e-6 in one run's JSON lines flips its pair to no",
+          rows.get(1000, "").endswith("| no |") and rows.get(1001, "").endswith("| yes |"), r.stderr + str(rows))
+    check("identical to the bit: a pair without losses in its JSON lines is not called identical",
+          rows.get(1002, "").endswith("| not known (equal as printed, to 4 decimals: no losses in JSON lines) |"), str(rows))
     check("report: each group's seeds, from the runs' configurations", rep.count("| 3 | 1000-1002 |") == 2, rep)
     check("report: what the variants differ in is named", "The variants differ in: window_mask (uni: uni, bi: bi)" in rep, rep)
     check("report: pairs by seed", "| 1 | bi | uni | 3 (1000-1002) |" in rep and "| 1 | uni vs bi | 1002 |" in rep, rep)
@@ -308,22 +384,31 @@ with tempfile.TemporaryDirectory() as d:
                         f"x@1={os.path.join(camp2, 'bi_g1_r*.txt')}", "--out", rep_dir], capture_output=True, text=True)
     check("report: two groups named alike are refused", r.returncode == 1 and "given twice" in r.stderr and
           not os.path.exists(rep_dir), r.stderr)
-    # a run whose loss is NaN is named, not silently dropped
-    nan_log = os.path.join(camp2, "bi_g1_r0.txt")
-    text = open(nan_log).read().replace("step:20/20 val_loss:", "step:20/20 val_loss:nan ignored:")
-    open(nan_log, "w").write(text)
-    nan_json = os.path.join(camp2, "bi_g1_r0.jsonl")  # train_gpt writes NaN as null
-    events = [json.loads(l) for l in open(nan_json)]
-    for ev in events:
-        if ev.get("event") == "val" and ev.get("step") == 20:
-            ev["val_loss"] = None
-    open(nan_json, "w").write("".join(json.dumps(ev) + "\n" for ev in events))
+    # runs that diverged, as train_gpt logs them (diverged(nan) / diverged(inf) in both files, and
+    # the run stops there): counted, named with the loss and step, and left out of the statistics
+    # (the report is written), as the help promises
+    for log, variant, seed, diverge in [("bi_g1_r0.txt", "bi", 1000, "1000:7:nan"), ("uni_g1_r1.txt", "uni", 1001, "1001:0:inf")]:
+        subprocess.run([sys.executable, fake, "--window-mask", variant, "--causal", "0", "--seed", str(seed), "--log-file",
+                        os.path.join(camp2, log)], env=dict(os.environ, FAKE_DIVERGE=diverge), capture_output=True)
     r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_report.py"), "--logs-dir", camp2, "--out", rep_dir],
                        capture_output=True, text=True)
     rep = open(os.path.join(rep_dir, "report.md")).read() if os.path.exists(os.path.join(rep_dir, "report.md")) else ""
-    check("report: a NaN run is named in the report (diverged, NaN) and on stderr, and left out of the statistics",
-          r.returncode == 0 and "left out of the statistics" in rep and "bi_g1_r0.txt" in rep and "bi_g1_r0.txt" in r.stderr and
-          "| bi | 1 | 3 (2) |" in rep and "diverged (final val loss NaN)" in rep, rep + r.stderr)
+    check("report: two diverged runs counted per group, named with their loss and step (report and stderr), left out",
+          r.returncode == 0 and "2 run(s) left out of the statistics" in rep and "| bi | 1 | 3 (2) |" in rep and
+          "| uni | 1 | 3 (2) |" in rep and "bi_g1_r0.txt | diverged (train_loss diverged(nan) at step 7 of 20) |" in rep and
+          "uni_g1_r1.txt | diverged (val_loss diverged(inf) at step 0 of 20) |" in rep and "bi_g1_r0.txt" in r.stderr and
+          "uni_g1_r1.txt" in r.stderr, rep + r.stderr)
+    check("report: the diverged runs are not paired (seed 1002 alone is in both variants)",
+          "| 1 | bi | uni | 1 | n/a (fewer than 2 pairs) |" in rep and "| 1 | uni vs bi | 1002 |" in rep and
+          "| 1 | uni vs bi | 1000 |" not in rep, rep)
+    # a diverged run whose log is cut short before the divergence is incomplete, and still refused
+    for name, gone in (("bi_g1_r0.txt", "step:3/20 "), ("bi_g1_r0.jsonl", '"step": 3,')):
+        lines = open(os.path.join(camp2, name)).readlines()
+        open(os.path.join(camp2, name), "w").write("".join(l for l in lines if gone not in l))
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_report.py"), "--logs-dir", camp2, "--out", rep_dir],
+                       capture_output=True, text=True)
+    check("report: a damaged log (a step missing before its divergence) is refused, not counted as diverged",
+          r.returncode == 1 and "bi_g1_r0.txt: incomplete: step 3 of 20 is missing" in r.stderr, r.stderr)
 
 # ------------------------------------------------------------------ ablations/mask_pairs.py
 with tempfile.TemporaryDirectory() as d:

@@ -6,6 +6,8 @@ Needs no GPU: every case is refused before a GPU would be used. Prints one line 
 
     python3 tests/test_hostile.py BUILD_DIR
 """
+import glob
+import hashlib
 import json
 import os
 import resource
@@ -537,6 +539,27 @@ if shutil.which("mpirun") and shutil.which("nvidia-smi") is None:
          ["2 ranks on this machine, 0 GPU(s) visible"],
          env=dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1"))
 
+# any rank's refusal reaches the user, naming its rank, before any GPU work, and every rank leaves
+# with the job's one code (2 for a flag, 1 for a file; the larger when several refuse): mpirun
+# with per-rank arguments (its 'A : B' form), each refusal on one rank only
+if shutil.which("mpirun"):
+    MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+
+    def two_ranks(rank0, rank1):
+        return ["mpirun", "--oversubscribe", "-np", "1", TRAIN, *rank0, ":", "-np", "1", TRAIN, *rank1]
+    NO_TRAIN = ["--train-data", path("nothere_*.bin"), *DATA[2:]]
+    for name, cmd, rc, names in [
+        ("a bad flag on rank 1 only", two_ranks(DATA, DATA + ["--bogus", "1"]), 2, ["train_gpt: rank 1 of 2:", "--bogus"]),
+        ("a --train-data that matches nothing on rank 1 only", two_ranks(DATA, NO_TRAIN), 1,
+         ["train_gpt: rank 1 of 2: error:", "nothere_*.bin"]),
+        ("a bad flag on each rank, each its own", two_ranks(DATA + ["--steps", "0"], DATA + ["--bogus", "1"]), 2,
+         ["train_gpt: rank 0 of 2: --steps", "train_gpt: rank 1 of 2:", "--bogus"]),
+        ("no data on rank 0, a bad checkpoint on rank 1", two_ranks(NO_TRAIN, DATA + ["--resume", path("nothere.bin")]), 1,
+         ["train_gpt: rank 0 of 2: error:", "nothere_*.bin", "train_gpt: rank 1 of 2: error:", "nothere.bin"]),
+    ]:
+        _, out = case(f"train_gpt under mpirun, {name}: named with its rank, exit {rc}", cmd, rc, names, env=MPI_ENV)
+        check(f"train_gpt under mpirun, {name}: refused before any GPU work", "GPU" not in out, out[-800:])
+
 # the GPU scripts check their inputs before they build or need a GPU
 GB = ["bash", os.path.join(ROOT, "bench", "gpu_bench.sh")]
 case("gpu_bench.sh PARTS=bogus", GB, 2, ["bogus"], env=dict(os.environ, PARTS="bogus"))
@@ -658,9 +681,19 @@ case("train_gpt --log-file with a name too long for the file system", [TRAIN, *D
 check("train_gpt --log-file refusals: no log or probe left", not [n for n in os.listdir(T) if n.startswith("x" * 20)])
 
 
-def fnv_ckpt(config, step, blobs):
-    """A checkpoint file (train/checkpoint.h) with a valid checksum."""
-    b = b"TGPTCKPT" + struct.pack("<IQ", 1, len(config)) + config.encode() + struct.pack("<qqI", step, 0, len(blobs))
+def data_digest(pattern):
+    """The data digest train_gpt records (data/dataloader.h): the SHA-256 of its shards' SHA-256s in order."""
+    return hashlib.sha256("".join(hashlib.sha256(open(f, "rb").read()).hexdigest() + "\n"
+                                  for f in sorted(glob.glob(pattern))).encode()).hexdigest()
+
+
+RUN_DATA = f"train_data_sha256={data_digest(GOOD_TRAIN)} val_data_sha256={data_digest(GOOD_VAL)}"
+
+
+def fnv_ckpt(config, step, blobs, data=RUN_DATA):
+    """A checkpoint file (train/checkpoint.h, version 2) with a valid checksum."""
+    b = (b"TGPTCKPT" + struct.pack("<IQ", 2, len(config)) + config.encode() + struct.pack("<Q", len(data)) + data.encode() +
+         struct.pack("<qqI", step, 0, len(blobs)))
     for name, floats in blobs.items():
         b += struct.pack("<I", len(name)) + name.encode() + struct.pack("<Q", len(floats)) + np.asarray(floats, "<f4").tobytes()
     h = 1469598103934665603
@@ -681,6 +714,28 @@ if fp:
     open(path("ck_small.bin"), "wb").write(fnv_ckpt(fp, 2, {"master": [0.0] * 10}))
     case("train_gpt --resume a checkpoint whose weights are of another size: refused before the GPU",
          [TRAIN, *DATA, "--steps", "5", "--resume", path("ck_small.bin")], 1, ["ck_small.bin", "master"])
+    # data known by content: a checkpoint made on other shards (same flags, same names) is refused,
+    # naming both digests; so is one that records no data digest at all
+    other = "train_data_sha256=" + "ab" * 32 + " val_data_sha256=" + "cd" * 32
+    open(path("ck_otherdata.bin"), "wb").write(fnv_ckpt(fp, 2, {"master": [0.0] * 10}, data=other))
+    case("train_gpt --resume a checkpoint made on other data: refused before the GPU, naming both digests",
+         [TRAIN, *DATA, "--steps", "5", "--resume", path("ck_otherdata.bin")], 1,
+         ["ck_otherdata.bin", "ab" * 32, "cd" * 32, data_digest(GOOD_TRAIN), data_digest(GOOD_VAL)])
+    open(path("ck_nodata.bin"), "wb").write(fnv_ckpt(fp, 2, {"master": [0.0] * 10}, data=""))
+    case("train_gpt --resume a checkpoint that records no data digest: refused before the GPU",
+         [TRAIN, *DATA, "--steps", "5", "--resume", path("ck_nodata.bin")], 1, ["ck_nodata.bin", "data"])
+    # a shard changed in place at the same size (a byte of its last token) is refused, naming it
+    changed = path("changed")
+    shutil.copytree(GOOD, changed)
+    victim = sorted(glob.glob(os.path.join(changed, "toy_train_*.bin")))[0]
+    with open(victim, "r+b") as f:
+        f.seek(-2, 2)
+        last = struct.unpack("<H", f.read(2))[0]
+        f.seek(-2, 2)
+        f.write(struct.pack("<H", 2 if last == 1 else 1))  # another valid token id
+    case("train_gpt a shard changed in place at the same size: refused naming it", [TRAIN, "--train-data",
+         os.path.join(changed, "toy_train_*.bin"), "--val-data", GOOD_VAL, "--seq-len", "64", "--val-tokens", "64"], 1,
+         [os.path.basename(victim), "SHA-256"])
 
 # ------------------------------------------------------------------------------------ shell scripts: numeric variables in range
 # every numeric variable is a whole number within a range: a 0 that would spin a loop (PARALLEL=0)

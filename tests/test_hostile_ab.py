@@ -104,9 +104,10 @@ def make_log(p, seed, mask="uni", causal=1, gpus=1, steps=20, run_id="auto", val
             if nan_final and s == steps:
                 v = math.nan
             avg = t / (s - 10) if s > 10 else math.nan
-            text.append(f"step:{s}/{steps} val_loss:{v:.4f} train_time:{t:.0f}ms step_avg:{avg:.2f}ms")
+            text.append(f"step:{s}/{steps} val_loss:{'diverged(nan)' if math.isnan(v) else f'{v:.4f}'} train_time:{t:.0f}ms "
+                        f"step_avg:{avg:.2f}ms")  # (train_gpt writes a loss that is not finite as diverged, in both files)
             js.append(json.dumps({"event": "val", "step": s, "total_steps": steps, "train_time_ms": round(t, 3),
-                                  "val_loss": None if math.isnan(v) else v}))
+                                  "val_loss": "diverged(nan)" if math.isnan(v) else v}))
     with open(p, "w") as f:
         f.write("\n".join(text) + "\n")
     if jsonl:
@@ -379,8 +380,14 @@ RUNB_COMMON = ["--", "--causal", "1", "--train-data", os.path.join(DATA, "x_trai
 RUNB = RUNB_FLAGS + RUNB_COMMON
 env_fail = dict(os.environ, FAKE_FAIL_SEED="1001")
 case("ab_run: a campaign stopped by a failing run", RUNB, 1, ["uni_g1_r1.txt", "failed"], env=env_fail)
-check("ab_run: campaign.json records the data (shard names and sizes)",
-      [["x_train_000001.bin", 1024], ["x_train_000002.bin", 2048]] in json.load(open(os.path.join(CAMP, "campaign.json"))).get("data", {}).values())
+check("ab_run: campaign.json records the data (shard names, sizes and SHA-256)",
+      [["x_train_000001.bin", 1024, hashlib.sha256(b"\0" * 1024).hexdigest()],
+       ["x_train_000002.bin", 2048, hashlib.sha256(b"\0" * 2048).hexdigest()]]
+      in json.load(open(os.path.join(CAMP, "campaign.json"))).get("data", {}).values())
+open(os.path.join(DATA, "x_train_000002.bin"), "wb").write(b"\1" + b"\0" * 2047)
+case("ab_run: resumed after a shard was changed in place at the same size: refused, nothing touched", RUNB, 1,
+     ["data", "x_train_000002.bin", "--start-over"], keep=[CAMP])
+open(os.path.join(DATA, "x_train_000002.bin"), "wb").write(b"\0" * 2048)
 open(os.path.join(DATA, "x_train_000003.bin"), "wb").write(b"\0" * 512)
 case("ab_run: resumed after a shard was added under --train-data: refused, nothing touched", RUNB, 1, ["data", "--start-over"],
      keep=[CAMP])
@@ -493,7 +500,7 @@ report("one run a group: the spread is 'n/a (1 run)', never 0.0000", ["--logs-di
 d = campaign(path("nan"), SEEDS)
 make_log(os.path.join(d, "bi_g1_r1.txt"), 1001, mask="bi", nan_final=True)
 report("a complete run with a NaN final loss: 'diverged', left out, never 'nan +- nan'", ["--logs-dir", d], 0,
-       contains=["diverged (final val loss NaN)", "| bi | 1 | 3 (2) |", "| 1 | bi | uni | 2 (1000, 1002) |"],
+       contains=["diverged (val_loss diverged(nan) at step 20 of 20)", "| bi | 1 | 3 (2) |", "| 1 | bi | uni | 2 (1000, 1002) |"],
        lacks=["nan +- nan", "| nan |"])
 pipe = path("pipe_names")
 os.makedirs(pipe)

@@ -25,7 +25,10 @@
 #include <set>
 #include <sstream>
 
+#include "common/files.h"
+#include "common/sha256.h"
 #include "data/dataloader.h"
+#include "data/manifest.h"
 #include "tests/check.h"
 #include "train/loss_mean.h"
 #include "train/options.h"
@@ -144,10 +147,17 @@ int main() {
     refused(21, "a shorter shard, asked again", "swap_b.bin");
     shard_of("swap_b.bin", 5000, 4);
     refused(15, "a longer shard", "swap_b.bin");
-    const auto b1 = shard_of("swap_b.bin", 500, 5);  // the same size: read, checked, its new contents
+    shard_of("swap_b.bin", 500, 5);  // the same size, other tokens: known by its SHA-256, not its size
+    try {
+      sw.sequence(21, buf.data());
+      CHECK(false, "a same-size replacement was read as the run's data");
+    } catch (const shard::ShardError& e) {
+      CHECK(std::string(e.what()).find("swap_b.bin") != std::string::npos && std::string(e.what()).find("SHA-256") != std::string::npos,
+            "%s", e.what());
+    }
+    shard::write_shard(dir + "/swap_b.bin", b0);  // the original contents back: read again
     sw.sequence(21, buf.data());
-    CHECK(std::equal(buf.begin(), buf.end(), b1.begin() + 6 * L) && !std::equal(buf.begin(), buf.end(), b0.begin() + 6 * L),
-          "a same-size replacement is read whole");
+    CHECK(std::equal(buf.begin(), buf.end(), b0.begin() + 6 * L), "the restored shard is read");
     shard_of("swap_a.bin", 200, 6);  // the first shard, replaced while the second is loaded
     refused(22 + 3, "the first shard, shorter, on the next pass", "swap_a.bin");
     std::vector<uint16_t> bad(1000, 7);
@@ -167,6 +177,36 @@ int main() {
     } catch (const shard::ShardError& e) {
       CHECK(std::string(e.what()).find("swap_a.bin") != std::string::npos, "%s", e.what());
     }
+  }
+
+  // a shard whose contents differ from its folder's manifest (data/manifest.h) is refused when
+  // the loader is built, naming the file, even at the same size; the stream's digest is of the
+  // shards' contents in order, whatever their names
+  {
+    const std::string md = dir + "/manifested";
+    std::filesystem::create_directories(md);
+    std::vector<uint16_t> t(700);
+    for (int j = 0; j < 700; j++) t[j] = (uint16_t)(j * 13 % 50000);
+    shard::write_shard(md + "/m_000.bin", t);
+    const std::string bytes = files::read_regular(md + "/m_000.bin", 1 << 20, "shard");
+    manifest::write(md, {{"m_000.bin", t.size(), 0, sha256::hex(bytes)}});
+    data::TokenStream fine({md + "/m_000.bin"}, L, 50257, false);  // as written: accepted
+    CHECK(fine.shard_digests().size() == 1 && fine.shard_digests()[0] == sha256::hex(bytes), "the shard's digest is its file's SHA-256");
+    std::filesystem::copy_file(md + "/m_000.bin", dir + "/renamed.bin");
+    CHECK(data::TokenStream({dir + "/renamed.bin"}, L, 50257, false).digest() == fine.digest() && fine.digest().size() == 64,
+          "the same contents under another name: the same data digest");
+    t[100] ^= 1;  // one token changed in place: same size, every id still valid
+    shard::write_shard(md + "/m_000.bin", t);
+    try {
+      data::TokenStream changed({md + "/m_000.bin"}, L, 50257, false);
+      CHECK(false, "a shard changed in place after its manifest was written was accepted");
+    } catch (const shard::ShardError& e) {
+      CHECK(std::string(e.what()).find("m_000.bin") != std::string::npos && std::string(e.what()).find("SHA-256") != std::string::npos &&
+                std::string(e.what()).find("manifest.tsv") != std::string::npos,
+            "%s", e.what());
+    }
+    std::filesystem::remove(md + "/manifest.tsv");  // without a manifest: read, and known as other data
+    CHECK(data::TokenStream({md + "/m_000.bin"}, L, 50257, false).digest() != fine.digest(), "one token changed: another data digest");
   }
 
   // the reported means (train/loss_mean.h): over the sequences that keep a target; with every
@@ -221,7 +261,7 @@ int main() {
     rl.config("{\"event\": \"config\", \"seed\": 1}");
     for (int st = 0; st <= 20; st++) {
       const double t = st <= 10 ? 0.0 : (st - 10) * 150.0 + 0.4;
-      rl.step(st, 20, t, st % 10 == 0 ? 5.0 - st * 0.1 : NAN, 6.0 - st * 0.05);
+      rl.step(st, 20, t, st % 10 == 0 ? std::optional<double>(5.0 - st * 0.1) : std::nullopt, 6.0 - st * 0.05);
     }
   }
   std::ifstream in(log);
@@ -255,6 +295,32 @@ int main() {
     int vals = 0;
     for (std::string l; std::getline(in, l);) vals += l.find(",val,") != std::string::npos;
     CHECK(status == 0 && vals == 3, "speedrun_logs.py found %d validation rows in the trainer's log, want 3 (status %d)", vals, status);
+  }
+
+  // a diverged loss (NaN, +-inf) is written as diverged in the text and the JSON lines alike,
+  // never as a missing value (a second bare step line, or null)
+  {
+    const std::string dl = dir + "/diverged.txt";
+    {
+      train::RunLog rl(dl, true);
+      rl.config("{\"event\": \"config\"}");
+      rl.step(5, 20, 0, NAN);
+      rl.step(6, 20, 0, std::nullopt, INFINITY);
+      rl.step(7, 20, 0, -INFINITY, 1.5);
+    }
+    std::ifstream in(dl);
+    std::vector<std::string> got;
+    for (std::string l; std::getline(in, l);) got.push_back(l);
+    CHECK(got.size() == 3 && got[0] == "step:5/20 val_loss:diverged(nan) train_time:0ms step_avg:nanms" &&
+              got[1] == "step:6/20 train_loss:diverged(inf) train_time:0ms step_avg:nanms" &&
+              got[2] == "step:7/20 val_loss:diverged(-inf) train_loss:1.5000 train_time:0ms step_avg:nanms",
+          "diverged text lines: %s", got.empty() ? "" : got[0].c_str());
+    std::ifstream js(train::RunLog::jsonl_path(dl));
+    std::vector<nlohmann::json> ev;
+    for (std::string l; std::getline(js, l);) ev.push_back(nlohmann::json::parse(l));
+    CHECK(ev.size() == 4 && ev[1]["event"] == "val" && ev[1]["val_loss"] == "diverged(nan)" && ev[2]["event"] == "step" &&
+              ev[2]["train_loss"] == "diverged(inf)" && ev[3]["val_loss"] == "diverged(-inf)" && ev[3]["train_loss"] == 1.5,
+          "diverged JSON lines");
   }
 
   // one log, one run: the files are created new, named by the run's id
@@ -317,7 +383,7 @@ int main() {
     try {
       train::RunLog rl(dir + "/full.txt", true, "2222222222222222", "abc");
       setrlimit(RLIMIT_FSIZE, &small);
-      for (int st = 0; st < 1000; st++) rl.step(st, 1000, st * 10.0, NAN, 3.0);
+      for (int st = 0; st < 1000; st++) rl.step(st, 1000, st * 10.0, std::nullopt, 3.0);
     } catch (const std::runtime_error& ex) {
       threw = std::string(ex.what()).find("full.txt") != std::string::npos || std::string(ex.what()).find("full.jsonl") != std::string::npos;
     }

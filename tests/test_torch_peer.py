@@ -142,7 +142,7 @@ if cxx:
         src, exe = os.path.join(tmp, "order.cpp"), os.path.join(tmp, "order")
         with open(src, "w") as f:
             f.write(DRIVER)
-        r = subprocess.run([cxx, "-std=c++17", "-I", root, src, os.path.join(root, "data", "dataloader.cpp"), "-o", exe],
+        r = subprocess.run([cxx, "-std=c++17", "-I", root, src, os.path.join(root, "data", "dataloader.cpp"), "-o", exe, "-lcrypto"],
                            capture_output=True, text=True, timeout=120)
         built = check("train_gpt's data order (data/dataloader.h) compiles into a program", r.returncode == 0, r.stderr[-800:])
         out = subprocess.run([exe], capture_output=True, text=True, timeout=60).stdout.splitlines() if built else []

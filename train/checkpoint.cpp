@@ -16,7 +16,7 @@
 namespace train {
 
 static const char kMagic[8] = {'T', 'G', 'P', 'T', 'C', 'K', 'P', 'T'};
-static const uint32_t kVersion = 1;
+static const uint32_t kVersion = 2;  // 1: without the data field (read, with data empty)
 
 namespace {
 struct Hasher {  // FNV-1a, 64 bit
@@ -72,6 +72,8 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
   w.put(kVersion);
   w.put((uint64_t)c.config.size());
   w.put(c.config.data(), c.config.size());
+  w.put((uint64_t)c.data.size());
+  w.put(c.data.data(), c.data.size());
   w.put(c.step);
   w.put(c.adam_steps);
   w.put((uint32_t)c.blobs.size());
@@ -107,12 +109,20 @@ Checkpoint read_checkpoint(const std::string& path) {
     r.get(magic, sizeof(magic));
     if (std::memcmp(magic, kMagic, sizeof(kMagic))) throw CheckpointError(path + ": not a train_gpt checkpoint");
     const uint32_t version = r.get<uint32_t>();
-    if (version != kVersion) throw CheckpointError(path + ": checkpoint version " + std::to_string(version) + ", this build reads " + std::to_string(kVersion));
+    if (version != kVersion && version != 1)
+      throw CheckpointError(path + ": checkpoint version " + std::to_string(version) + ", this build reads 1 and " + std::to_string(kVersion));
     const uint64_t clen = r.get<uint64_t>();
     if (clen > (1u << 20)) throw CheckpointError(path + ": corrupt checkpoint (config length)");
     r.need(clen, "configuration");
     c.config.resize(clen);
     r.get(&c.config[0], clen);
+    if (version >= 2) {
+      const uint64_t dlen = r.get<uint64_t>();
+      if (dlen > (1u << 20)) throw CheckpointError(path + ": corrupt checkpoint (data length)");
+      r.need(dlen, "data digests");
+      c.data.resize(dlen);
+      if (dlen) r.get(&c.data[0], dlen);
+    }
     c.step = r.get<int64_t>();
     c.adam_steps = r.get<int64_t>();
     const uint32_t n = r.get<uint32_t>();
@@ -146,6 +156,15 @@ void check_same_config(const Checkpoint& c, const std::string& config, const std
   if (c.config != config)
     throw CheckpointError(path + ": checkpoint from another configuration; refusing to resume.\n  checkpoint: " + c.config +
                           "\n  this run:   " + config);
+}
+
+void check_same_data(const Checkpoint& c, const std::string& data, const std::string& path) {
+  if (c.data.empty())
+    throw CheckpointError(path + ": the checkpoint records no digest of the data it was made on (a version 1 file); refusing to resume, "
+                                 "since it may be of other data.\n  this run:   " + data);
+  if (c.data != data)
+    throw CheckpointError(path + ": checkpoint made on other data (the shards' contents differ); refusing to resume.\n  checkpoint: " + c.data +
+                          "\n  this run:   " + data);
 }
 
 namespace {

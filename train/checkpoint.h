@@ -1,12 +1,17 @@
 // Checkpoints: everything a run needs to continue as if never stopped, in one file written
 // atomically (a temporary file, fsync, rename: a kill mid-write leaves the previous checkpoint).
-//   "TGPTCKPT" | u32 version | u64 config length | config (the training-relevant flags, as the
-//   run's fingerprint) | i64 step | i64 adam_steps | u32 blob count | per blob: u32 name length,
-//   name, u64 float count, floats | u64 FNV-1a checksum of every byte before it
+//   "TGPTCKPT" | u32 version (2) | u64 config length | config (the training-relevant flags, as the
+//   run's fingerprint) | u64 data length | data (the digests of the data the run read, by
+//   content: "train_data_sha256=H val_data_sha256=H", data/dataloader.h) | i64 step | i64
+//   adam_steps | u32 blob count | per blob: u32 name length, name, u64 float count, floats |
+//   u64 FNV-1a checksum of every byte before it
+// Version 1 had no data field: it reads with data empty, which a resume refuses (the data it was
+// made on cannot be known).
 // Blobs are fp32 arrays (master weights, Adam moments, Muon momentum). The data position is the
 // step (the loader needs nothing else) and training draws no random numbers after the start.
 // Reading checks the magic, version, sizes and checksum and names the file in every error;
-// a checkpoint whose config differs from the run's is refused, showing both.
+// a checkpoint whose config differs from the run's is refused, showing both, and so is one made
+// on other data (check_same_data), naming both digests.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -22,6 +27,7 @@ struct CheckpointError : std::runtime_error {
 
 struct Checkpoint {
   std::string config;
+  std::string data;  // the digests of the data the run read (empty in a version 1 file)
   int64_t step = 0, adam_steps = 0;
   std::map<std::string, std::vector<float>> blobs;
 };
@@ -30,6 +36,8 @@ void write_checkpoint(const std::string& path, const Checkpoint& c);
 Checkpoint read_checkpoint(const std::string& path);
 // Throws CheckpointError unless c.config == config.
 void check_same_config(const Checkpoint& c, const std::string& config, const std::string& path);
+// Throws CheckpointError unless c.data == data (the run's data digests), naming both.
+void check_same_data(const Checkpoint& c, const std::string& data, const std::string& path);
 
 // The checkpoint folder, checked before a run starts and made only once it can start:
 // why checkpoints could not be written into dir, or "" when they can. dir, or where it does not

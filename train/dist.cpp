@@ -74,6 +74,20 @@ std::vector<uint64_t> gather_all(const Context& c, uint64_t x) {
   return all;
 }
 
+std::vector<std::string> gather_text(const Context& c, const std::string& text) {
+  if (!c.mpi) return {text};
+  const int len = (int)text.size();
+  std::vector<int> lens(c.rank == 0 ? c.world : 0), offsets(lens.size());
+  mpi_ok(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Gather");
+  size_t total = 0;
+  for (size_t r = 0; r < lens.size(); r++) offsets[r] = (int)total, total += lens[r];
+  std::string all(total, '\0');
+  mpi_ok(MPI_Gatherv(text.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, 0, MPI_COMM_WORLD), "MPI_Gatherv");
+  std::vector<std::string> out;
+  for (size_t r = 0; r < lens.size(); r++) out.push_back(all.substr(offsets[r], lens[r]));
+  return out;
+}
+
 void barrier(const Context& c) {
   if (c.mpi) mpi_ok(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
 }
@@ -93,6 +107,7 @@ void broadcast(const Context&, void*, size_t, int) {}
 void sum(const Context&, double*, int) {}
 double max(const Context&, double x) { return x; }
 std::vector<uint64_t> gather_all(const Context&, uint64_t x) { return {x}; }
+std::vector<std::string> gather_text(const Context&, const std::string& text) { return {text}; }
 void barrier(const Context&) {}
 
 #endif

@@ -28,6 +28,7 @@ void broadcast(const Context& c, void* data, size_t bytes, int root);
 void sum(const Context& c, double* x, int n);           // in place, over all ranks
 double max(const Context& c, double x);
 std::vector<uint64_t> gather_all(const Context& c, uint64_t x);  // every rank's value, by rank
+std::vector<std::string> gather_text(const Context& c, const std::string& text);  // every rank's text, by rank, at rank 0 (elsewhere: none)
 void barrier(const Context& c);
 
 }  // namespace dist

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <vector>
 
 #include "common/cli.h"
@@ -173,7 +174,7 @@ void check_combinations(const Options& o, int world) {
 
 }  // namespace
 
-int parse_options(int argc, char** argv, int world, int rank, Options* o) {
+int parse_options(int argc, char** argv, int world, int rank, Options* o, std::string* refusal) {
   // The preset sets the defaults first, then the flags override them: a first pass reads only
   // --preset (in any of CLI11's forms: --preset NAME, --preset=NAME), the second reads every flag.
   {
@@ -195,9 +196,13 @@ int parse_options(int argc, char** argv, int world, int rank, Options* o) {
     app.parse(argc, argv);
     check_combinations(*o, world);
   } catch (const CLI::ParseError& e) {
-    if (rank != 0) return e.get_exit_code() == 0 ? 0 : 2;  // rank 0 prints the message
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+    std::ostringstream out, err;
+    if (app.exit(e, out, err) == 0) {  // --help: its text, once
+      if (rank == 0) std::fputs(out.str().c_str(), stdout);
+      return 0;
+    }
+    *refusal = err.str();  // every rank's own: train/start_gate.h prints it
+    return 2;
   }
   return -1;
 }
@@ -216,7 +221,8 @@ std::string fingerprint(const Options& o) {
   return out;
 }
 
-std::string config_json(const Options& o, const std::string& run_id, int world_size, const std::string& gpu, const std::string& commit) {
+std::string config_json(const Options& o, const std::string& run_id, int world_size, const std::string& gpu, const std::string& commit,
+                        const std::vector<std::pair<std::string, std::string>>& extra) {
   Options copy = o;
   Json j;
   j["event"] = "config";
@@ -226,6 +232,7 @@ std::string config_json(const Options& o, const std::string& run_id, int world_s
   j["world_size"] = world_size;
   j["gpu"] = gpu;
   j["git_commit"] = commit;
+  for (const auto& [k, v] : extra) j[k] = v;
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // bytes that are not UTF-8 become U+FFFD
 }
 

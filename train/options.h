@@ -4,6 +4,8 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace train {
 
@@ -42,15 +44,18 @@ struct Options {
 };
 
 // Parses the command line into *o: the preset's defaults first, then the flags. Returns -1 to
-// go on, or the exit code (0 for --help, 2 for a bad flag or combination, with the message
-// printed on rank 0). world is the number of ranks, which the global batch must split over.
-int parse_options(int argc, char** argv, int world, int rank, Options* o);
+// go on, or the exit code: 0 for --help (its text printed on rank 0), 2 for a bad flag or
+// combination, with the message in *refusal, printed by no one here (every rank parses its own
+// flags; train/start_gate.h gathers the ranks' refusals). world is the number of ranks, which
+// the global batch must split over.
+int parse_options(int argc, char** argv, int world, int rank, Options* o, std::string* refusal);
 
 // The flags that define the run's computation, as "name=value ..." (data paths are not in it:
 // their contents are the user's to keep).
 std::string fingerprint(const Options& o);
 
 // The log's configuration event: every flag, then the facts of this run.
-std::string config_json(const Options& o, const std::string& run_id, int world_size, const std::string& gpu, const std::string& commit);
+std::string config_json(const Options& o, const std::string& run_id, int world_size, const std::string& gpu, const std::string& commit,
+                        const std::vector<std::pair<std::string, std::string>>& extra = {});
 
 }  // namespace train

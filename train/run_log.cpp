@@ -123,21 +123,27 @@ void RunLog::event(const std::string& name, const std::vector<std::pair<std::str
   event(j.dump());
 }
 
-void RunLog::step(int step, int total, double train_time_ms, double val_loss, double train_loss) {
+std::string RunLog::diverged(double loss) {
+  return std::string("diverged(") + (std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf") + ")";
+}
+
+void RunLog::step(int step, int total, double train_time_ms, std::optional<double> val_loss, std::optional<double> train_loss) {
   if (!enabled_) return;
   const double avg = step > 10 ? train_time_ms / (step - 10) : NAN;
+  const auto text = [](double x) { return std::isfinite(x) ? fmt_num("%.4f", x) : diverged(x); };
   std::string line = "step:" + std::to_string(step) + "/" + std::to_string(total);
-  if (!std::isnan(val_loss)) line += " val_loss:" + fmt_num("%.4f", val_loss);
-  if (!std::isnan(train_loss)) line += " train_loss:" + fmt_num("%.4f", train_loss);
+  if (val_loss) line += " val_loss:" + text(*val_loss);
+  if (train_loss) line += " train_loss:" + text(*train_loss);
   line += " train_time:" + fmt_num("%.0f", train_time_ms) + "ms step_avg:" + fmt_num("%.2f", avg) + "ms";
   note(line);
   nlohmann::ordered_json j;  // doubles are written so that they read back to the same bits
-  j["event"] = std::isnan(val_loss) ? "step" : "val";
+  const auto value = [](double x) { return std::isfinite(x) ? nlohmann::ordered_json(x) : nlohmann::ordered_json(diverged(x)); };
+  j["event"] = val_loss ? "val" : "step";
   j["step"] = step;
   j["total_steps"] = total;
   j["train_time_ms"] = train_time_ms;
-  if (!std::isnan(val_loss)) j["val_loss"] = val_loss;
-  if (!std::isnan(train_loss)) j["train_loss"] = train_loss;
+  if (val_loss) j["val_loss"] = value(*val_loss);
+  if (train_loss) j["train_loss"] = value(*train_loss);
   event(j.dump());
 }
 

@@ -2,6 +2,7 @@
 // LOG (so tools written for modded-nanogpt logs keep working),
 //     step:125/1480 val_loss:4.1234 train_time:19625ms step_avg:157.00ms
 //     step:126/1480 train_time:19782ms step_avg:157.00ms
+//     step:127/1480 train_loss:diverged(nan) train_time:19939ms step_avg:157.00ms
 // and a machine-readable copy beside it (LOG with .jsonl for .txt), one JSON object per event,
 // the first being the configuration. train_time counts from the end of step 10 and excludes
 // validation (as the record does); step_avg = train_time / (step - 10), nan before. Each line
@@ -18,6 +19,7 @@
 #pragma once
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,8 +37,12 @@ class RunLog {
   RunLog& operator=(const RunLog&) = delete;
 
   void config(const std::string& json_object);  // the first JSON line
-  // One step line; val_loss / train_loss NaN when not measured at this step.
-  void step(int step, int total, double train_time_ms, double val_loss = NAN, double train_loss = NAN);
+  // One step line; val_loss / train_loss absent when not measured at this step. A loss that is
+  // not finite is written as diverged(nan), diverged(inf) or diverged(-inf), the same word in the
+  // text and (as a string) in the JSON lines: a diverged run is never read as a missing value.
+  void step(int step, int total, double train_time_ms, std::optional<double> val_loss = std::nullopt,
+            std::optional<double> train_loss = std::nullopt);
+  static std::string diverged(double loss);  // "diverged(nan)", ...
   void event(const std::string& json_object);  // any other event, as a JSON object
   // An event of numbers: {"event": name, key: value, ...} (non-finite values as null).
   void event(const std::string& name, const std::vector<std::pair<std::string, double>>& fields);

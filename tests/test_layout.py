@@ -2,6 +2,8 @@
 
   - bench/RESULTS.md (the current figures) is at most 200 lines, every results/ path it names
     exists, and every "(bench/RESULTS.md, SECTION)" a source cites names one of its sections;
+  - every repository file that README.md, bench/RESULTS.md, docs/ or a results/ README names in
+    backticks exists;
   - docs/ holds prose only (no sub-folder, no run record);
   - no file names the folders results/ replaced (docs/runs, docs/mask_ablation, ...);
   - no tracked raw log (.txt, .jsonl, .log, .out, .csv, .tsv, or a dated run record) lives outside
@@ -69,6 +71,35 @@ for f in files:
             unknown.append(f"{f}: {m.group(1).strip()[:80]}")
 check("the sources cite RESULTS.md sections", cited >= 10, str(cited))
 check("every RESULTS.md section a source cites exists", not unknown, "\n".join(unknown))
+
+# --- every repository file a page names in backticks exists (a page that names a file as it stood at
+# an older commit writes it without backticks). Placeholders (NAME) and build or data outputs
+# (build/, the git-ignored corpora) are not source paths and are skipped; results/records/ is frozen.
+SOURCE_TOP = ("ablations", "attention", "bench", "common", "docs", "gemm", "hopper", "layers", "model",
+              "optim", "peer", "results", "scripts", "tests", "train", "data")
+FILE_EXT = re.compile(r"\.(cu|cuh|h|cpp|py|sh|md|txt|json|jsonl|csv|png|toml)$")
+
+
+def named_paths(text):
+    """(line, path) for each word in backticks that starts with a repository folder and ends in a
+    file extension."""
+    for m in re.finditer(r"`([^`\n]+)`", text):
+        for word in m.group(1).split():
+            path = word.strip("\"'()[],;:")
+            if (path.split("/")[0] in SOURCE_TOP and FILE_EXT.search(path) and "NAME" not in path
+                    and not re.search(r"[*{}$<>|=]", path)):
+                yield text.count("\n", 0, m.start()) + 1, path
+
+
+PAGES = ["README.md", "bench/RESULTS.md"] + sorted(
+    f for f in files if f.endswith(".md") and (f.startswith("docs/") or
+                                               re.fullmatch(r"results/([\w-]+/)?README\.md", f)))
+bad = [f"{page}:{line}: {path}" for page in PAGES for line, path in named_paths(read(page))
+       if not os.path.exists(os.path.join(ROOT, path))]
+check("every repository file a page names exists", not bad, "\n".join(bad[:20]))
+check("named_paths(): a path in backticks, not a placeholder or a bare word",
+      list(named_paths("`gemm/x.cuh fn` `tests/layers/NAME.cu` `x.cu` `build/a.txt` `results/r/`"))
+      == [(1, "gemm/x.cuh")])
 
 # --- docs/ is prose
 in_docs = [f for f in files if f.startswith("docs/")]

@@ -96,6 +96,20 @@ static std::vector<std::string> shard_files(const std::string& pattern, const ch
   return files;
 }
 
+// The training shards whose bytes are a validation shard's (by the SHA-256 the loaders took: the
+// same file under two names, a copy under another name, or both patterns matching one file), one
+// line each naming both files. A run that trains on them validates on what it has learnt by heart.
+static std::vector<std::string> shared_shards(const data::TokenStream& train, const data::TokenStream& val) {
+  std::map<std::string, std::string> val_by_digest;
+  for (size_t i = 0; i < val.files().size(); i++) val_by_digest.emplace(val.shard_digests()[i], val.files()[i]);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < train.files().size(); i++)
+    if (auto v = val_by_digest.find(train.shard_digests()[i]); v != val_by_digest.end())
+      out.push_back("--train-data shard " + train.files()[i] + " holds the same bytes as --val-data shard " + v->second + " (SHA-256 " +
+                    v->first + ")");
+  return out;
+}
+
 // Why a run may not write checkpoints into dir, or "" when it may: a folder holding checkpoints
 // is another run's, unless this run resumes from one of them (continuing that run).
 static std::string used_checkpoint_dir(const std::string& dir, const std::string& resume) {
@@ -138,8 +152,10 @@ static model::Config model_config(const Options& o);
 // validation count is checked against the data before any list of that size is made. With a
 // prefix, a run whose validation sequences (or training sequences) keep no target at all is
 // refused here: its loss would be undefined (a search that stops at the first sequence keeping one).
+// So is a run that trains on validation shards (shared_shards), unless --allow-train-on-val.
 struct Data {
   data::TokenStream train, val;
+  std::vector<std::string> shared;  // the training shards that are validation shards too (allowed by the flag)
   std::vector<uint64_t> val_seqs;  // this rank's validation sequences
   data::TrainSchedule schedule;
   // the data as read, by content (data/dataloader.h): what the log and a checkpoint record
@@ -148,6 +164,11 @@ struct Data {
       : train(shard_files(o.train_data, "train"), o.seq_len, o.vocab_size, true),
         val(shard_files(o.val_data, "val"), o.seq_len, o.vocab_size, false),
         schedule{o.seqs_per_step, ctx.world, ctx.rank} {
+    shared = shared_shards(train, val);
+    if (!shared.empty() && !o.allow_train_on_val)
+      throw std::runtime_error(shared.front() + (shared.size() > 1 ? " (and " + std::to_string(shared.size() - 1) + " more)" : "") +
+                               ": the run would validate on data it trains on; name other shards, or give --allow-train-on-val to "
+                               "do so on purpose");
     const uint64_t n_val = (uint64_t)o.val_tokens / (uint64_t)o.seq_len;
     if (n_val == 0) throw CLI::ValidationError("--val-tokens", "must hold at least one sequence of --seq-len tokens");
     if (n_val > val.sequences_per_pass())
@@ -484,11 +505,15 @@ class Trainer {
       train::remove_made_dirs(made);
       throw;
     }
-    log_->config(train::config_json(o, run_id, ctx.world, prop_.name, kGitCommit,
-                                    {{"train_data_sha256", data_.train.digest()}, {"val_data_sha256", data_.val.digest()}}));
+    std::vector<std::pair<std::string, std::string>> data_facts = {{"train_data_sha256", data_.train.digest()},
+                                                                   {"val_data_sha256", data_.val.digest()}};
+    // (recorded only when there are such shards, so that other runs' settings compare as before)
+    if (!data_.shared.empty()) data_facts.push_back({"val_shards_trained_on", std::to_string(data_.shared.size())});
+    log_->config(train::config_json(o, run_id, ctx.world, prop_.name, kGitCommit, data_facts));
     log_->note("train_gpt: data by content (SHA-256 of the shards' SHA-256s in order): train " + data_.train.digest() + " (" +
                std::to_string(data_.train.shard_digests().size()) + " shards), val " + data_.val.digest() + " (" +
                std::to_string(data_.val.shard_digests().size()) + " shards)");
+    for (const std::string& s : data_.shared) log_->note("train_gpt: --allow-train-on-val: " + s);
     log_->note("train_gpt: " + std::string(prop_.name) + " x " + std::to_string(ctx.world) + ", " + std::to_string(model_.layout().size()) +
               " parameters, " + std::to_string(o.steps) + " steps of " + std::to_string((long long)o.seq_len * o.seqs_per_step) +
               " tokens (" + std::to_string(micro()) + " micro-step(s) of one sequence per GPU)");

@@ -34,6 +34,7 @@ class TokenStream {
   void sequence(uint64_t k, uint16_t* out);
   uint64_t sequences_per_pass() const { return prefix_.back(); }
   int seq_len() const { return seq_len_; }
+  const std::vector<std::string>& files() const { return files_; }           // the shards, in order
   const std::vector<std::string>& shard_digests() const { return digests_; }  // each file's SHA-256, in order
   const std::string& digest() const { return digest_; }                       // of the stream (see above)
 

@@ -13,6 +13,9 @@ size, and the SHA-256 of the folder's manifest, for the --train-data and --val-d
 the flags). Resuming with any of these changed is refused (the old logs would be reported under
 the new flags) unless --start-over is given, which moves the old logs into CAMPAIGN/old-DATE-TIME/
 first; nothing is deleted. More runs or other GPU counts only extend a campaign and are allowed.
+A variant whose runs would train on their validation data is refused before anything is
+written: the same --train-data and --val-data pattern (exit 2), or a shard of the same SHA-256
+under both (exit 1, naming both files), unless its flags hold --allow-train-on-val.
 It records the plan too ("plan": the variants, GPU counts and seeds, this command's and those of
 the record it extends), so that scripts/ab_report.py can say what was planned, what ran and what
 is missing. Every count has a bound, checked before any command is built (exit 2 naming the flag):
@@ -85,6 +88,36 @@ def data_fingerprint(flags):
                                       hashlib.sha256(m.read()).hexdigest()])
             out[pattern] = entry
     return out
+
+
+def last_value(flags, name):
+    """The value of the last `name VALUE` or `name=VALUE` among flags (the one the trainer keeps), or None."""
+    found = None
+    for i, t in enumerate(flags):
+        key, eq, value = t.partition("=")
+        if key == name and (eq or i + 1 < len(flags)):
+            found = value if eq else flags[i + 1]
+    return found
+
+
+def train_on_val(common, variants, data):
+    """Why a variant's runs would train on their validation data, or None: the shards of its
+    --train-data and --val-data (its own pattern, else the common flags') that share a SHA-256 (a
+    copy, the same file under two names, or one file both patterns match). train_gpt refuses such
+    a run too, but only when it starts; here the campaign is refused before anything is written.
+    --allow-train-on-val among a variant's flags lets it through, as it does train_gpt."""
+    for name, flags in variants:
+        own = common + split(flags, f"--variant {name}")
+        train, val = last_value(own, "--train-data"), last_value(own, "--val-data")
+        if train is None or val is None or "--allow-train-on-val" in own:
+            continue
+        by_digest = {e[2]: e[0] for e in data.get(val, []) if len(e) == 3}
+        for shard, _, sha in (e for e in data.get(train, []) if len(e) == 3):
+            if sha in by_digest:
+                return (f"variant {name}: --train-data shard {shard} ({train}) holds the same bytes as --val-data shard "
+                        f"{by_digest[sha]} ({val}), SHA-256 {sha}: its runs would validate on data they train on; name other "
+                        "shards, or give --allow-train-on-val to do so on purpose")
+    return None
 
 
 def split(text, flag):
@@ -272,6 +305,15 @@ def main(argv=None):
     manifest = {"variants": variants, "gpus": args.gpus, "runs": args.runs, "seed0": args.seed0, "common": args.common,
                 "trainer": args.trainer, "mpirun_args": args.mpirun_args,
                 "data": data_fingerprint(args.common + [t for _, f in variants for t in split(f, "--variant")])}
+    for name, flags in variants:  # the same pattern for both: a flag error (exit 2), as train_gpt makes it
+        own = args.common + split(flags, f"--variant {name}")
+        pattern = last_value(own, "--train-data")
+        if pattern is not None and pattern == last_value(own, "--val-data") and "--allow-train-on-val" not in own:
+            ap.error(f"variant {name}: --train-data and --val-data are both {pattern!r}: its runs would validate on the data they "
+                     "train on; name other validation shards, or give --allow-train-on-val to do so on purpose")
+    why = train_on_val(args.common, variants, manifest["data"])
+    if why:
+        raise ToolError(why)
     common = speedrun_logs.flag_settings(args.common)
     want = {}  # per variant, the flags of its runs: its own first (they are what a misplaced log gets wrong), then the common
     for name, flags in variants:

@@ -737,6 +737,44 @@ if fp:
          os.path.join(changed, "toy_train_*.bin"), "--val-data", GOOD_VAL, "--seq-len", "64", "--val-tokens", "64"], 1,
          [os.path.basename(victim), "SHA-256"])
 
+# ------------------------------------------------------------------------------------ train_gpt: training on the validation data
+# the validation loss of a run that trains on its validation shards measures memory, not learning:
+# the same pattern for both (a flag error, exit 2), or a training shard whose bytes are a
+# validation shard's (a copy under another name, the same file under two names, one shard of
+# the validation set among the training set's), is refused before any GPU work naming both files
+VAL_SHARDS = sorted(glob.glob(GOOD_VAL))
+TRAIN_SHARDS = sorted(glob.glob(GOOD_TRAIN))
+check("fixture: the prepared set has training and validation shards", VAL_SHARDS and TRAIN_SHARDS,
+      str(os.listdir(GOOD)))
+SEQ = ["--seq-len", "64", "--val-tokens", "64"]
+case("train_gpt --train-data equal to --val-data: refused as a flag error",
+     [TRAIN, "--train-data", GOOD_VAL, "--val-data", GOOD_VAL, *SEQ], 2, ["--train-data", "--val-data", "toy_val_*.bin"])
+case("train_gpt --val-data one of the training shards: refused naming it",
+     [TRAIN, "--train-data", GOOD_TRAIN, "--val-data", TRAIN_SHARDS[-1], *SEQ], 1,
+     [os.path.basename(TRAIN_SHARDS[-1]), "--val-data", "--train-data"])
+copied = path("tov_copied")  # the training shards, and a validation shard copied in under a training name (no manifest)
+os.makedirs(copied)
+for f in TRAIN_SHARDS:
+    shutil.copy(f, copied)
+shutil.copy(VAL_SHARDS[0], os.path.join(copied, "toy_train_000090.bin"))
+case("train_gpt a validation shard copied into the training set under another name: refused naming both",
+     [TRAIN, "--train-data", os.path.join(copied, "toy_train_*.bin"), "--val-data", GOOD_VAL, *SEQ], 1,
+     ["toy_train_000090.bin", os.path.basename(VAL_SHARDS[0]), "SHA-256"])
+linked = path("tov_linked")  # the training set overlaps the validation set in one shard: the same file under two names
+os.makedirs(linked)
+for f in TRAIN_SHARDS:
+    os.symlink(f, os.path.join(linked, os.path.basename(f)))
+os.link(VAL_SHARDS[-1], os.path.join(linked, "toy_train_000091.bin"))
+case("train_gpt a training set that holds one validation shard (a hard link): refused naming both",
+     [TRAIN, "--train-data", os.path.join(linked, "toy_train_*.bin"), "--val-data", GOOD_VAL, *SEQ], 1,
+     ["toy_train_000091.bin", os.path.basename(VAL_SHARDS[-1])])
+if shutil.which("nvidia-smi") is None:  # allowed on purpose: the checks pass, and the run stops at the GPU
+    case("train_gpt --allow-train-on-val with --train-data equal to --val-data: goes on to the GPU",
+         [TRAIN, "--train-data", GOOD_VAL, "--val-data", GOOD_VAL, *SEQ, "--allow-train-on-val"], 1, ["no CUDA GPU"])
+    case("train_gpt --allow-train-on-val with a validation shard among the training shards: goes on to the GPU",
+         [TRAIN, "--train-data", os.path.join(copied, "toy_train_*.bin"), "--val-data", GOOD_VAL, *SEQ, "--allow-train-on-val"], 1,
+         ["no CUDA GPU"])
+
 # ------------------------------------------------------------------------------------ shell scripts: numeric variables in range
 # every numeric variable is a whole number within a range: a 0 that would spin a loop (PARALLEL=0)
 # or a count so large that building the job list never ends is refused at once, naming it

@@ -419,6 +419,28 @@ case("ab_report: a campaign.json nested 100000 deep: refused naming it", REPORT 
      ["campaign.json", "nested too deeply"])
 case("ab_run --start-over over a damaged campaign.json: moves it aside and runs anew", RUNB_FLAGS + ["--start-over"] + RUNB_COMMON, 0,
      ["moved", "0 complete, 6 to run"])
+# a campaign that would train on its validation data: a shard of the same SHA-256 under a run's
+# --train-data and --val-data (the variant's own pattern, else the common one) is refused before
+# anything is written, naming both files; the same pattern for both is a flag error
+VALD = path("val_shards")
+os.makedirs(VALD)
+open(os.path.join(VALD, "x_val_000001.bin"), "wb").write(b"\0" * 1024)  # the bytes of x_train_000001.bin
+open(os.path.join(VALD, "x_val_000002.bin"), "wb").write(b"\2" * 1024)
+TOV = RUN + ["--campaign", path("camp_tov"), "--runs", "1", "--trainer", FAKE]
+TRAIN_PAT, VAL_PAT = os.path.join(DATA, "x_train_*.bin"), os.path.join(VALD, "x_val_*.bin")
+case("ab_run: a validation shard of the same bytes as a training shard: refused naming both, nothing written",
+     TOV + ["--variant", "a=--causal 1", "--", "--train-data", TRAIN_PAT, "--val-data", VAL_PAT], 1,
+     ["x_train_000001.bin", "x_val_000001.bin", "--allow-train-on-val"])
+case("ab_run: --train-data equal to --val-data: refused as a flag error, nothing written",
+     TOV + ["--variant", "a=--causal 1", "--", "--train-data", VAL_PAT, "--val-data", VAL_PAT], 2, ["--train-data", "--val-data"])
+case("ab_run: one variant's --val-data a training shard: refused naming the variant and both files",
+     TOV + ["--variant", "a=--causal 1", "--variant", f"b=--val-data={os.path.join(DATA, 'x_train_000002.bin')}", "--",
+            "--train-data", TRAIN_PAT, "--val-data", os.path.join(VALD, "x_val_000002.bin")], 1,
+     ["variant b", "x_train_000002.bin"])
+check("ab_run: the refused campaigns left nothing behind", not os.path.exists(path("camp_tov")))
+case("ab_run: --allow-train-on-val among the flags lets it through (dry run)",
+     TOV + ["--dry-run", "--variant", "a=--causal 1", "--", "--train-data", TRAIN_PAT, "--val-data", VAL_PAT, "--allow-train-on-val"], 0,
+     ["1 to run"])
 
 # ------------------------------------------------------------------------------------ 2. time bombs
 d = path("spread")

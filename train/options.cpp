@@ -24,7 +24,7 @@ enum class Role {
   kDefinesRunIfSet,  // the same, but in the fingerprint only away from its default: options added
                      // later, so that earlier checkpoints (made without them) still resume
   kLogged,      // in the log only (paths, schedules of output, multi-GPU mechanics)
-  kLocal,       // neither (modes of the binary, test hooks)
+  kLocal,       // neither (modes of the binary, test hooks, --allow-train-on-val: the log names the shards it let through)
 };
 
 struct Row {
@@ -69,6 +69,9 @@ std::vector<Row> table(Options& o) {
       text("--preset", o.preset, log, "default (short run on GCIDE), tiny, speedrun (the 2024-12-10 record: docs/model.md)"),
       text("--train-data", o.train_data, log, "glob pattern of training shards"),
       text("--val-data", o.val_data, log, "glob pattern of validation shards"),
+      flag("--allow-train-on-val", o.allow_train_on_val, local,
+           "train on shards that are validation shards too (the same pattern, or a shard of the same bytes): refused without it, "
+           "since the validation loss would measure memory; the log notes the shards shared"),
       integer("--vocab-size", o.vocab_size, 1, 65536, log, "token ids in the shards must be below this"),
       flag("--check-data", o.check_data, local, "check every shard (header, size, token ids, manifest) and exit; needs no GPU"),
       text("--log-file", o.log_file, log, "write the step lines here (and JSON lines beside it); must not exist yet"),
@@ -153,6 +156,9 @@ void check_combinations(const Options& o, int world) {
                                                       " (else no target of a sequence is left to predict)");
   if (!o.prefix_attention && o.prefix_tokens == 0)
     throw CLI::ValidationError("--prefix-attention", "0 needs --prefix-tokens P > 0 (it keeps the loss rule of a prefix without its attention)");
+  if (o.train_data == o.val_data && !o.allow_train_on_val && !o.check_data)
+    throw CLI::ValidationError("--train-data/--val-data", "both are '" + o.train_data + "': the run would validate on the data it trains "
+                                                          "on; name other validation shards, or give --allow-train-on-val to do so on purpose");
   if (o.checkpoint_every && o.checkpoint_dir.empty()) throw CLI::ValidationError("--checkpoint-every", "needs --checkpoint-dir");
   if (o.check_data && (!o.resume.empty() || !o.checkpoint_dir.empty() || !o.log_file.empty()))
     throw CLI::ValidationError("--check-data", "only checks the shards: it does not go with --resume, --checkpoint-dir or --log-file");

@@ -40,13 +40,41 @@ from tool_errors import ToolError, load_json, regular_file, run  # noqa: E402
 PROG = "record_figures"
 KINDS = ("default_job", "test_gpu")
 RESULT_LINE = re.compile(r"^([A-Za-z0-9_.-]+): (\d+) passed, (\d+) failed$")
-QUOTE = re.compile(r"<!-- figures: (\S+) -->\n(.*?)<!-- /figures -->\n", re.S)
+QUOTE = re.compile(r"^<!-- figures: (\S+) -->\n(.*?)^<!-- /figures -->\n", re.S | re.M)  # markers open their lines
 
 
-def read_text(path):
-    regular_file(path, "log")
+MAX_FILE_BYTES = 64 << 20  # a record's file (a log, a page) is far smaller; a larger one is not read
+
+
+def read_text(path, what="log"):
+    regular_file(path, what)
+    if os.path.getsize(path) > MAX_FILE_BYTES:
+        raise ToolError(f"{path}: the {what} is larger than {MAX_FILE_BYTES >> 20} MiB: not a record's file")
     with open(path, encoding="utf-8", errors="replace") as f:
         return f.read()
+
+
+def read_page(path):
+    """A page's text as it is (its line ends kept), or ToolError: a page that is not UTF-8 would
+    lose bytes when its quoted tables are rewritten."""
+    regular_file(path, "page")
+    if os.path.getsize(path) > MAX_FILE_BYTES:
+        raise ToolError(f"{path}: the page is larger than {MAX_FILE_BYTES >> 20} MiB")
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            return f.read()
+    except UnicodeDecodeError as e:
+        raise ToolError(f"{path}: the page is not UTF-8 (byte {e.start}): its quoted tables are not rewritten")
+
+
+NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+
+
+def number(text, where, name):
+    """A figure of a log as a float: a plain decimal, or ToolError naming where and the figure."""
+    if not NUMBER.fullmatch(text):
+        raise ToolError(f"{where}: {name} {text[:40]!r} is not a number")
+    return float(text)
 
 
 def checked_commit(commit, where):
@@ -74,8 +102,9 @@ def default_job(rec):
         if card:
             cards.add(f"{card.group(1)} x {card.group(2)}")
         vals = re.findall(r"^step:(\d+)/(\d+) val_loss:(\S+) ", text, re.M)
-        median = re.search(r"^train_gpt: \d+ timed steps: median ([0-9.]+) ms a step", text, re.M)
-        peak = re.search(r"^train_gpt: done; peak GPU memory (\d+) MiB$", text, re.M)
+        median = re.search(r"^train_gpt: \d+ timed steps: median (\S+) ms a step", text, re.M)
+        # one GPU's line, or several GPUs' "... MiB (the largest rank's)"
+        peak = re.search(r"^train_gpt: done; peak GPU memory (\d+) MiB(?: \(the largest rank's\))?$", text, re.M)
         err_path = path[:-4] + ".err"  # the run's standard error, where a failure's message goes
         error = re.search(r"^train_gpt: (?:rank \d+: )?error: (.*)$", text + "\n" + (read_text(err_path) if os.path.exists(err_path) else ""),
                           re.M)
@@ -84,7 +113,11 @@ def default_job(rec):
             last = vals[-1] if vals else None
             if not last or last[0] != last[1] or not median:
                 raise ToolError(f"{path}: a completed run without its last step's validation loss or its summary line")
-            run_.update(final_val_loss=float(last[2]), median_step_ms=float(median.group(1)), peak_mib=int(peak.group(1)))
+            if last[2].startswith("diverged(") or last[2].lower() in ("nan", "inf", "-inf"):
+                run_.update(completed=False, error=f"final validation loss {last[2]}")
+            else:
+                run_.update(final_val_loss=number(last[2], path, f"step {last[0]}'s val_loss"),
+                            median_step_ms=number(median.group(1), path, "the median step"), peak_mib=int(peak.group(1)))
         else:
             run_["error"] = error.group(1) if error else (lines[-1] if lines else "(empty log)")
         runs.append(run_)
@@ -109,12 +142,19 @@ def default_job(rec):
 
 def test_gpu(rec):
     d = os.path.join(rec, "logs")
-    commit = checked_commit(read_text(os.path.join(d, "commit.txt")).strip(), f"{d}/commit.txt")
-    card = read_text(os.path.join(d, "gpu.txt")).strip().splitlines()[0].split(",")[0].strip()
+    commit = checked_commit(read_text(os.path.join(d, "commit.txt"), "commit file").strip(), f"{d}/commit.txt")
+    gpu = read_text(os.path.join(d, "gpu.txt"), "card file").strip()
+    card = gpu.splitlines()[0].split(",")[0].strip() if gpu else ""
+    if not re.fullmatch(r"[ -~]+", card):
+        raise ToolError(f"{d}/gpu.txt: {card[:40]!r} is not a card's name (nvidia-smi's name, then its driver)")
+    for txt in sorted(glob.glob(os.path.join(d, "*.txt"))):  # every suite's log has its exit code
+        name = os.path.basename(txt)[:-4]
+        if name not in ("commit", "gpu", "build") and not os.path.exists(os.path.join(d, name + ".rc")):
+            raise ToolError(f"{txt}: a suite's log without its exit code ({name}.rc)")
     suites = {}
     for rc_path in sorted(glob.glob(os.path.join(d, "*.rc"))):
         name = os.path.basename(rc_path)[:-3]
-        rc_text = read_text(rc_path).strip()
+        rc_text = read_text(rc_path, "exit code file").strip()
         if not re.fullmatch(r"-?\d+", rc_text):
             raise ToolError(f"{rc_path}: not an exit code: {rc_text[:40]!r}")
         text = read_text(os.path.join(d, name + ".txt"))
@@ -124,23 +164,27 @@ def test_gpu(rec):
             if m:
                 passed, failed = passed + int(m.group(2)), failed + int(m.group(3))
         s = {"rc": int(rc_text), "passed": passed, "failed": failed}
-        st = re.search(r"^gemm_stress: (\d+) cases, (\d+) repetitions, (\d+) failed, ([0-9.]+) s$", text, re.M)
+        st = re.search(r"^gemm_stress: (\d+) cases, (\d+) repetitions, (\d+) failed, (\S+) s$", text, re.M)
         if st:
-            s.update(stress_cases=int(st.group(1)), stress_repetitions=int(st.group(2)), stress_seconds=float(st.group(4)))
+            s.update(stress_cases=int(st.group(1)), stress_repetitions=int(st.group(2)),
+                     stress_seconds=number(st.group(4), f"{d}/{name}.txt", "the stress test's seconds"))
+            if int(st.group(3)):  # (a passing record names no failures)
+                s["stress_failed"] = int(st.group(3))
         suites[name] = s
     if not suites:
         raise ToolError(f"{d}: no SUITE.rc file")
     return {"kind": "test_gpu", "commit": commit, "card": card, "suites": suites,
-            "all_passed": all(s["rc"] == 0 and s["failed"] == 0 for s in suites.values())}
+            "all_passed": all(s["rc"] == 0 and s["failed"] == 0 and not s.get("stress_failed") for s in suites.values())}
 
 
 def compute(rec):
-    meta = load_json(read_text(os.path.join(rec, "record.json")), f"{rec}/record.json")
+    meta = load_json(read_text(os.path.join(rec, "record.json"), "record file"), f"{rec}/record.json")
     kind = meta.get("kind") if isinstance(meta, dict) else None
     if kind not in KINDS:
         raise ToolError(f"{rec}/record.json: kind {kind!r} is not one of {', '.join(KINDS)}")
-    if not os.path.isfile(os.path.join(rec, "command.sh")):
+    if not os.path.exists(os.path.join(rec, "command.sh")):
         raise ToolError(f"{rec}: no command.sh (the commands that made the logs)")
+    regular_file(os.path.join(rec, "command.sh"), "command file")
     return {"default_job": default_job, "test_gpu": test_gpu}[kind](rec)
 
 
@@ -178,9 +222,10 @@ def main():
         print(__doc__)
         return 0 if args else 2
     mode = args[0] if args[0] in ("--check", "--pages") else "write"
+    if (mode == "write" and (len(args) != 1 or args[0].startswith("-"))) or len(args) > 2:
+        print(f"{PROG}: error: unknown flag or extra argument in {' '.join(args)!r}; see --help", file=sys.stderr)
+        return 2
     if mode == "write":
-        if len(args) != 1:
-            raise ToolError("give one record folder")
         fig = compute(args[0].rstrip("/"))
         with open(os.path.join(args[0], "figures.json"), "w") as f:
             f.write(dump(fig))
@@ -190,19 +235,36 @@ def main():
     if not os.path.isdir(root):
         raise ToolError(f"{root}: no such folder of records")
     bad, n, figs = [], 0, {}
-    for rec in sorted(glob.glob(os.path.join(root, "*", "record.json"))):
-        rec = os.path.dirname(rec)
+    for rec in sorted(glob.glob(os.path.join(root, "*"))):
         name = os.path.basename(rec)
+        if name == "README.md":
+            continue
+        if os.path.islink(rec) or not os.path.isdir(rec):
+            bad.append(f"{rec}: not a record's folder (a record is a folder of its own, never a link or a file)")
+            continue
+        if not os.path.exists(os.path.join(rec, "record.json")):
+            bad.append(f"{rec}: no record.json: not a record, or one whose kind is lost")
+            continue
         fig = compute(rec)
         figs[name] = fig
         n += 1
         fpath = os.path.join(rec, "figures.json")
-        have = load_json(read_text(fpath), fpath) if os.path.exists(fpath) else None
-        if mode == "--check" and have != json.loads(dump(fig)):
-            keys = sorted(k for k in set(fig) | set(have or {}) if (have or {}).get(k) != json.loads(dump(fig)).get(k))
-            bad.append(f"{fpath}: does not recompute from the logs (differs in {', '.join(keys) or 'everything'})")
+        if mode == "--check" and not os.path.exists(fpath):
+            bad.append(f"{fpath}: missing (write it: scripts/record_figures.py {rec})")
+        elif mode == "--check" and read_text(fpath, "figures file") != dump(fig):  # to the character: 2655.0 is no 2655
+            have = load_json(read_text(fpath, "figures file"), fpath)
+            want = json.loads(dump(fig))
+            keys = sorted(k for k in set(want) | set(have if isinstance(have, dict) else {})
+                          if not isinstance(have, dict) or json.dumps(have.get(k)) != json.dumps(want.get(k)))
+            bad.append(f"{fpath}: does not recompute from the logs (differs in {', '.join(keys) or 'its layout'})")
     for page in pages(root):
-        text = read_text(page)
+        text = read_page(page)
+        opened = len(re.findall(r"^\s*<!--\s*figures\s*:", text, re.M))
+        closed = len(re.findall(r"^\s*<!--\s*/\s*figures\s*-->", text, re.M))
+        if not (opened == closed == len(QUOTE.findall(text))):
+            bad.append(f"{page}: a figures marker without its match ({opened} opened, {closed} closed; each quote is "
+                       "'<!-- figures: RECORD -->', a line break, its table, '<!-- /figures -->' and a line break)")
+            continue
 
         def quoted(m):
             name = m.group(1)
@@ -216,7 +278,7 @@ def main():
 
         new = QUOTE.sub(quoted, text)
         if mode == "--pages" and new != text:
-            with open(page, "w") as f:
+            with open(page, "w", encoding="utf-8", newline="") as f:
                 f.write(new)
             print(f"{PROG}: {page} rewritten")
     for b in bad:

@@ -50,8 +50,8 @@ def regular_file(path, what="file"):
     except OSError as e:
         raise ToolError(f"{path}: cannot read the {what}: {e.strerror}")
     if not stat.S_ISREG(st.st_mode):
-        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
-        raise ToolError(f"{path}: the {what} is {kind}, not a regular file")
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else None
+        raise ToolError(f"{path}: the {what} is " + (f"{kind}, not a regular file" if kind else "not a regular file (a device or socket)"))
     return path
 
 

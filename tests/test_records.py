@@ -120,6 +120,71 @@ try:
     caught("a page quoting no record", os.path.join(tmp, "results", "topic", "README.md"), "figures: 2026-01-01_default_job_test",
            "figures: 2026-01-01_nothing", "quotes record 2026-01-01_nothing")
     caught("an unknown kind", os.path.join(rec, "record.json"), "default_job", "defaultjob", "is not one of")
+    # what a hostile reader tried: each must be refused or counted, never passed
+    caught("an empty card file", os.path.join(tg, "logs", "gpu.txt"), "NVIDIA H100 80GB HBM3, 580.159.04\n", "",
+           "gpu.txt: '' is not a card's name")
+    caught("a final loss that is not a number", os.path.join(rec, "logs", "run_01.txt"), "val_loss:1.6519", "val_loss:1.65x9",
+           "run_01.txt: step 300's val_loss '1.65x9' is not a number")
+    caught("a figure edited to another JSON type", os.path.join(rec, "figures.json"), '"completed": 2,', '"completed": 2.0,',
+           "figures.json: does not recompute from the logs")
+    caught("a quote's closing marker gone", os.path.join(tmp, "results", "topic", "README.md"), "<!-- /figures -->\n", "\n",
+           "a figures marker without its match")
+    caught("a quote's opening marker mistyped", os.path.join(tmp, "results", "topic", "README.md"), "<!-- figures:", "<!--  figures:",
+           "a figures marker without its match")
+    caught("a suite's stress test failing", os.path.join(tg, "logs", "gpu-layers.txt"), "20000 repetitions, 0 failed",
+           "20000 repetitions, 5 failed", "2026-01-01_test_gpu_test/figures.json: does not recompute")
+    # a diverged final loss is a failed run, not a completed one left out of the figures
+    text = open(os.path.join(rec, "logs", "run_01.txt")).read()
+    open(os.path.join(rec, "logs", "run_01.txt"), "w").write(text.replace("step:300/300 val_loss:1.6519", "step:300/300 val_loss:diverged(nan)"))
+    rc, out = tool(rec)
+    fig2 = json.load(open(os.path.join(rec, "figures.json")))
+    check("a run whose final loss diverged is counted as failed, naming the loss",
+          rc == 0 and fig2["completed"] == 1 and "run_01.txt: final validation loss diverged(nan)" in fig2["failures"], out + json.dumps(fig2)[:400])
+    open(os.path.join(rec, "logs", "run_01.txt"), "w").write(text)
+    # several GPUs' completion line
+    text = open(os.path.join(rec, "logs", "run_02.txt")).read()
+    assert "MiB\n" in text
+    open(os.path.join(rec, "logs", "run_02.txt"), "w").write(text.replace(" MiB\n", " MiB (the largest rank's)\n", 1))
+    rc, out = tool(rec)
+    check("a run on several GPUs ('MiB (the largest rank's)') is a completed run",
+          rc == 0 and json.load(open(os.path.join(rec, "figures.json")))["completed"] == 2, out)
+    open(os.path.join(rec, "logs", "run_02.txt"), "w").write(text)
+    tool(rec)
+    # a suite's log without its exit code
+    open(os.path.join(tg, "logs", "gpu-model.txt"), "w").write("model: 3 passed, 5 failed\n")
+    rc, out = tool("--check", root)
+    check("a suite's log without its exit code is refused, naming it", rc == 1 and "gpu-model.txt: a suite's log without its exit code" in out, out)
+    os.remove(os.path.join(tg, "logs", "gpu-model.txt"))
+    # a folder under records/ without record.json, and a missing figures.json
+    os.makedirs(os.path.join(root, "2026-01-02_default_job_lost"))
+    rc, out = tool("--check", root)
+    check("a record's folder without record.json is reported", rc == 1 and "2026-01-02_default_job_lost: no record.json" in out, out)
+    os.rmdir(os.path.join(root, "2026-01-02_default_job_lost"))
+    fj = open(os.path.join(rec, "figures.json")).read()
+    os.remove(os.path.join(rec, "figures.json"))
+    rc, out = tool("--check", root)
+    check("a missing figures.json is named as missing", rc == 1 and "figures.json: missing" in out, out)
+    open(os.path.join(rec, "figures.json"), "w").write(fj)
+    # a log too large to be a record's, read by no one
+    big = os.path.join(rec, "logs", "run_01.err")
+    with open(big, "wb") as f:
+        f.truncate(65 << 20)
+    rc, out = tool("--check", root)
+    check("a log larger than 64 MiB is refused unread, naming it", rc == 1 and "run_01.err: the log is larger than 64 MiB" in out
+          and "Traceback" not in out, out[-500:])
+    os.remove(big)
+    # a page that is not UTF-8 is not rewritten (its bytes would be lost)
+    page_path = os.path.join(tmp, "results", "topic", "README.md")
+    raw = open(page_path, "rb").read()
+    open(page_path, "wb").write(raw.replace(b"2 of 3", b"3 of 3") + b"caf\xe9\n")
+    rc, out = tool("--pages", root)
+    check("--pages refuses a page that is not UTF-8 and leaves its bytes as they were",
+          rc == 1 and "not UTF-8" in out and open(page_path, "rb").read().endswith(b"caf\xe9\n"), out)
+    open(page_path, "wb").write(raw)
+    rc, out = tool("--chek")
+    check("an unknown flag is refused with exit 2", rc == 2 and "unknown flag" in out, out)
+    rc, out = tool("--check", root, "extra")
+    check("an extra argument is refused with exit 2", rc == 2, out)
     os.remove(os.path.join(tg, "logs", "gpu-layers.rc"))
     open(os.path.join(tg, "logs", "gpu-layers.rc"), "w").write("zero\n")
     rc, out = tool("--check", root)

@@ -768,6 +768,22 @@ os.link(VAL_SHARDS[-1], os.path.join(linked, "toy_train_000091.bin"))
 case("train_gpt a training set that holds one validation shard (a hard link): refused naming both",
      [TRAIN, "--train-data", os.path.join(linked, "toy_train_*.bin"), "--val-data", GOOD_VAL, *SEQ], 1,
      ["toy_train_000091.bin", os.path.basename(VAL_SHARDS[-1])])
+# --check-data reports the same as a problem (exit 1, both files named), every shard otherwise good;
+# with --allow-train-on-val it names the shard shared and passes
+_, out = case("train_gpt --check-data, a validation shard copied into the training set: refused naming both",
+              [TRAIN, "--check-data", "--train-data", os.path.join(copied, "toy_train_*.bin"), "--val-data", GOOD_VAL], 1,
+              ["toy_train_000090.bin", os.path.basename(VAL_SHARDS[0]), "SHA-256", "--allow-train-on-val"])
+check("train_gpt --check-data, a validation shard copied into the training set: the one problem found",
+      "check-data: 1 problem(s) found" in out and "ok " + os.path.join(copied, "toy_train_000090.bin") in out, out[-1500:])
+case("train_gpt --check-data, a training set that holds one validation shard (a hard link): refused naming both",
+     [TRAIN, "--check-data", "--train-data", os.path.join(linked, "toy_train_*.bin"), "--val-data", GOOD_VAL], 1,
+     ["toy_train_000091.bin", os.path.basename(VAL_SHARDS[-1])])
+case("train_gpt --check-data, --train-data equal to --val-data: every shard refused naming it twice",
+     [TRAIN, "--check-data", "--train-data", GOOD_VAL, "--val-data", GOOD_VAL], 1,
+     [f"--train-data shard {VAL_SHARDS[0]} holds the same bytes as --val-data shard {VAL_SHARDS[0]}"])
+_, out = case("train_gpt --check-data --allow-train-on-val, a validation shard among the training shards: passes naming it",
+              [TRAIN, "--check-data", "--train-data", os.path.join(copied, "toy_train_*.bin"), "--val-data", GOOD_VAL,
+               "--allow-train-on-val"], 0, ["toy_train_000090.bin", os.path.basename(VAL_SHARDS[0]), "--allow-train-on-val", "all shards good"])
 if shutil.which("nvidia-smi") is None:  # allowed on purpose: the checks pass, and the run stops at the GPU
     case("train_gpt --allow-train-on-val with --train-data equal to --val-data: goes on to the GPU",
          [TRAIN, "--train-data", GOOD_VAL, "--val-data", GOOD_VAL, *SEQ, "--allow-train-on-val"], 1, ["no CUDA GPU"])

@@ -28,6 +28,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "common/files.h"
 #include "common/median.h"
@@ -54,11 +55,35 @@ using train::Optimizer;
 using train::Options;
 
 // ----------------------------------------------------------------------------------- data checks
-// Checks every shard of both patterns: header, size, token ids. Prints one line per shard and
-// returns the number of bad shards (a pattern that matches nothing counts as bad).
+// Shards known by their contents: each file beside the SHA-256 of its bytes as read.
+struct ShardDigests {
+  std::vector<std::string> files, digests;
+};
+
+// The training shards whose bytes are a validation shard's (by the SHA-256 the shards were read
+// with: the same file under two names, a copy under another name, or both patterns matching one
+// file), one line each naming both files. A run that trains on them validates on what it has
+// learnt by heart.
+static std::vector<std::string> shared_shards(const ShardDigests& train, const ShardDigests& val) {
+  std::map<std::string, std::string> val_by_digest;
+  for (size_t i = 0; i < val.files.size(); i++) val_by_digest.emplace(val.digests[i], val.files[i]);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < train.files.size(); i++)
+    if (auto v = val_by_digest.find(train.digests[i]); v != val_by_digest.end())
+      out.push_back("--train-data shard " + train.files[i] + " holds the same bytes as --val-data shard " + v->second + " (SHA-256 " +
+                    v->first + ")");
+  return out;
+}
+
+// Checks every shard of both patterns: header, size, token ids, its manifest, and that no training
+// shard is a validation shard (shared_shards, as a run refuses; noted only with
+// --allow-train-on-val). Prints one line per shard and returns the number of problems found (a
+// pattern that matches nothing counts as one).
 static int check_data(const train::Options& o) {
   int bad = 0;
-  for (auto [what, pattern] : {std::pair<const char*, std::string>{"train", o.train_data}, {"val", o.val_data}}) {
+  ShardDigests read[2];  // the train and val shards read whole, with their digests
+  for (auto [what, pattern, digested] : {std::tuple<const char*, std::string, ShardDigests*>{"train", o.train_data, &read[0]},
+                                         {"val", o.val_data, &read[1]}}) {
     std::vector<std::string> files;
     try {
       files = shard::expand_pattern(pattern, what);
@@ -70,7 +95,9 @@ static int check_data(const train::Options& o) {
     for (auto& f : files) {
       try {
         shard::ShardInfo info;
-        shard::read_shard(f, o.vocab_size, &info);
+        std::string digest;
+        shard::read_shard(f, o.vocab_size, &info, &digest);
+        digested->files.push_back(f), digested->digests.push_back(digest);
         std::printf("check-data: ok %s: %zu tokens, %zu documents\n", f.c_str(), info.tokens, info.documents);
       } catch (const shard::ShardError& e) {
         std::fprintf(stderr, "check-data: error: %s\n", e.what());
@@ -81,6 +108,14 @@ static int check_data(const train::Options& o) {
       std::fprintf(stderr, "check-data: error: %s (flag --%s-data)\n", problem.c_str(), what);
       bad++;
     }
+  }
+  for (const std::string& s : shared_shards(read[0], read[1])) {
+    if (o.allow_train_on_val) {
+      std::printf("check-data: allowed by --allow-train-on-val: %s\n", s.c_str());
+      continue;
+    }
+    std::fprintf(stderr, "check-data: error: %s: a run would validate on data it trains on (--allow-train-on-val lets it)\n", s.c_str());
+    bad++;
   }
   return bad;
 }
@@ -94,20 +129,6 @@ static std::vector<std::string> shard_files(const std::string& pattern, const ch
     throw shard::ShardError(problems.front() + (problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more)" : "") +
                             " (flag --" + what + "-data; --check-data lists every problem)");
   return files;
-}
-
-// The training shards whose bytes are a validation shard's (by the SHA-256 the loaders took: the
-// same file under two names, a copy under another name, or both patterns matching one file), one
-// line each naming both files. A run that trains on them validates on what it has learnt by heart.
-static std::vector<std::string> shared_shards(const data::TokenStream& train, const data::TokenStream& val) {
-  std::map<std::string, std::string> val_by_digest;
-  for (size_t i = 0; i < val.files().size(); i++) val_by_digest.emplace(val.shard_digests()[i], val.files()[i]);
-  std::vector<std::string> out;
-  for (size_t i = 0; i < train.files().size(); i++)
-    if (auto v = val_by_digest.find(train.shard_digests()[i]); v != val_by_digest.end())
-      out.push_back("--train-data shard " + train.files()[i] + " holds the same bytes as --val-data shard " + v->second + " (SHA-256 " +
-                    v->first + ")");
-  return out;
 }
 
 // Why a run may not write checkpoints into dir, or "" when it may: a folder holding checkpoints
@@ -164,7 +185,7 @@ struct Data {
       : train(shard_files(o.train_data, "train"), o.seq_len, o.vocab_size, true),
         val(shard_files(o.val_data, "val"), o.seq_len, o.vocab_size, false),
         schedule{o.seqs_per_step, ctx.world, ctx.rank} {
-    shared = shared_shards(train, val);
+    shared = shared_shards({train.files(), train.shard_digests()}, {val.files(), val.shard_digests()});
     if (!shared.empty() && !o.allow_train_on_val)
       throw std::runtime_error(shared.front() + (shared.size() > 1 ? " (and " + std::to_string(shared.size() - 1) + " more)" : "") +
                                ": the run would validate on data it trains on; name other shards, or give --allow-train-on-val to "

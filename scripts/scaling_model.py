@@ -10,7 +10,8 @@ optimiser's time, whose sum is what the model takes from it. --bandwidth: bench/
 JSON, one file for each rank count measured; the largest count measured stands for more GPUs of one host.
 --check: N-GPU runs of the same card and model shape as --one (COMPARED below: a run of another
 card or shape is refused, naming what differs, since the model would count that difference as its
-error; --allow-differ KEY compares them anyway, and the output's first line then names it). Every
+error; --allow-differ KEY compares them anyway, and the output's first line then names it); so is
+a --bandwidth file whose device is not the card of the runs compared (--allow-differ gpu). Every
 number read from these files is checked (type, finite, in range) and a refusal names file and field.
 
 The model, for the default exchange (after the backward: train/optimizer.cuh, train/shard_plan.h):
@@ -47,6 +48,7 @@ LINK_EFFICIENCY = 0.9  # the share of a network link NCCL's collectives reach
 MAX_MS = 1e7           # a step or optimiser time above this (about 3 hours) is no measurement of a step
 MAX_GBS = 1e5          # a bus bandwidth above this (GB/s) is no measurement
 MAX_GPUS = 65536
+ABSENT = "(absent)"  # a compared entry that a file does not hold (differs from any value)
 # what a --check run must share with the --one run for their times to be compared: the model's
 # shape, the work a step does, and the card (the config's entries, train/options.cpp)
 COMPARED = ("gpu", "vocab", "width", "layers", "heads", "hidden", "seq_len", "seqs_per_step", "window_blocks",
@@ -93,9 +95,11 @@ def early_share(config):
 
 
 def read_bandwidth(path):
-    """(ranks, reduce-scatter GB/s, all-gather GB/s) of bench/collective_bandwidth.py's JSON."""
+    """(ranks, reduce-scatter GB/s, all-gather GB/s, device) of bench/collective_bandwidth.py's JSON;
+    device is the card it was measured on, ABSENT when the file names none."""
     d = record(read_json(path, "bandwidth file"), path, "bench/collective_bandwidth.py's JSON object")
     ranks = field(d, "ranks", path, int, 1, MAX_GPUS)
+    device = field(d, "device", path, str, default=ABSENT)
     results = field(d, "results", path, list)
     bw = {}
     for i, r in enumerate(results):
@@ -107,14 +111,20 @@ def read_bandwidth(path):
     missing = [k for k in ("reduce-scatter", "all-gather") if k not in bw]
     if missing:
         raise ToolError(f"{path}: results: no {' or '.join(missing)} entry (bench/collective_bandwidth.py measures both)")
-    return ranks, bw["reduce-scatter"], bw["all-gather"]
+    return ranks, bw["reduce-scatter"], bw["all-gather"], device
 
 
 def differences(c, one, allow):
     """[(key, this run's value, the one-GPU run's)] of the COMPARED entries that differ."""
-    absent = "(absent)"
-    return [(k, c.get(k, absent), one.get(k, absent)) for k in COMPARED
-            if k not in allow and c.get(k, absent) != one.get(k, absent)]
+    return [(k, c.get(k, ABSENT), one.get(k, ABSENT)) for k in COMPARED
+            if k not in allow and c.get(k, ABSENT) != one.get(k, ABSENT)]
+
+
+def other_cards(bws, paths, runs):
+    """[(bandwidth file, its device, a run's card)] for each card of the runs (their config's gpu)
+    that a bandwidth file was not measured on: its exchange times would be another card's."""
+    cards = sorted({c.get("gpu", ABSENT) for c in runs}, key=str)
+    return [(p, b[3], card) for p, b in zip(paths, bws) for card in cards if b[3] != card]
 
 
 def main():
@@ -146,7 +156,7 @@ def main():
     P = parameters(config)
     step1, opt1 = one["median_step_ms"], one["optimizer_ms"]
     compute1 = step1 - opt1
-    bws = sorted(read_bandwidth(f) for f in a.bandwidth)
+    bw_paths, bws = zip(*sorted(((f, read_bandwidth(f)) for f in a.bandwidth), key=lambda fb: fb[1][:3]))
     if len({b[0] for b in bws}) != len(bws):
         raise ToolError("two --bandwidth files of the same rank count")
     checks, allowed = [], []
@@ -162,12 +172,20 @@ def main():
         allowed += [f"{os.path.basename(path)} {k} {v!r} where --one has {w!r}"
                     for k, v, w in differences(c, config, ()) if k in a.allow_differ]
         checks.append((path, c, s))
+    if checks:  # the bandwidth, too, must be the compared runs' card's
+        runs = [config] + [c for _, c, _ in checks]
+        other = other_cards(bws, bw_paths, runs)
+        if other and "gpu" not in a.allow_differ:
+            raise ToolError("--bandwidth " + "; ".join(f"{p} device {d!r} where the runs have gpu {card!r}" for p, d, card in other) +
+                            ": measured on another card than the runs compared (the model's error would be that difference; "
+                            "--allow-differ gpu compares them anyway)")
+        allowed += [f"{os.path.basename(p)} device {d!r} where the runs have gpu {card!r}" for p, d, card in other]
     if allowed:  # the report's first line says what its comparison rests on
         print("scaling_model: warning: compared across a difference (--allow-differ): " + "; ".join(allowed))
 
     def bus(n, link=None, hosts=1):
         measured = [b for b in bws if b[0] <= n] or bws[:1]
-        _, rs, ag = measured[-1]
+        _, rs, ag, _ = measured[-1]
         if hosts > 1 and link is not None:
             net = LINK_EFFICIENCY * link / 8
             rs, ag = min(rs, net), min(ag, net)
@@ -185,7 +203,7 @@ def main():
         return compute1 / n + opt1 / n + exchange, exchange
 
     print(f"one GPU ({os.path.basename(a.one)}): step {step1:.1f} ms, optimiser {opt1:.1f} ms, {P / 1e6:.0f}M parameters")
-    for n, rs, ag in bws:
+    for n, rs, ag, _ in bws:
         print(f"bus bandwidth on {n} GPUs: reduce-scatter {rs:.0f} GB/s, all-gather {ag:.0f} GB/s")
     beyond = []  # the relative errors outside the tolerance
     if a.check:

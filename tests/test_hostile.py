@@ -768,6 +768,22 @@ os.link(VAL_SHARDS[-1], os.path.join(linked, "toy_train_000091.bin"))
 case("train_gpt a training set that holds one validation shard (a hard link): refused naming both",
      [TRAIN, "--train-data", os.path.join(linked, "toy_train_*.bin"), "--val-data", GOOD_VAL, *SEQ], 1,
      ["toy_train_000091.bin", os.path.basename(VAL_SHARDS[-1])])
+# --check-data reports the same as a problem (exit 1, both files named), every shard otherwise good;
+# with --allow-train-on-val it names the shard shared and passes
+_, out = case("train_gpt --check-data, a validation shard copied into the training set: refused naming both",
+              [TRAIN, "--check-data", "--train-data", os.path.join(copied, "toy_train_*.bin"), "--val-data", GOOD_VAL], 1,
+              ["toy_train_000090.bin", os.path.basename(VAL_SHARDS[0]), "SHA-256", "--allow-train-on-val"])
+check("train_gpt --check-data, a validation shard copied into the training set: the one problem found",
+      "check-data: 1 problem(s) found" in out and "ok " + os.path.join(copied, "toy_train_000090.bin") in out, out[-1500:])
+case("train_gpt --check-data, a training set that holds one validation shard (a hard link): refused naming both",
+     [TRAIN, "--check-data", "--train-data", os.path.join(linked, "toy_train_*.bin"), "--val-data", GOOD_VAL], 1,
+     ["toy_train_000091.bin", os.path.basename(VAL_SHARDS[-1])])
+case("train_gpt --check-data, --train-data equal to --val-data: every shard refused naming it twice",
+     [TRAIN, "--check-data", "--train-data", GOOD_VAL, "--val-data", GOOD_VAL], 1,
+     [f"--train-data shard {VAL_SHARDS[0]} holds the same bytes as --val-data shard {VAL_SHARDS[0]}"])
+_, out = case("train_gpt --check-data --allow-train-on-val, a validation shard among the training shards: passes naming it",
+              [TRAIN, "--check-data", "--train-data", os.path.join(copied, "toy_train_*.bin"), "--val-data", GOOD_VAL,
+               "--allow-train-on-val"], 0, ["toy_train_000090.bin", os.path.basename(VAL_SHARDS[0]), "--allow-train-on-val", "all shards good"])
 if shutil.which("nvidia-smi") is None:  # allowed on purpose: the checks pass, and the run stops at the GPU
     case("train_gpt --allow-train-on-val with --train-data equal to --val-data: goes on to the GPU",
          [TRAIN, "--train-data", GOOD_VAL, "--val-data", GOOD_VAL, *SEQ, "--allow-train-on-val"], 1, ["no CUDA GPU"])
@@ -923,7 +939,10 @@ case("scaling_model --check a run the model misses by 30%: exit 1, saying so", S
 # differs, or with --allow-differ compared and named in the output's first line
 for what, extra, named in (("an H200 run against an H100 one", {"gpu": "NVIDIA H200"}, "gpu 'NVIDIA H200' where --one has 'NVIDIA H100'"),
                            ("a 4-layer run against a 12-layer one", {"layers": 4}, "layers 4 where --one has 12")):
-    ONE_C, CHK = path("one_card.jsonl"), path("check_other.jsonl")
+    ONE_C, CHK, BWJ_C = path("one_card.jsonl"), path("check_other.jsonl"), path("bw_card.json")
+    with open(BWJ_C, "w") as f:  # measured on the --one run's card
+        json.dump({"ranks": 2, "device": "NVIDIA H100", "results": [{"op": "reduce-scatter fp32", "busbw_GBs": 270.0},
+                                                                     {"op": "all-gather bf16", "busbw_GBs": 250.0}]}, f)
     with open(ONE_C, "w") as f:
         f.write(json.dumps({"event": "config", "vocab": 50304, "width": 768, "layers": 12, "hidden": 3072, "world_size": 1,
                             "gpu": "NVIDIA H100"}) + "\n")
@@ -932,13 +951,32 @@ for what, extra, named in (("an H200 run against an H100 one", {"gpu": "NVIDIA H
         f.write(json.dumps(dict({"event": "config", "vocab": 50304, "width": 768, "layers": 12, "hidden": 3072, "world_size": 1,
                                  "gpu": "NVIDIA H100"}, **extra)) + "\n")
         f.write(json.dumps({"event": "summary", "median_step_ms": 869.5, "optimizer_ms": 9.0}) + "\n")
-    case(f"scaling_model --check {what}: refused naming the difference", SM + ["--one", ONE_C, "--bandwidth", BWJ, "--check", CHK],
+    case(f"scaling_model --check {what}: refused naming the difference", SM + ["--one", ONE_C, "--bandwidth", BWJ_C, "--check", CHK],
          1, ["check_other.jsonl", named])
     key = next(iter(extra))
     _, out = case(f"scaling_model --check {what} --allow-differ {key}: compared, the first line names it",
-                     SM + ["--one", ONE_C, "--bandwidth", BWJ, "--check", CHK, "--allow-differ", key], 0, [named])
+                     SM + ["--one", ONE_C, "--bandwidth", BWJ_C, "--check", CHK, "--allow-differ", key], 0, [named])
     check(f"scaling_model --allow-differ {key}: the output's first line is the warning",
           out.startswith("scaling_model: warning: compared across a difference") and named in out.split("\n")[0], out[:300])
+# a --bandwidth file measured on another card than the runs' (its "device" against their "gpu"):
+# the predicted exchange would be that card's, so --check refuses it naming file, field and both
+# cards, or with --allow-differ gpu compares and names it in the output's first line; a file that
+# names no card is refused alike (its card unknown). A forecast alone (no --check) compares nothing.
+for what, bw in (("measured on an H200 for H100 runs", {"device": "NVIDIA H200"}), ("that names no card", {})):
+    BWJ_O = path("bw_other.json")
+    with open(BWJ_O, "w") as f:
+        json.dump(dict(bw, ranks=4, results=[{"op": "reduce-scatter fp32", "busbw_GBs": 270.0},
+                                             {"op": "all-gather bf16", "busbw_GBs": 250.0}]), f)
+    named = f"device {bw.get('device', '(absent)')!r} where the runs have gpu 'NVIDIA H100'"
+    case(f"scaling_model --check with a bandwidth file {what}: refused naming the file, field and both cards",
+         SM + ["--one", ONE_C, "--bandwidth", BWJ_C, BWJ_O, "--check", ONE_C], 1, ["bw_other.json", named])
+    _, out = case(f"scaling_model --check with a bandwidth file {what}, --allow-differ gpu: compared, the first line names it",
+                  SM + ["--one", ONE_C, "--bandwidth", BWJ_O, "--check", ONE_C, "--allow-differ", "gpu"], 0, [named])
+    check(f"scaling_model a bandwidth file {what}, --allow-differ gpu: the output's first line names the file and both cards",
+          out.startswith("scaling_model: warning: compared across a difference") and "bw_other.json " + named in out.split("\n")[0],
+          out[:300])
+    case(f"scaling_model a forecast (no --check) with a bandwidth file {what}: printed",
+         SM + ["--one", ONE_C, "--bandwidth", BWJ_O], 0, ["8 GPUs of one host"])
 BSM = [PY, os.path.join(ROOT, "bench", "bwd_schedule_model.py")]
 for args, flag in ((["--overhead", "inf"], "--overhead"), (["--delay", "nan"], "--delay"), (["--sms", "0"], "--sms"),
                    (["--T", "-128"], "--T"), (["--noise", "nan"], "--noise")):

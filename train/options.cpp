@@ -73,7 +73,8 @@ std::vector<Row> table(Options& o) {
            "train on shards that are validation shards too (the same pattern, or a shard of the same bytes): refused without it, "
            "since the validation loss would measure memory; the log notes the shards shared"),
       integer("--vocab-size", o.vocab_size, 1, 65536, log, "token ids in the shards must be below this"),
-      flag("--check-data", o.check_data, local, "check every shard (header, size, token ids, manifest) and exit; needs no GPU"),
+      flag("--check-data", o.check_data, local,
+           "check every shard (header, size, token ids, manifest) and that no training shard is a validation shard, and exit; needs no GPU"),
       text("--log-file", o.log_file, log, "write the step lines here (and JSON lines beside it); must not exist yet"),
       integer("--layers", o.layers, 2, 256, run, "transformer blocks (even)"),
       integer("--width", o.width, 8, 16384, run, "model width"),

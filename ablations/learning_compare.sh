@@ -7,7 +7,8 @@
 # Runs share the GPU, PARALLEL at a time (an H200 holds three of them): this measures learning
 # only, never step times. A run whose log reaches its final validation is kept, so the same
 # command resumes an interrupted comparison; a partial log is moved into LOG_DIR/incomplete/. A
-# complete log of another seed or other flags (SEED0, STEPS, DATA, ... changed) is refused before
+# complete log of another seed, trainer, preset or other flags (SEED0, STEPS, DATA, ... changed,
+# or a log of another trainer or preset copied in) is refused before
 # anything runs (scripts/resume_check.py), never kept as the run asked for.
 # Variables: LOG_DIR (required), STEPS (150), VAL_EVERY (25), VAL_TOKENS (655360), RUNS (3),
 # SEED0 (0), DATA (gcide: the shards of `make data`, 30 steps' worth, so 150 steps repeat them
@@ -39,29 +40,32 @@ done
 JOBS=$checked
 mkdir -p "$LOG_DIR/incomplete"
 common=(--train-data "${DATA}_train_*.bin" --val-data "${DATA}_val_*.bin" --steps "$STEPS" --val-every "$VAL_EVERY" --val-tokens "$VAL_TOKENS")
+variant() {  # VARIANT: sets exe (the program), own (its flags: a kept log must record them) and trainer (as resume_check.py names it)
+  case $1 in
+    train_gpt) exe=(./train_gpt); own=(--preset speedrun); trainer=train_gpt;;
+    peer) exe=("$PYTHON_TORCH" peer/torch_peer.py); own=(--numerics record); trainer=torch_peer;;
+    peer_fp32) exe=("$PYTHON_TORCH" peer/torch_peer.py); own=(--numerics fp32); trainer=torch_peer;;
+  esac
+}
 one() {  # VARIANT I
   local v=$1 i=$2 log="$LOG_DIR/${1}_g1_r${2}.txt"
   if [ -f "$log" ] && grep -q "^step:$STEPS/$STEPS val_loss" "$log"; then echo "kept: $log"; return 0; fi
   for f in "$log" "${log%.txt}.jsonl"; do [ -e "$f" ] && mv "$f" "$LOG_DIR/incomplete/$(basename "$f").$(date +%s)"; done
-  local cmd
-  case $v in
-    train_gpt) cmd=(./train_gpt --preset speedrun);;
-    peer) cmd=("$PYTHON_TORCH" peer/torch_peer.py --numerics record);;
-    peer_fp32) cmd=("$PYTHON_TORCH" peer/torch_peer.py --numerics fp32);;
-  esac
+  variant "$v"
   echo "start: $v run $i, seed $((SEED0 + i)) ($(date +%T))"
-  "${cmd[@]}" "${common[@]}" --seed $((SEED0 + i)) --log-file "$log" > "$LOG_DIR/${v}_g1_r${i}.out" 2>&1
+  "${exe[@]}" "${own[@]}" "${common[@]}" --seed $((SEED0 + i)) --log-file "$log" > "$LOG_DIR/${v}_g1_r${i}.out" 2>&1
   local rc=$?
   echo "end: $v run $i: exit $rc, $(grep "^step:$STEPS/$STEPS val_loss" "$log" 2>/dev/null || echo 'no final validation') ($(date +%T))"
   return $rc
 }
-# a complete log is kept only when it is the run asked for: its configuration records this seed
-# and these flags (scripts/resume_check.py); any other is refused, naming it, before anything runs
+# a complete log is kept only when it is the run asked for: its configuration records this seed,
+# this variant's trainer and these flags (--preset speedrun among train_gpt's) (scripts/resume_check.py); any other is refused, naming it, before anything runs
 kept_bad=0
 for job in $JOBS; do
   v=${job%%:*}; i=${job#*:}; log="$LOG_DIR/${v}_g1_r${i}.txt"
   if [ -f "$log" ] && grep -q "^step:$STEPS/$STEPS val_loss" "$log"; then
-    python3 scripts/resume_check.py "$log" $((SEED0 + i)) "${common[@]}" || kept_bad=1
+    variant "$v"
+    python3 scripts/resume_check.py "$log" $((SEED0 + i)) $trainer "${own[@]}" "${common[@]}" || kept_bad=1
   fi
 done
 [ $kept_bad = 0 ] || { echo "learning_compare: $LOG_DIR holds complete logs of other runs (above); nothing was run" >&2; exit 1; }

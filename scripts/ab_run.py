@@ -15,7 +15,8 @@ the new flags) unless --start-over is given, which moves the old logs into CAMPA
 first; nothing is deleted. More runs or other GPU counts only extend a campaign and are allowed.
 A variant whose runs would train on their validation data is refused before anything is
 written: the same --train-data and --val-data pattern (exit 2), or a shard of the same SHA-256
-under both (exit 1, naming both files), unless its flags hold --allow-train-on-val.
+under both (exit 1, naming both files), unless its flags hold --allow-train-on-val; a pattern
+its flags do not give is train_gpt's default for its --preset.
 It records the plan too ("plan": the variants, GPU counts and seeds, this command's and those of
 the record it extends), so that scripts/ab_report.py can say what was planned, what ran and what
 is missing. Every count has a bound, checked before any command is built (exit 2 naming the flag):
@@ -55,6 +56,12 @@ from tool_errors import ToolError, run as run_tool  # noqa: E402
 DEFINING = ("variants", "common", "seed0", "trainer", "mpirun_args")
 OPTIONAL = ("data",)  # recorded since; a record without it is of an earlier runner and not compared
 DATA_FLAGS = ("--train-data", "--val-data")
+# train_gpt's data patterns where its flags name none, by --preset: the Options fields' initial
+# values (train/options.h) and what apply_preset (train/options.cpp) sets; tests/test_hostile_ab.py
+# checks that they agree with those files
+DEFAULT_DATA = {"default": ("data/gcide/gcide_train_*.bin", "data/gcide/gcide_val_*.bin"),
+                "tiny": ("data/gcide/gcide_train_*.bin", "data/gcide/gcide_val_*.bin"),
+                "speedrun": ("data/fineweb10B/fineweb_train_*.bin", "data/fineweb10B/fineweb_val_*.bin")}
 
 
 def file_sha256(path):
@@ -100,17 +107,29 @@ def last_value(flags, name):
     return found
 
 
+def data_patterns(flags):
+    """The --train-data and --val-data patterns a run of these flags reads: the last given, else
+    train_gpt's default for its --preset (None for a preset train_gpt does not know: it refuses it)."""
+    default = DEFAULT_DATA.get(last_value(flags, "--preset") or "default", (None, None))
+    train, val = last_value(flags, "--train-data"), last_value(flags, "--val-data")
+    return (default[0] if train is None else train), (default[1] if val is None else val)
+
+
 def train_on_val(common, variants, data):
     """Why a variant's runs would train on their validation data, or None: the shards of its
-    --train-data and --val-data (its own pattern, else the common flags') that share a SHA-256 (a
+    --train-data and --val-data (its own pattern, else the common flags', else train_gpt's
+    default: data_patterns) that share a SHA-256 (a
     copy, the same file under two names, or one file both patterns match). train_gpt refuses such
     a run too, but only when it starts; here the campaign is refused before anything is written.
     --allow-train-on-val among a variant's flags lets it through, as it does train_gpt."""
     for name, flags in variants:
         own = common + split(flags, f"--variant {name}")
-        train, val = last_value(own, "--train-data"), last_value(own, "--val-data")
+        train, val = data_patterns(own)
         if train is None or val is None or "--allow-train-on-val" in own:
             continue
+        for pattern in (train, val):  # a default pattern is not among the flags' data: read it here
+            if pattern not in data:
+                data = dict(data, **data_fingerprint(["--train-data", pattern]))
         by_digest = {e[2]: e[0] for e in data.get(val, []) if len(e) == 3}
         for shard, _, sha in (e for e in data.get(train, []) if len(e) == 3):
             if sha in by_digest:
@@ -307,8 +326,8 @@ def main(argv=None):
                 "data": data_fingerprint(args.common + [t for _, f in variants for t in split(f, "--variant")])}
     for name, flags in variants:  # the same pattern for both: a flag error (exit 2), as train_gpt makes it
         own = args.common + split(flags, f"--variant {name}")
-        pattern = last_value(own, "--train-data")
-        if pattern is not None and pattern == last_value(own, "--val-data") and "--allow-train-on-val" not in own:
+        pattern, val = data_patterns(own)  # a pattern not given is train_gpt's default
+        if pattern is not None and pattern == val and "--allow-train-on-val" not in own:
             ap.error(f"variant {name}: --train-data and --val-data are both {pattern!r}: its runs would validate on the data they "
                      "train on; name other validation shards, or give --allow-train-on-val to do so on purpose")
     why = train_on_val(args.common, variants, manifest["data"])

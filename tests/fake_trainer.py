@@ -17,6 +17,7 @@ ap.add_argument("--log-file", required=True)
 ap.add_argument("--window-mask", default="uni")
 ap.add_argument("--causal", type=int, default=1)
 ap.add_argument("--steps", type=int, default=20)
+ap.add_argument("--preset", default="default")
 ap.add_argument("--val-every", type=int, default=10)
 ap.add_argument("--val-data", default="data/gcide/gcide_val_*.bin")
 ap.add_argument("--train-data", default="data/gcide/gcide_train_*.bin")
@@ -38,7 +39,7 @@ run_id = os.urandom(8).hex()
 with open(a.log_file, "w") as f, open(os.path.splitext(a.log_file)[0] + ".jsonl", "w") as j:
     f.write(f"run_id:{run_id} train_gpt fake\n")
     j.write(json.dumps({"event": "config", "run_id": run_id, "steps": a.steps, "window_mask": a.window_mask, "causal": a.causal,
-                        "val_every": a.val_every, "val_data": a.val_data, "train_data": a.train_data, "val_tokens": a.val_tokens, "seed": a.seed,
+                        "preset": a.preset, "val_every": a.val_every, "val_data": a.val_data, "train_data": a.train_data, "val_tokens": a.val_tokens, "seed": a.seed,
                         "world_size": int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1")),
                         "git_commit": os.environ.get("FAKE_COMMIT", "abc1234")}) + "\n")
     t = 0

@@ -535,5 +535,41 @@ with tempfile.TemporaryDirectory() as d:
     r = compare(SEED0="0")
     check("learning_compare resumed as it was: the logs kept, nothing run", r.returncode == 0 and r.stdout.count("kept:") == 2 and
           "start:" not in r.stdout, r.stdout + r.stderr)
+    # a log of another preset or another trainer is not the run asked for either; nor does a
+    # malformed argument of resume_check.py pass (exit 2, naming it)
+    record = os.path.join(ROOT, "results", "records", "2026-12-07_default_job_h100", "logs", "run_01")
+    moved = os.path.join(d, "moved")
+    os.makedirs(moved)
+    for ext in (".txt", ".jsonl"):
+        os.replace(os.path.join(logs, "train_gpt_g1_r0" + ext), os.path.join(moved, "r0" + ext))
+        shutil.copy(record + ext, os.path.join(logs, "train_gpt_g1_r0" + ext))
+    r = compare(SEED0="1337", RUNS="1", STEPS="300", VAL_EVERY="50", VAL_TOKENS="65536")
+    check("learning_compare with a default-preset train_gpt log in place: refused naming the log and the preset, nothing run",
+          r.returncode == 1 and "train_gpt_g1_r0.txt: its configuration has preset 'default', where --preset speedrun" in r.stderr
+          and "start:" not in r.stdout and "kept:" not in r.stdout, r.stdout + r.stderr)
+    for ext in (".txt", ".jsonl"):
+        os.replace(os.path.join(moved, "r0" + ext), os.path.join(logs, "train_gpt_g1_r0" + ext))
+        shutil.copy(os.path.join(logs, "train_gpt_g1_r0" + ext), os.path.join(logs, "peer_g1_r0" + ext))
+    r = compare(SEED0="0", RUNS="1", VARIANTS="peer")
+    check("learning_compare with a train_gpt log as the peer's: refused naming the log and the trainer, nothing run",
+          r.returncode == 1 and "peer_g1_r0.txt: a run of 'train_gpt', where torch_peer is asked for" in r.stderr
+          and "start:" not in r.stdout, r.stdout + r.stderr)
+    one_log = os.path.join(logs, "train_gpt_g1_r0.txt")
+    RC = [sys.executable, os.path.join(ROOT, "scripts", "resume_check.py"), one_log]
+    for args, flag in [(["0", "train_gpt", "--steps"], "--steps needs a value"),
+                       (["0", "train_gpt", "--steps", "2e1"], "--steps '2e1'"),
+                       (["0", "train_gpt", "--steps", "\u0662\u0660"], "--steps"),
+                       (["\u0660", "train_gpt"], "SEED"),
+                       (["0", "train_gpt", "--steps", "20", "stray"], "'stray'"),
+                       (["0", "peer"], "TRAINER"),
+                       (["0"], "TRAINER")]:
+        r = subprocess.run(RC + args, capture_output=True, text=True)
+        check(f"resume_check {args}: refused as a bad argument (exit 2) naming {flag}",
+              r.returncode == 2 and flag in r.stderr and "Traceback" not in r.stderr, r.stdout + r.stderr)
+    r = subprocess.run(RC + ["0", "train_gpt", "--preset", "default", "--steps=20", "--val-every", "10"], capture_output=True, text=True)
+    check("resume_check: a speedrun-preset log asked as default: refused naming the preset (exit 1)",
+          r.returncode == 1 and "preset 'speedrun', where --preset default" in r.stderr, r.stderr)
+    r = subprocess.run(RC + ["0", "train_gpt", "--preset", "speedrun", "--steps=20", "--val-every", "10"], capture_output=True, text=True)
+    check("resume_check: the log asked as it was: accepted", r.returncode == 0, r.stderr)
 
 finish("ablation-tools")

@@ -442,6 +442,35 @@ case("ab_run: --allow-train-on-val among the flags lets it through (dry run)",
      TOV + ["--dry-run", "--variant", "a=--causal 1", "--", "--train-data", TRAIN_PAT, "--val-data", VAL_PAT, "--allow-train-on-val"], 0,
      ["1 to run"])
 
+# a pattern not given is train_gpt's default (relative to the folder the runs start in): the
+# same refusals cover it; ab_run's table of defaults is train_gpt's (train/options.h, options.cpp)
+sys.path.insert(0, S)
+import ab_run  # noqa: E402
+opts_h = open(os.path.join(ROOT, "train", "options.h")).read()
+opts_cpp = open(os.path.join(ROOT, "train", "options.cpp")).read()
+check("ab_run: its default data patterns are train_gpt's (options.h; apply_preset's speedrun)",
+      f'train_data = "{ab_run.DEFAULT_DATA["default"][0]}"' in opts_h and f'val_data = "{ab_run.DEFAULT_DATA["default"][1]}"' in opts_h
+      and ab_run.DEFAULT_DATA["tiny"] == ab_run.DEFAULT_DATA["default"]
+      and f'o.train_data = "{ab_run.DEFAULT_DATA["speedrun"][0]}", o.val_data = "{ab_run.DEFAULT_DATA["speedrun"][1]}"' in opts_cpp)
+DFL = path("default_data")
+os.makedirs(os.path.join(DFL, "data", "gcide"))
+open(os.path.join(DFL, "data", "gcide", "gcide_train_000001.bin"), "wb").write(b"\3" * 1024)
+open(os.path.join(DFL, "data", "gcide", "gcide_val_000001.bin"), "wb").write(b"\4" * 1024)
+TOV_D = RUN + ["--campaign", path("camp_tov_d"), "--runs", "1", "--trainer", FAKE]
+for name, flags, rc in [("--train-data the default --val-data", ["--train-data", "data/gcide/gcide_val_*.bin"], 2),
+                        ("--val-data the default --train-data", ["--val-data", "data/gcide/gcide_train_*.bin"], 2),
+                        ("--preset tiny, --train-data its default --val-data", ["--preset", "tiny", "--train-data=data/gcide/gcide_val_*.bin"], 2),
+                        ("--train-data a copy of the default validation shard", ["--train-data", os.path.join(DFL, "copy_*.bin")], 1)]:
+    if rc == 1:
+        shutil.copy(os.path.join(DFL, "data", "gcide", "gcide_val_000001.bin"), os.path.join(DFL, "copy_000001.bin"))
+    for dry in ([], ["--dry-run"]):
+        r = subprocess.run(TOV_D + dry + ["--variant", "a=" + shlex.join(flags), "--"], capture_output=True, text=True, cwd=DFL, timeout=LIMIT_S)
+        check(f"ab_run{' --dry-run' if dry else ''}: {name}: refused (exit {rc}) naming the data, nothing written",
+              r.returncode == rc and "--val-data" in r.stderr and "Traceback" not in r.stderr and not os.path.exists(path("camp_tov_d")),
+              f"exit {r.returncode}: {r.stderr.strip()[-300:]}")
+r = subprocess.run(TOV_D + ["--dry-run", "--variant", "a=--causal 1", "--"], capture_output=True, text=True, cwd=DFL, timeout=LIMIT_S)
+check("ab_run --dry-run: the default patterns of other shards: accepted", r.returncode == 0 and "1 to run" in r.stdout)
+
 # ------------------------------------------------------------------------------------ 2. time bombs
 d = path("spread")
 os.makedirs(d)

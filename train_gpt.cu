@@ -851,6 +851,10 @@ int main(int argc, char** argv) {
     if (why.empty() && !o.checkpoint_dir.empty()) why = train::unwritable_checkpoint_dir(o.checkpoint_dir);  // made once the run can start
     if (!why.empty()) rc = 2, refusal = std::string(ctx.world > 1 ? "" : "train_gpt: ") + flag + ": " + why;
   }
+  // --check-data reads every shard in one process and never reaches the GPU's gate: under
+  // mpirun the ranks without it would wait there for ever, so it is refused at this gate
+  if (rc < 0 && o.check_data && ctx.world > 1)
+    rc = 2, refusal = "--check-data: checks the data in one process; run it without mpirun";
   rc = train::StartGate(ctx).pass(rc, refusal);
   if (rc >= 0) return finish(rc, true);
   if (o.check_data) {

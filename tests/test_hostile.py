@@ -556,6 +556,11 @@ if shutil.which("mpirun"):
          ["train_gpt: rank 0 of 2: --steps", "train_gpt: rank 1 of 2:", "--bogus"]),
         ("no data on rank 0, a bad checkpoint on rank 1", two_ranks(NO_TRAIN, DATA + ["--resume", path("nothere.bin")]), 1,
          ["train_gpt: rank 0 of 2: error:", "nothere_*.bin", "train_gpt: rank 1 of 2: error:", "nothere.bin"]),
+        # a rank that only checks the data would leave the others waiting at the GPU's gate (a hang)
+        ("--check-data on rank 1 only", two_ranks(DATA, DATA + ["--check-data"]), 2,
+         ["train_gpt: rank 1 of 2: --check-data: checks the data in one process; run it without mpirun"]),
+        ("--check-data on every rank", two_ranks(DATA + ["--check-data"], DATA + ["--check-data"]), 2,
+         ["train_gpt: rank 0 of 2: --check-data", "train_gpt: rank 1 of 2: --check-data"]),
     ]:
         _, out = case(f"train_gpt under mpirun, {name}: named with its rank, exit {rc}", cmd, rc, names, env=MPI_ENV)
         check(f"train_gpt under mpirun, {name}: refused before any GPU work", "GPU" not in out, out[-800:])

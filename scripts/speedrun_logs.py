@@ -38,7 +38,7 @@ import sys
 from dataclasses import dataclass, field
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tool_errors import ToolError, load_json, regular_file, run as run_tool  # noqa: E402
+from tool_errors import ToolError, bounded_lines, load_json, regular_file, run as run_tool  # noqa: E402
 
 MAX_LINE = 1 << 16        # a text line longer than this is not a step line: skipped unread
 MAX_JSON_LINE = 1 << 20   # train_gpt's JSON lines are under 2 KB; a longer one is not its
@@ -124,24 +124,6 @@ def _fields(rest):
         if sep and KEY_RE.fullmatch(key) and value:
             out.setdefault(key, value)
     return out
-
-
-def _lines(f, limit):
-    """(line number, line, too long) for each line of f; a line longer than limit is not read
-    whole: its first 64 characters come back, and too long is True."""
-    lineno = 0
-    while True:
-        line = f.readline(limit + 1)
-        if not line:
-            return
-        lineno += 1
-        if len(line) > limit and not line.endswith("\n"):
-            head = line[:64]
-            while line and not line.endswith("\n"):
-                line = f.readline(limit)
-            yield lineno, head, True
-        else:
-            yield lineno, line, False
 
 
 def _same(a, b, tol):
@@ -256,7 +238,7 @@ def parse(path):
     run = Run(path=path)
     last = {"train": -1, "val": -1}
     with open(path, encoding="utf-8", errors="replace") as f:
-        for lineno, line, too_long in _lines(f, MAX_LINE):
+        for lineno, line, too_long in bounded_lines(f, MAX_LINE):
             if too_long:
                 if line.startswith(("step:", "run_id:")):
                     raise LogError(f"{path}:{lineno}: a line of more than {MAX_LINE // 1024} KiB that begins like a "
@@ -310,7 +292,7 @@ def _read_json_lines(run, side):
     path = run.path
     configs, steps, vals, seq = [], {}, {}, []
     with open(side, encoding="utf-8", errors="replace") as f:
-        for lineno, line, too_long in _lines(f, MAX_JSON_LINE):
+        for lineno, line, too_long in bounded_lines(f, MAX_JSON_LINE):
             if too_long:
                 raise LogError(f"{side}:{lineno}: a line of more than {MAX_JSON_LINE >> 20} MiB: not a run's JSON lines")
             if not line.strip():

@@ -192,16 +192,29 @@ def read_json_lines(path, what="JSON-lines file", max_line=1 << 20):
     longer than max_line characters is refused unread."""
     regular_file(path, what)
     with open(path, encoding="utf-8", errors="replace") as f:
-        n = 0
-        while True:
-            line = f.readline(max_line + 1)
-            if not line:
-                return
-            n += 1
-            if len(line) > max_line and not line.endswith("\n"):
+        for n, line, too_long in bounded_lines(f, max_line):
+            if too_long:
                 raise ToolError(f"{path}:{n}: a line longer than {max_line} characters: not a {what}")
             if line.strip():
                 yield f"{path}:{n}", load_json(line, f"{path}:{n}")
+
+
+def bounded_lines(f, limit):
+    """(line number, line, too long) for each line of f; a line longer than limit is not read
+    whole: its first 64 characters come back, and too long is True."""
+    lineno = 0
+    while True:
+        line = f.readline(limit + 1)
+        if not line:
+            return
+        lineno += 1
+        if len(line) > limit and not line.endswith("\n"):
+            head = line[:64]
+            while line and not line.endswith("\n"):
+                line = f.readline(limit)
+            yield lineno, head, True
+        else:
+            yield lineno, line, False
 
 
 def within(x, tol):

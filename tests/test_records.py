@@ -120,7 +120,7 @@ try:
     caught("a page quoting no record", os.path.join(tmp, "results", "topic", "README.md"), "figures: 2026-01-01_default_job_test",
            "figures: 2026-01-01_nothing", "quotes record 2026-01-01_nothing")
     caught("an unknown kind", os.path.join(rec, "record.json"), "default_job", "defaultjob", "is not one of")
-    # what a hostile reader tried: each must be refused or counted, never passed
+    # hostile inputs to the checker: each must be refused or counted, never passed
     caught("an empty card file", os.path.join(tg, "logs", "gpu.txt"), "NVIDIA H100 80GB HBM3, 580.159.04\n", "",
            "gpu.txt: '' is not a card's name")
     caught("a final loss that is not a number", os.path.join(rec, "logs", "run_01.txt"), "val_loss:1.6519", "val_loss:1.65x9",

@@ -2,7 +2,7 @@
 // LOG (so tools written for modded-nanogpt logs keep working),
 //     step:125/1480 val_loss:4.1234 train_time:19625ms step_avg:157.00ms
 //     step:126/1480 train_time:19782ms step_avg:157.00ms
-//     step:127/1480 train_loss:diverged(nan) train_time:19939ms step_avg:157.00ms
+//     step:127/1480 train_loss:diverged(nan) ...   (a loss that is not finite: nan, inf, -inf)
 // and a machine-readable copy beside it (LOG with .jsonl for .txt), one JSON object per event,
 // the first being the configuration. train_time counts from the end of step 10 and excludes
 // validation (as the record does); step_avg = train_time / (step - 10), nan before. Each line

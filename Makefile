@@ -44,8 +44,10 @@ ATTN_OBJS := $(BUILD)/attention/dispatch.o $(BUILD)/attention/doc_spans.o $(BUIL
 CPU_TESTS := $(BUILD)/tests/test_data $(BUILD)/tests/test_attention_cpu $(BUILD)/tests/test_model_cpu \
              $(BUILD)/tests/test_optimizer_cpu $(BUILD)/tests/test_loader_log $(BUILD)/tests/test_checkpoint \
              $(BUILD)/tests/test_dist $(BUILD)/tests/test_ready_point $(BUILD)/tests/test_exchange_windows \
-             $(BUILD)/tests/test_shard_plan $(BUILD)/tests/test_hand_out
+             $(BUILD)/tests/test_shard_plan $(BUILD)/tests/test_hand_out $(BUILD)/tests/test_recipes
 MODEL_OBJS := $(BUILD)/model/config.o $(BUILD)/model/batch.o
+# the options and the shipped recipes built into the binary (recipes/*.toml)
+OPTIONS_OBJS := $(BUILD)/train/options.o $(BUILD)/recipes.o
 MODEL_REF_OBJS := $(MODEL_OBJS) $(BUILD)/model/reference_model.o $(BUILD)/model/optimizer_reference.o $(BUILD)/attention/reference.o
 # one test binary a layer (tests/layers/NAME.cu)
 LAYER_TESTS := $(patsubst tests/layers/%.cu,$(BUILD)/tests/layers/%,$(wildcard tests/layers/*.cu))
@@ -61,7 +63,7 @@ setup:
 	./scripts/setup.sh
 
 # ---------------------------------------------------------------------------- binaries
-train_gpt: $(BUILD)/train_gpt.o $(ATTN_OBJS) $(BUILD)/data/dataloader.o $(BUILD)/train/run_log.o $(BUILD)/train/options.o $(BUILD)/train/checkpoint.o \
+train_gpt: $(BUILD)/train_gpt.o $(ATTN_OBJS) $(BUILD)/data/dataloader.o $(BUILD)/train/run_log.o $(OPTIONS_OBJS) $(BUILD)/train/checkpoint.o \
            $(BUILD)/train/dist.o $(BUILD)/train/start_gate.o $(MODEL_OBJS) $(BUILD)/version.o
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(MPI_LIBS) $(CRYPTO_LIBS) -Xcompiler -fopenmp -lgomp
 
@@ -84,6 +86,22 @@ $(BUILD)/version.cpp: FORCE
 source-digest:
 	@echo $(SOURCE_DIGEST)
 $(BUILD)/version.o: $(BUILD)/version.cpp
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+
+# The shipped recipes (recipes/NAME.toml) built into the binary (train/shipped_recipes.h), so that
+# --preset NAME reads the same text from any working directory; --recipe FILE reads a file.
+# Each file's bytes as a C array (od), so that no text in a recipe can end the literal.
+RECIPES := $(sort $(wildcard recipes/*.toml))
+$(BUILD)/recipes.cpp: $(RECIPES) Makefile
+	@mkdir -p $(BUILD)
+	@{ echo '#include "train/shipped_recipes.h"'; echo 'namespace train {'; i=0; \
+	  for f in $(RECIPES); do echo "static const char r$$i[] = {"; od -An -v -tx1 "$$f" | sed 's/ *\([0-9a-f][0-9a-f]\)/0x\1,/g'; \
+	    echo '0};'; i=$$((i + 1)); done; \
+	  echo 'const ShippedRecipe kShippedRecipes[] = {'; i=0; \
+	  for f in $(RECIPES); do echo "  {\"$$(basename "$$f" .toml)\", r$$i},"; i=$$((i + 1)); done; \
+	  echo '  {nullptr, nullptr}};'; echo 'const int kShippedRecipeCount = '$(words $(RECIPES))';'; echo '}  // namespace train'; } > $@.new
+	@mv -f $@.new $@
+$(BUILD)/recipes.o: $(BUILD)/recipes.cpp
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 .PHONY: FORCE source-digest
 FORCE:
@@ -120,8 +138,11 @@ $(BUILD)/tests/test_attention_cpu: $(BUILD)/tests/test_attention_cpu.o $(BUILD)/
 $(BUILD)/tests/test_model_cpu: $(BUILD)/tests/test_model_cpu.o $(MODEL_REF_OBJS)
 	$(CXX) -fopenmp $^ -o $@
 
-$(BUILD)/tests/test_loader_log: $(BUILD)/tests/test_loader_log.o $(BUILD)/data/dataloader.o $(BUILD)/train/run_log.o $(BUILD)/train/options.o
+$(BUILD)/tests/test_loader_log: $(BUILD)/tests/test_loader_log.o $(BUILD)/data/dataloader.o $(BUILD)/train/run_log.o $(OPTIONS_OBJS)
 	$(CXX) $^ -o $@ $(CRYPTO_LIBS)
+
+$(BUILD)/tests/test_recipes: $(BUILD)/tests/test_recipes.o $(OPTIONS_OBJS) $(MODEL_OBJS)
+	$(CXX) -fopenmp $^ -o $@
 
 $(BUILD)/tests/test_checkpoint: $(BUILD)/tests/test_checkpoint.o $(BUILD)/train/checkpoint.o
 	$(CXX) $^ -o $@

@@ -243,15 +243,6 @@ static model::Config model_config(const Options& o) {
   return cfg;
 }
 
-// The learning-rate cooldown and the momentum warm-up scale with --steps (600 and 300 of 1480).
-static model::Schedule schedule(const Options& o) {
-  model::Schedule sched;
-  sched.steps = o.steps;
-  sched.cooldown = std::max(1, (int)std::lround(o.steps * 600.0 / 1480));
-  sched.momentum_warmup = std::max(1, (int)std::lround(o.steps * 300.0 / 1480));
-  return sched;
-}
-
 // When each tensor's exchange and update run (--grad-sync; train/shard_plan.h Sync).
 static train::Sync grad_sync(const Options& o) {
   if (o.grad_sync == "overlap") return train::Sync::kOverlap;
@@ -492,7 +483,8 @@ class Trainer {
  public:
   Trainer(const Options& o, const dist::Context& ctx, train::StartGate& gate)
       : o_(o), ctx_(ctx), resume_from_(before_the_gpu(o, ctx)), data_(o, ctx), prop_(ready_for_gpu(o, ctx, resume_from_, data_, gate)), cfg_(model_config(o)),
-        sched_(schedule(o)), model_(cfg_, o.seq_len, 16384, exchange_allocator(o, ctx)), opt_(model_.layout(), o.layers, ctx.rank, ctx.world, grad_sync(o)),
+        sched_(train::schedule(o)), model_(cfg_, o.seq_len, 16384, exchange_allocator(o, ctx)),
+        opt_(model_.layout(), o.layers, ctx.rank, ctx.world, grad_sync(o), train::optimizer_hyper(o)),
         windows_(grad_sync(o) == train::Sync::kEmbeddings, points_of(opt_.plan())),
         reader_(o.seq_len, cfg_.mask), batch_(o.seq_len), next_(o.seq_len), hand_out_(data_.schedule, o.seq_len, o.balance_ranks), flops_(o, model_.layout()) {
     model_.load(model::init_values(model_.layout(), o.seed));

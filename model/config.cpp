@@ -127,11 +127,11 @@ double Schedule::lr_multiplier(int step) const {
 }
 double Schedule::muon_momentum(int step) const {
   const double f = std::min(1.0, (double)step / momentum_warmup);
-  return (1 - f) * 0.85 + f * 0.95;
+  return (1 - f) * momentum_start + f * momentum_end;
 }
 int Schedule::window_blocks(int step) const {
   const double f = (double)step / steps;
-  return (int)std::floor(((1 - f) * 64 + f * 1792 + 64) / 128);
+  return (int)std::floor(((1 - f) * window_start + f * window_end + 64) / 128);
 }
 
 static bool ends_with(const std::string& s, const std::string& suf) {

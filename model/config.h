@@ -65,12 +65,16 @@ struct OptimizerHyper {
   double beta1 = 0.8, beta2 = 0.95, adam_eps = 1e-8;
 };
 
-// For the update made at step s (0-based) of `steps`:
+// For the update made at step s (0-based) of `steps` (the record's values as the defaults):
 //   lr multiplier 1, then (steps - s) / cooldown over the last `cooldown` steps;
-//   Muon momentum 0.85 -> 0.95 linearly over the first momentum_warmup steps;
-//   window (blocks of 128) N(s) = floor(((1 - f) 64 + f 1792 + 64) / 128), f = s / steps.
+//   Muon momentum momentum_start -> momentum_end (0.85 -> 0.95) linearly over the first
+//   momentum_warmup steps;
+//   window (blocks of 128) N(s) = floor(((1 - f) window_start + f window_end + 64) / 128),
+//   f = s / steps, window_start 64 and window_end 1792 tokens (+ 64: to the nearest block).
 struct Schedule {
   int steps = 1480, cooldown = 600, momentum_warmup = 300;
+  double momentum_start = 0.85, momentum_end = 0.95;
+  int window_start = 64, window_end = 1792;
   double lr_multiplier(int step) const;
   double muon_momentum(int step) const;
   int window_blocks(int step) const;

@@ -57,8 +57,8 @@ namespace train {
 
 class Optimizer {
  public:
-  Optimizer(const model::Layout& layout, int layers, int rank, int world, Sync sync)
-      : layout_(layout), plan_(shard_plan(layout, layers, world, rank, sync)) {
+  Optimizer(const model::Layout& layout, int layers, int rank, int world, Sync sync, const model::OptimizerHyper& hp = {})
+      : layout_(layout), plan_(shard_plan(layout, layers, world, rank, sync)), hp_(hp) {
     for (auto [p, elems] : {std::pair<float**, size_t>{&m_, plan_.adam_state}, {&v_, plan_.adam_state}, {&buf_, plan_.muon_state}}) {
       cuda_check(cudaMalloc(p, std::max<size_t>(elems, 1) * sizeof(float)), "optimizer state");
       cuda_check(cudaMemset(*p, 0, std::max<size_t>(elems, 1) * sizeof(float)), "optimizer state");

@@ -1,17 +1,26 @@
-// The trainer's options: see options.h. Each flag is one row of table(): its name, its help, the
-// field it sets with its checks, and its role, from which the command line, the fingerprint and
-// the log's configuration are made. A new flag is one new row.
+// The trainer's options: see options.h. Each option is one row of table(): its name, its help,
+// the field it sets with its checks, its key in a recipe with its type and range, and its role,
+// from which the command line, the recipe's loader and refusals, the recipe keys' docs, the
+// fingerprint and the log's configuration are made. A new flag or recipe key is one new row.
 #include "train/options.h"
 
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <toml++/toml.h>
+#include <type_traits>
 #include <vector>
 
 #include "common/cli.h"
+#include "train/shipped_recipes.h"
 
 namespace train {
 
@@ -28,75 +37,182 @@ enum class Role {
 };
 
 struct Row {
-  std::string name;                       // "--seq-len"; a fixed value that is not a flag has a bare name
+  std::string name;                       // "--seq-len"; an option that is not a flag has a bare name ("lr_muon")
   Role role;
   std::function<void(CLI::App&)> add;     // adds the flag to the command line (empty: not a flag)
   std::function<Json()> value;
+  std::string help;
+  // in a recipe (empty recipe: a flag only)
+  std::string recipe;                     // "batch.seq_len": the table and the key
+  std::string type, range;                // "integer", "1 to 1048576": what the docs and the refusals say it takes
+  std::function<std::string(const toml::node&)> load;  // sets the field from a recipe's value; returns why it cannot ("" when set)
+  std::function<std::string()> toml;      // the field's value as TOML
   std::string key() const {               // "seq_len", as the fingerprint and the log name it
     std::string k = name.rfind("--", 0) == 0 ? name.substr(2) : name;
     for (char& c : k) c = c == '-' ? '_' : c;
     return k;
   }
+  bool is_flag() const { return name.rfind("--", 0) == 0; }
+  Row in(const char* recipe_key) const {  // the same row, a key of recipes too
+    Row r = *this;
+    r.recipe = recipe_key;
+    return r;
+  }
 };
+
+std::string type_of(const toml::node& n) {
+  std::ostringstream s;
+  s << n.type();
+  return s.str();
+}
+
+// A double as the shortest decimal that reads back to it, as a TOML float ("0.008", "1e-08", "1.0").
+std::string toml_real(double v) {
+  char b[64];
+  const auto r = std::to_chars(b, b + sizeof(b), v);
+  std::string s(b, r.ptr);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // (n: inf, nan, which no range lets through)
+  return s;
+}
 
 template <typename T>
 Row integer(const char* name, T& v, T lo, T hi, Role role, const char* help) {
-  return {name, role, [name, &v, lo, hi, help](CLI::App& app) { cli::integer<T>(app, name, v, lo, hi, help)->capture_default_str(); },
-          [&v] { return Json(v); }};
+  const std::string range = std::to_string(lo) + " to " + std::to_string(hi);
+  Row r{name, role, nullptr, [&v] { return Json(v); }, help, "", "integer", range, nullptr, [&v] { return std::to_string(v); }};
+  if (r.is_flag()) r.add = [name, &v, lo, hi, help](CLI::App& app) { cli::integer<T>(app, name, v, lo, hi, help)->capture_default_str(); };
+  r.load = [&v, lo, hi, range](const toml::node& n) -> std::string {
+    if constexpr (std::is_signed<T>::value) {
+      const auto* x = n.as_integer();
+      if (!x) return "want an integer from " + range + ", got a " + type_of(n);
+      if (x->get() < (int64_t)lo || x->get() > (int64_t)hi) return std::to_string(x->get()) + " is out of range: want an integer from " + range;
+      v = (T)x->get();
+      return "";
+    } else {
+      return "not a recipe key";  // (unsigned options are flags only: TOML's integers are signed)
+    }
+  };
+  return r;
 }
 Row real(const char* name, double& v, double lo, double hi, Role role, const char* help) {
-  return {name, role, [name, &v, lo, hi, help](CLI::App& app) { cli::real(app, name, v, lo, hi, help)->capture_default_str(); },
-          [&v] { return Json(v); }};
+  const std::string range = toml_real(lo) + " to " + toml_real(hi);
+  Row r{name, role, nullptr, [&v] { return Json(v); }, help, "", "number", range, nullptr, [&v] { return toml_real(v); }};
+  if (r.is_flag()) r.add = [name, &v, lo, hi, help](CLI::App& app) { cli::real(app, name, v, lo, hi, help)->capture_default_str(); };
+  r.load = [&v, lo, hi, range](const toml::node& n) -> std::string {
+    double x;
+    if (const auto* f = n.as_floating_point()) x = f->get();
+    else if (const auto* i = n.as_integer()) x = (double)i->get();  // (1 for 1.0)
+    else return "want a number from " + range + ", got a " + type_of(n);
+    if (!std::isfinite(x) || x < lo || x > hi) return toml_real(x) + " is out of range: want a number from " + range;
+    v = x;
+    return "";
+  };
+  return r;
 }
 Row text(const char* name, std::string& v, Role role, const char* help, std::vector<std::string> choices = {}) {
-  return {name, role,
-          [name, &v, help, choices](CLI::App& app) {
-            CLI::Option* opt = app.add_option(name, v, help)->capture_default_str();
-            if (!choices.empty()) opt->check(CLI::IsMember(choices));
-          },
-          [&v] { return Json(v); }};
+  std::string range;
+  for (const auto& c : choices) range += (range.empty() ? "" : ", ") + c;
+  Row r{name, role, nullptr, [&v] { return Json(v); }, help, "", "string", range.empty() ? "any" : range, nullptr, [&v] {
+          std::ostringstream s;
+          s << toml::value<std::string>(v);
+          return s.str();
+        }};
+  if (r.is_flag())
+    r.add = [name, &v, help, choices](CLI::App& app) {
+      CLI::Option* opt = app.add_option(name, v, help)->capture_default_str();
+      if (!choices.empty()) opt->check(CLI::IsMember(choices));
+    };
+  r.load = [&v, choices, range](const toml::node& n) -> std::string {
+    const auto* x = n.as_string();
+    if (!x) return "want a string" + (choices.empty() ? std::string() : " (" + range + ")") + ", got a " + type_of(n);
+    if (!choices.empty() && std::find(choices.begin(), choices.end(), x->get()) == choices.end())
+      return "'" + x->get() + "' is not one of " + range;
+    v = x->get();
+    return "";
+  };
+  return r;
 }
 Row flag(const char* name, bool& v, Role role, const char* help) {
-  return {name, role, [name, &v, help](CLI::App& app) { app.add_flag(name, v, help); }, [&v] { return Json(v); }};
+  return {name, role, [name, &v, help](CLI::App& app) { app.add_flag(name, v, help); }, [&v] { return Json(v); }, help, "", "", "", nullptr, nullptr};
 }
-Row fixed(const char* key, int& v) { return {key, Role::kDefinesRun, nullptr, [&v] { return Json(v); }}; }
 
 // Every option, once. The rows that define the run keep the fingerprint's order of earlier
 // versions, so their checkpoints still resume.
 std::vector<Row> table(Options& o) {
   const Role run = Role::kDefinesRun, log = Role::kLogged, local = Role::kLocal;
   return {
-      text("--preset", o.preset, log, "default (short run on GCIDE), tiny, speedrun (the 2024-12-10 record: docs/model.md)"),
-      text("--train-data", o.train_data, log, "glob pattern of training shards"),
-      text("--val-data", o.val_data, log, "glob pattern of validation shards"),
+      text("--preset", o.preset, log,
+           "a shipped recipe (recipes/NAME.toml, built into the binary): default (a short run on GCIDE), tiny, 2024-12-10 "
+           "(the speedrun record: docs/model.md), speedrun (the same); the flags override its values"),
+      text("--recipe", o.recipe, log, "a recipe file (TOML: docs/recipes.md) instead of --preset; the flags override its values"),
+      flag("--print-recipe", o.print_recipe, local, "print the resolved recipe (the recipe, then the flags) as TOML and exit; needs no GPU"),
+      text("--train-data", o.train_data, log, "glob pattern of training shards").in("data.train"),
+      text("--val-data", o.val_data, log, "glob pattern of validation shards").in("data.val"),
       flag("--allow-train-on-val", o.allow_train_on_val, local,
            "train on shards that are validation shards too (the same pattern, or a shard of the same bytes): refused without it, "
            "since the validation loss would measure memory; the log notes the shards shared"),
-      integer("--vocab-size", o.vocab_size, 1, 65536, log, "token ids in the shards must be below this"),
+      integer("--vocab-size", o.vocab_size, 1, 65536, log, "token ids in the shards must be below this").in("data.vocab_size"),
       flag("--check-data", o.check_data, local,
            "check every shard (header, size, token ids, manifest) and that no training shard is a validation shard, and exit; needs no GPU"),
       text("--log-file", o.log_file, log, "write the step lines here (and JSON lines beside it); must not exist yet"),
-      integer("--layers", o.layers, 2, 256, run, "transformer blocks (even)"),
-      integer("--width", o.width, 8, 16384, run, "model width"),
-      integer("--heads", o.heads, 1, 256, run, "attention heads (width / heads must be 64 or 128)"),
-      integer("--hidden", o.hidden, 8, 65536, run, "MLP hidden width"),
-      fixed("vocab", o.model_vocab),
-      integer("--seq-len", o.seq_len, 1, 1 << 20, run, "tokens per sequence"),
-      integer("--seqs-per-step", o.seqs_per_step, 1, 1024, run, "sequences per step (global batch)"),
-      integer("--steps", o.steps, 1, 1000000, run, "training steps"),
-      integer("--window-blocks", o.window_blocks, 0, 1 << 20, run, "fixed attention window in blocks of 128 tokens; 0: the record's schedule"),
-      text("--window-mask", o.window_mask, run, "uni: q - kv < W; bi: |q - kv| < W", {"uni", "bi"}),
+      integer("--layers", o.layers, 2, 256, run, "transformer blocks (even)").in("model.layers"),
+      integer("--width", o.width, 8, 16384, run, "model width").in("model.width"),
+      integer("--heads", o.heads, 1, 256, run, "attention heads (width / heads must be 64 or 128)").in("model.heads"),
+      integer("--hidden", o.hidden, 8, 65536, run, "MLP hidden width").in("model.hidden"),
+      integer("vocab", o.model_vocab, 1, 1 << 20, run,
+              "the embedding's and the head's rows (at least data.vocab_size; GPT-2's vocabulary padded to a multiple of 128)")
+          .in("model.vocab"),
+      integer("--seq-len", o.seq_len, 1, 1 << 20, run, "tokens per sequence").in("batch.seq_len"),
+      integer("--seqs-per-step", o.seqs_per_step, 1, 1024, run, "sequences per step (global batch)").in("batch.seqs_per_step"),
+      integer("--steps", o.steps, 1, 1000000, run, "training steps").in("run.steps"),
+      integer("--window-blocks", o.window_blocks, 0, 1 << 20, run, "fixed attention window in blocks of 128 tokens; 0: the schedule's")
+          .in("attention.window_blocks"),
+      text("--window-mask", o.window_mask, run, "uni: q - kv < W; bi: |q - kv| < W", {"uni", "bi"}).in("attention.window_mask"),
       text("--window-granularity", o.window_granularity, run, "compare block indices (q/128 - k/128 < N) or tokens (q - k < 128 N)",
-           {"block", "token"}),
-      integer("--causal", o.causal, 0, 1, run, "1: keep k <= q"),
-      integer("--doc-mask", o.doc_mask, 0, 1, run, "1: attend within documents only"),
+           {"block", "token"})
+          .in("attention.window_granularity"),
+      integer("--causal", o.causal, 0, 1, run, "1: keep k <= q").in("attention.causal"),
+      integer("--doc-mask", o.doc_mask, 0, 1, run, "1: attend within documents only").in("attention.doc_mask"),
       integer("--prefix-tokens", o.prefix_tokens, 0, 1 << 20, Role::kDefinesRunIfSet,
-              "prefix-LM: the first P tokens of each document see each other both ways and are not predicted (0: off)"),
+              "prefix-LM: the first P tokens of each document see each other both ways and are not predicted (0: off)")
+          .in("attention.prefix_tokens"),
       integer("--prefix-attention", o.prefix_attention, 0, 1, Role::kDefinesRunIfSet,
-              "0: keep causal attention but drop the same targets as --prefix-tokens (the baseline of a prefix-LM ablation)"),
+              "0: keep causal attention but drop the same targets as --prefix-tokens (the baseline of a prefix-LM ablation)")
+          .in("attention.prefix_attention"),
       integer<uint64_t>("--seed", o.seed, 0, UINT64_MAX, run, "initialisation seed"),
-      integer("--val-every", o.val_every, 1, 1000000, log, "validate every N steps (and at the end)"),
-      integer("--val-tokens", o.val_tokens, 1LL, 1LL << 40, log, "validation tokens"),
+      // the optimiser and its schedules: recipe keys, no flags (model::OptimizerHyper, model::Schedule)
+      real("lr_embed", o.lr_embed, 0.0, 100.0, Role::kDefinesRunIfSet, "Adam's learning rate of the token and value embeddings")
+          .in("optimizer.adam.lr_embed"),
+      real("lr_head", o.lr_head, 0.0, 100.0, Role::kDefinesRunIfSet, "Adam's learning rate of the head").in("optimizer.adam.lr_head"),
+      real("lr_scalar", o.lr_scalar, 0.0, 100.0, Role::kDefinesRunIfSet, "Adam's learning rate of the scalars (lambdas, skip weights)")
+          .in("optimizer.adam.lr_scalar"),
+      real("adam_beta1", o.adam_beta1, 0.0, 0.9999, Role::kDefinesRunIfSet, "Adam's first-moment decay").in("optimizer.adam.beta1"),
+      real("adam_beta2", o.adam_beta2, 0.0, 0.9999, Role::kDefinesRunIfSet, "Adam's second-moment decay").in("optimizer.adam.beta2"),
+      real("adam_eps", o.adam_eps, 1e-30, 1.0, Role::kDefinesRunIfSet, "Adam's epsilon").in("optimizer.adam.eps"),
+      real("lr_muon", o.lr_muon, 0.0, 100.0, Role::kDefinesRunIfSet,
+           "Muon's learning rate of the block matrices (times sqrt(max(1, cols / rows)))")
+          .in("optimizer.muon.lr"),
+      real("muon_momentum_start", o.muon_momentum_start, 0.0, 1.0, Role::kDefinesRunIfSet, "Muon's momentum at the first step")
+          .in("optimizer.muon.momentum_start"),
+      real("muon_momentum_end", o.muon_momentum_end, 0.0, 1.0, Role::kDefinesRunIfSet,
+           "Muon's momentum once schedule.momentum_warmup is over (linear in between)")
+          .in("optimizer.muon.momentum_end"),
+      integer("schedule_steps", o.schedule_steps, 1, 1000000, Role::kDefinesRunIfSet,
+              "the schedule's step counts are of a run this long: a run of S steps scales them by S / reference_steps")
+          .in("schedule.reference_steps"),
+      integer("lr_cooldown_steps", o.lr_cooldown_steps, 1, 1000000, Role::kDefinesRunIfSet,
+              "the learning rates fall linearly to 0 over the run's last this many steps (scaled)")
+          .in("schedule.lr_cooldown"),
+      integer("momentum_warmup_steps", o.momentum_warmup_steps, 1, 1000000, Role::kDefinesRunIfSet,
+              "Muon's momentum goes from momentum_start to momentum_end over the run's first this many steps (scaled)")
+          .in("schedule.momentum_warmup"),
+      integer("window_start", o.window_start, 64, 1 << 20, Role::kDefinesRunIfSet,
+              "the attention window at the first step, in tokens (to the nearest block of 128; attention.window_blocks 0)")
+          .in("schedule.window_start"),
+      integer("window_end", o.window_end, 64, 1 << 20, Role::kDefinesRunIfSet,
+              "the attention window at the end, in tokens (linear in between)")
+          .in("schedule.window_end"),
+      integer("--val-every", o.val_every, 1, 1000000, log, "validate every N steps (and at the end)").in("validation.every"),
+      integer("--val-tokens", o.val_tokens, 1LL, 1LL << 40, log, "validation tokens").in("validation.tokens"),
       text("--checkpoint-dir", o.checkpoint_dir, log,
            "write checkpoints here (every --checkpoint-every steps and at the end); a new or empty folder, or the one --resume reads from"),
       integer("--checkpoint-every", o.checkpoint_every, 0, 1000000, log, "steps between checkpoints (0: only at the end)"),
@@ -128,20 +244,83 @@ std::vector<Row> table(Options& o) {
   };
 }
 
-void apply_preset(Options& o, const std::string& name) {
-  if (name == "default") return;  // the fields' initial values: a short run on GCIDE
-  if (name == "tiny") {
-    o.layers = 2, o.width = 128, o.heads = 2, o.hidden = 512, o.seq_len = 1024, o.steps = 30, o.val_every = 10,
-    o.val_tokens = 8 * 1024;
-    return;
+// The shipped recipes' names, and --preset's name as the recipe it names ("" if none).
+std::string shipped_name(const std::string& preset) {
+  const std::string name = preset == "speedrun" ? "2024-12-10" : preset;  // the record's date, by its old name
+  for (int i = 0; i < kShippedRecipeCount; i++)
+    if (name == kShippedRecipes[i].name) return name;
+  return "";
+}
+
+// "FILE:LINE:COLUMN" of a recipe's node (or of the file alone, where it has no position).
+std::string where(const std::string& file, const toml::source_region& at) {
+  return at.begin.line ? file + ":" + std::to_string(at.begin.line) + ":" + std::to_string(at.begin.column) : file;
+}
+
+// Sets the fields of o that a recipe names: --recipe FILE read from disk, else --preset's shipped
+// recipe. A recipe gives every recipe key of table() once, each of its type and in its range; an
+// unknown key, a wrong type, a value out of range, a key missing, a file that cannot be read or is
+// not TOML is refused (CLI::ValidationError), naming the file, the line and column, and the key.
+void apply_recipe(Options& o) {
+  std::string text, file;
+  if (!o.recipe.empty()) {
+    file = o.recipe;
+    std::ifstream in(file, std::ios::binary);
+    if (!in) throw CLI::ValidationError("--recipe", file + ": cannot read it: " + std::strerror(errno));
+    std::ostringstream all;
+    all << in.rdbuf();
+    if (in.bad()) throw CLI::ValidationError("--recipe", file + ": cannot read it: " + std::strerror(errno));
+    text = all.str();
+  } else {
+    const std::string name = shipped_name(o.preset);
+    if (name.empty()) {
+      std::string known;
+      for (const std::string& n : shipped_recipes()) known += (known.empty() ? "" : ", ") + n;
+      throw CLI::ValidationError("--preset", "unknown preset '" + o.preset + "' (" + known + ", speedrun; or --recipe FILE)");
+    }
+    file = "recipes/" + name + ".toml (built in)";
+    text = shipped_recipe(name);
   }
-  if (name == "speedrun") {  // docs/model.md
-    o.layers = 12, o.width = 768, o.heads = 6, o.hidden = 3072, o.seq_len = 65536, o.steps = 1480, o.val_every = 125,
-    o.val_tokens = 10485760;
-    o.train_data = "data/fineweb10B/fineweb_train_*.bin", o.val_data = "data/fineweb10B/fineweb_val_*.bin";
-    return;
+  toml::table doc;
+  try {
+    doc = toml::parse(std::string_view(text), std::string_view(file));
+  } catch (const toml::parse_error& e) {
+    throw CLI::ValidationError(where(file, e.source()), "not a TOML file: " + std::string(e.description()));
   }
-  throw CLI::ValidationError("--preset", "unknown preset '" + name + "' (default, tiny, speedrun)");
+  std::vector<Row> rows = table(o);
+  std::vector<bool> seen(rows.size(), false);
+  // every key of the file: a table on the way to recipe keys, or a recipe key
+  std::function<void(const toml::table&, const std::string&)> walk = [&](const toml::table& t, const std::string& prefix) {
+    for (const auto& [k, node] : t) {
+      const std::string key = prefix + std::string(k.str());
+      size_t row = rows.size();
+      bool table_of_keys = false;
+      for (size_t i = 0; i < rows.size(); i++) {
+        if (rows[i].recipe == key) row = i;
+        if (rows[i].recipe.rfind(key + ".", 0) == 0) table_of_keys = true;
+      }
+      if (row < rows.size()) {
+        const std::string why = rows[row].load(node);
+        if (!why.empty()) throw CLI::ValidationError(where(file, node.source()), key + ": " + why);
+        seen[row] = true;
+      } else if (table_of_keys && node.is_table()) {
+        walk(*node.as_table(), key + ".");
+      } else {
+        std::string known;  // the keys of the table it is in
+        for (const Row& r : rows)
+          if (!r.recipe.empty() && r.recipe.rfind(prefix, 0) == 0 && r.recipe.find('.', prefix.size()) == std::string::npos)
+            known += (known.empty() ? "" : ", ") + r.recipe.substr(prefix.size());
+        throw CLI::ValidationError(where(file, node.source()),
+                                   table_of_keys ? key + ": want a table of keys, got a " + type_of(node)
+                                                 : "unknown key " + key + (known.empty() ? "" : " (" + (prefix.empty() ? std::string("the tables") : "[" + prefix.substr(0, prefix.size() - 1) + "]'s keys") + ": " + known + ")") +
+                                                       "; docs/recipes.md lists every key");
+      }
+    }
+  };
+  walk(doc, "");
+  for (size_t i = 0; i < rows.size(); i++)
+    if (!rows[i].recipe.empty() && !seen[i])
+      throw CLI::ValidationError(file, "no key " + rows[i].recipe + ": a recipe gives every key (docs/recipes.md)");
 }
 
 // Combinations no single flag's check can see.
@@ -150,6 +329,9 @@ void check_combinations(const Options& o, int world) {
   if (o.width % o.heads || (o.width / o.heads != 64 && o.width / o.heads != 128))
     throw CLI::ValidationError("--heads", "width / heads must be 64 or 128 (the attention kernel's head sizes)");
   if (o.width % 8 || o.hidden % 8) throw CLI::ValidationError("--width/--hidden", "must be multiples of 8");
+  if (o.vocab_size > o.model_vocab)
+    throw CLI::ValidationError("--vocab-size", std::to_string(o.vocab_size) + " is above the model's vocabulary (the recipe's model.vocab " +
+                                                   std::to_string(o.model_vocab) + "): token ids would have no embedding");
   if (o.prefix_tokens > 0 && !o.causal)
     throw CLI::ValidationError("--prefix-tokens", "needs --causal 1 (it relaxes the causal mask; without it every pair is kept already)");
   if (o.prefix_tokens >= o.seq_len)
@@ -182,22 +364,26 @@ void check_combinations(const Options& o, int world) {
 }  // namespace
 
 int parse_options(int argc, char** argv, int world, int rank, Options* o, std::string* refusal) {
-  // The preset sets the defaults first, then the flags override them: a first pass reads only
-  // --preset (in any of CLI11's forms: --preset NAME, --preset=NAME), the second reads every flag.
-  {
-    CLI::App pre;
-    pre.allow_extras();
-    pre.set_help_flag();
-    pre.add_option("--preset", o->preset);
-    try {
-      pre.parse(argc, argv);
-    } catch (const CLI::ParseError&) {
-      // the full parse below reports it
-    }
+  // The recipe sets the values first, then the flags override them: a first pass reads only
+  // --preset and --recipe (in any of CLI11's forms: --preset NAME, --preset=NAME), the second
+  // reads every flag.
+  CLI::Option *preset = nullptr, *recipe = nullptr;
+  CLI::App pre;
+  pre.allow_extras();
+  pre.set_help_flag();
+  preset = pre.add_option("--preset", o->preset);
+  recipe = pre.add_option("--recipe", o->recipe);
+  try {
+    pre.parse(argc, argv);
+  } catch (const CLI::ParseError&) {
+    // the full parse below reports it
   }
   CLI::App app{"train_gpt: GPT speedrun trainer (C++/CUDA)"};
   try {
-    apply_preset(*o, o->preset);
+    if (preset->count() && recipe->count())
+      throw CLI::ValidationError("--preset/--recipe", "give one: --preset NAME runs a shipped recipe, --recipe FILE a recipe file");
+    if (recipe->count()) o->preset.clear();
+    apply_recipe(*o);
     for (const Row& r : table(*o))
       if (r.add) r.add(app);
     app.parse(argc, argv);
@@ -211,7 +397,76 @@ int parse_options(int argc, char** argv, int world, int rank, Options* o, std::s
     *refusal = err.str();  // every rank's own: train/start_gate.h prints it
     return 2;
   }
+  if (o->print_recipe) {
+    if (rank == 0) std::fputs(recipe_toml(*o).c_str(), stdout);
+    return 0;
+  }
   return -1;
+}
+
+model::OptimizerHyper optimizer_hyper(const Options& o) {
+  model::OptimizerHyper h;
+  h.lr_embed = o.lr_embed, h.lr_head = o.lr_head, h.lr_scalar = o.lr_scalar, h.lr_muon = o.lr_muon;
+  h.beta1 = o.adam_beta1, h.beta2 = o.adam_beta2, h.adam_eps = o.adam_eps;
+  return h;
+}
+
+// The learning-rate cooldown and the momentum warm-up scale with --steps (the record's 600 and
+// 300 of 1480: schedule.lr_cooldown and momentum_warmup of reference_steps).
+model::Schedule schedule(const Options& o) {
+  model::Schedule sched;
+  sched.steps = o.steps;
+  sched.cooldown = std::max(1, (int)std::lround(o.steps * (double)o.lr_cooldown_steps / o.schedule_steps));
+  sched.momentum_warmup = std::max(1, (int)std::lround(o.steps * (double)o.momentum_warmup_steps / o.schedule_steps));
+  sched.momentum_start = o.muon_momentum_start, sched.momentum_end = o.muon_momentum_end;
+  sched.window_start = o.window_start, sched.window_end = o.window_end;
+  return sched;
+}
+
+std::string recipe_toml(const Options& o) {
+  Options copy = o;
+  const std::vector<Row> rows = table(copy);
+  std::string out = "# The resolved recipe: " +
+                    (o.recipe.empty() ? "recipes/" + shipped_name(o.preset) + ".toml" : o.recipe) +
+                    ", then the flags (train_gpt --print-recipe; keys: docs/recipes.md)\n";
+  std::vector<std::string> tables;  // in the order table() first names them
+  for (const Row& r : rows)
+    if (!r.recipe.empty()) {
+      const std::string t = r.recipe.substr(0, r.recipe.rfind('.'));
+      if (std::find(tables.begin(), tables.end(), t) == tables.end()) tables.push_back(t);
+    }
+  for (const std::string& t : tables) {
+    out += "\n[" + t + "]\n";
+    for (const Row& r : rows)
+      if (!r.recipe.empty() && r.recipe.substr(0, r.recipe.rfind('.')) == t) out += r.recipe.substr(t.size() + 1) + " = " + r.toml() + "\n";
+  }
+  return out;
+}
+
+std::string recipe_keys_markdown() {
+  Options o;
+  std::string out = "| key | type | values | flag | log and fingerprint name | what it sets |\n|---|---|---|---|---|---|\n";
+  auto cell = [](std::string s) {  // a table cell: its pipes escaped
+    for (size_t i = 0; (i = s.find('|', i)) != std::string::npos; i += 2) s.insert(i, "\\");
+    return s;
+  };
+  for (const Row& r : table(o))
+    if (!r.recipe.empty())
+      out += "| `" + r.recipe + "` | " + r.type + " | " + cell(r.range) + " | " + (r.is_flag() ? "`" + r.name + "`" : "") + " | " + r.key() +
+             " | " + cell(r.help) + " |\n";
+  return out;
+}
+
+std::vector<std::string> shipped_recipes() {
+  std::vector<std::string> names;
+  for (int i = 0; i < kShippedRecipeCount; i++) names.push_back(kShippedRecipes[i].name);
+  return names;
+}
+
+std::string shipped_recipe(const std::string& name) {
+  for (int i = 0; i < kShippedRecipeCount; i++)
+    if (name == kShippedRecipes[i].name) return kShippedRecipes[i].text;
+  return "";
 }
 
 std::string fingerprint(const Options& o) {

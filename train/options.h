@@ -1,16 +1,24 @@
-// The trainer's options: the fields, the presets, and the one table (train/options.cpp) that
-// defines each flag once and from which the command line, the run's fingerprint (what a
-// checkpoint must match to be resumed) and the log's configuration are all made.
+// The trainer's options: the fields, and the one table (train/options.cpp) that defines each
+// option once (its flag, its recipe key with its type and range, its role) and from which the
+// command line, the recipe's loader and its refusals, the recipe keys' documentation
+// (docs/recipes.md), the run's fingerprint (what a checkpoint must match to be resumed) and the
+// log's configuration are all made. A run's settings are a recipe (recipes/NAME.toml, or
+// --recipe FILE), then the flags over it.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "model/config.h"
+
 namespace train {
 
+// The field initial values are recipes/default.toml's (tests/test_recipes.cpp checks that they agree).
 struct Options {
-  std::string preset = "default";
+  std::string preset = "default";  // a shipped recipe by name (speedrun: 2024-12-10); "" with --recipe
+  std::string recipe;              // --recipe FILE as given; "" with a shipped recipe
+  bool print_recipe = false;       // print the resolved recipe (the recipe, then the flags) as TOML and exit
   std::string train_data = "data/gcide/gcide_train_*.bin";
   std::string val_data = "data/gcide/gcide_val_*.bin";
   std::string log_file;
@@ -28,6 +36,13 @@ struct Options {
   int prefix_tokens = 0;     // prefix-LM: the first P tokens of each document are not predicted and see each other; 0: off
   int prefix_attention = 1;  // 0: keep the causal attention (the baseline scored on the same targets)
   uint64_t seed = 1337;
+  // the optimiser (recipe keys only, no flags; model::OptimizerHyper, model::Schedule)
+  double lr_embed = 0.6, lr_head = 0.008, lr_scalar = 0.04;  // Adam's groups: embeddings, head, scalars
+  double adam_beta1 = 0.8, adam_beta2 = 0.95, adam_eps = 1e-8;
+  double lr_muon = 0.05, muon_momentum_start = 0.85, muon_momentum_end = 0.95;
+  // the schedules' step counts are of a run of schedule_steps steps, and scale with --steps
+  int schedule_steps = 1480, lr_cooldown_steps = 600, momentum_warmup_steps = 300;
+  int window_start = 64, window_end = 1792;  // the attention window's schedule, in tokens (when window_blocks is 0)
   std::string checkpoint_dir;  // empty: no checkpoints
   int checkpoint_every = 0;    // 0: only at the end (when checkpoint_dir is set)
   std::string resume;          // a checkpoint file to continue from
@@ -44,12 +59,25 @@ struct Options {
   int profile = 0;                    // > 0: per-category GPU time over the timed steps
 };
 
-// Parses the command line into *o: the preset's defaults first, then the flags. Returns -1 to
+// Parses the command line into *o: the recipe's values first (--recipe FILE, or the shipped
+// recipe --preset names), then the flags. Returns -1 to
 // go on, or the exit code: 0 for --help (its text printed on rank 0), 2 for a bad flag or
 // combination, with the message in *refusal, printed by no one here (every rank parses its own
 // flags; train/start_gate.h gathers the ranks' refusals). world is the number of ranks, which
 // the global batch must split over.
 int parse_options(int argc, char** argv, int world, int rank, Options* o, std::string* refusal);
+
+// The optimiser's hyper-parameters and the schedules of a run of these options.
+model::OptimizerHyper optimizer_hyper(const Options& o);
+model::Schedule schedule(const Options& o);
+
+// The resolved recipe (every recipe key's value in o) as a TOML recipe that --recipe reads back.
+std::string recipe_toml(const Options& o);
+// The recipe keys (type, range, field, flag, help) as a Markdown table: docs/recipes.md's.
+std::string recipe_keys_markdown();
+// The shipped recipes' names (recipes/*.toml, built into the binary), and one's text ("" if none).
+std::vector<std::string> shipped_recipes();
+std::string shipped_recipe(const std::string& name);
 
 // The flags that define the run's computation, as "name=value ..." (data paths are not in it:
 // their contents are the user's to keep).

@@ -1,0 +1,224 @@
+// Recipes (recipes/*.toml, docs/recipes.md) without a GPU: each shipped recipe resolves to the
+// Options, optimiser hyper-parameters and schedules the trainer ran before its settings were
+// recipes (the table below, frozen from the code of that time: the Options fields' initial
+// values, the presets' assignments, model::OptimizerHyper's values and the schedule's formulas);
+// flags over a recipe; --preset with --recipe refused; the fingerprint of each recipe its own;
+// the log's configuration carrying every recipe key; the resolved recipe read back as a recipe.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/check.h"
+#include "train/options.h"
+
+namespace {
+
+// The values of the time before recipes, by preset: the fields the preset set, the rest the
+// Options fields' initial values then; the optimiser's were model::OptimizerHyper's for every
+// preset.
+struct Old {
+  std::string train_data, val_data;
+  int layers, width, heads, hidden, seq_len, steps, val_every;
+  long long val_tokens;
+};
+const Old kDefault{"data/gcide/gcide_train_*.bin", "data/gcide/gcide_val_*.bin", 4, 256, 2, 1024, 8192, 300, 50, 8 * 8192};
+const Old kTiny{"data/gcide/gcide_train_*.bin", "data/gcide/gcide_val_*.bin", 2, 128, 2, 512, 1024, 30, 10, 8 * 1024};
+const Old kSpeedrun{"data/fineweb10B/fineweb_train_*.bin", "data/fineweb10B/fineweb_val_*.bin", 12, 768, 6, 3072, 65536, 1480, 125, 10485760};
+
+// The schedule as the trainer computed it then (train_gpt.cu's schedule() and model::Schedule's
+// formulas with the record's constants), for the update at step s of a run of `steps`.
+double old_lr_multiplier(int steps, int s) {
+  const int cooldown = std::max(1, (int)std::lround(steps * 600.0 / 1480));
+  return s < steps - cooldown ? 1.0 : (double)(steps - s) / cooldown;
+}
+double old_momentum(int steps, int s) {
+  const int warmup = std::max(1, (int)std::lround(steps * 300.0 / 1480));
+  const double f = std::min(1.0, (double)s / warmup);
+  return (1 - f) * 0.85 + f * 0.95;
+}
+int old_window_blocks(int steps, int s) {
+  const double f = (double)s / steps;
+  return (int)std::floor(((1 - f) * 64 + f * 1792 + 64) / 128);
+}
+
+// A resolved recipe without its first line (which names its source).
+std::string values_of(const train::Options& o) {
+  const std::string t = train::recipe_toml(o);
+  return t.substr(t.find('\n') + 1);
+}
+
+// parse_options over these arguments (after argv[0]); returns its code, the refusal in *why.
+int parse(std::vector<std::string> args, train::Options* o, std::string* why) {
+  args.insert(args.begin(), "train_gpt");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(&a[0]);
+  return train::parse_options((int)argv.size(), argv.data(), 1, 1, o, why);  // (rank 1: --help and the like print nothing)
+}
+
+// Every field of o against the old values: those a preset set, and every other field at its
+// value of the time. Prints each that differs; returns how many.
+int differences(const char* what, const train::Options& o, const Old& x) {
+  int bad = 0;
+  auto eq = [&](const char* field, auto got, auto want) {
+    if (!(got == want)) {
+      std::printf("  %s: %s differs from the value before recipes\n", what, field);
+      bad++;
+    }
+  };
+  eq("train_data", o.train_data, x.train_data), eq("val_data", o.val_data, x.val_data);
+  eq("layers", o.layers, x.layers), eq("width", o.width, x.width), eq("heads", o.heads, x.heads), eq("hidden", o.hidden, x.hidden);
+  eq("seq_len", o.seq_len, x.seq_len), eq("steps", o.steps, x.steps), eq("val_every", o.val_every, x.val_every);
+  eq("val_tokens", o.val_tokens, x.val_tokens);
+  eq("log_file", o.log_file, std::string()), eq("vocab_size", o.vocab_size, 50257), eq("check_data", o.check_data, false);
+  eq("allow_train_on_val", o.allow_train_on_val, false), eq("model_vocab", o.model_vocab, 50304);
+  eq("seqs_per_step", o.seqs_per_step, 8), eq("window_blocks", o.window_blocks, 0), eq("window_mask", o.window_mask, std::string("uni"));
+  eq("window_granularity", o.window_granularity, std::string("block")), eq("causal", o.causal, 1), eq("doc_mask", o.doc_mask, 1);
+  eq("prefix_tokens", o.prefix_tokens, 0), eq("prefix_attention", o.prefix_attention, 1), eq("seed", o.seed, (uint64_t)1337);
+  eq("checkpoint_dir", o.checkpoint_dir, std::string()), eq("checkpoint_every", o.checkpoint_every, 0), eq("resume", o.resume, std::string());
+  eq("grad_sync", o.grad_sync, std::string("end")), eq("grad_exchange", o.grad_exchange, std::string("fp32"));
+  eq("gather_wait", o.gather_wait, std::string("layer")), eq("gather_engine", o.gather_engine, std::string("copy-engines"));
+  eq("timeout", o.timeout, 300.0), eq("check_replicas", o.check_replicas, false), eq("balance_ranks", o.balance_ranks, false);
+  eq("fault", o.fault, std::string()), eq("profile", o.profile, 0);
+  // the optimiser: model::OptimizerHyper's values of the time, exactly
+  const model::OptimizerHyper h = train::optimizer_hyper(o);
+  eq("lr_embed", h.lr_embed, 0.6), eq("lr_head", h.lr_head, 0.008), eq("lr_scalar", h.lr_scalar, 0.04), eq("lr_muon", h.lr_muon, 0.05);
+  eq("beta1", h.beta1, 0.8), eq("beta2", h.beta2, 0.95), eq("adam_eps", h.adam_eps, 1e-8);
+  // the schedules at every step, to the bit
+  const model::Schedule s = train::schedule(o);
+  int lr = 0, mom = 0, win = 0;
+  for (int i = 0; i < o.steps; i++) {
+    lr += s.lr_multiplier(i) != old_lr_multiplier(o.steps, i);
+    mom += s.muon_momentum(i) != old_momentum(o.steps, i);
+    win += s.window_blocks(i) != old_window_blocks(o.steps, i);
+  }
+  eq("the lr multiplier's steps off", lr, 0), eq("the Muon momentum's steps off", mom, 0), eq("the window's steps off", win, 0);
+  return bad;
+}
+
+}  // namespace
+
+int main() {
+  // each shipped recipe, by its preset name and by its own, gives the values of the time
+  for (auto [args, old] : std::vector<std::pair<std::vector<std::string>, Old>>{
+           {{}, kDefault},
+           {{"--preset", "default"}, kDefault},
+           {{"--preset", "tiny"}, kTiny},
+           {{"--preset", "speedrun"}, kSpeedrun},
+           {{"--preset=2024-12-10"}, kSpeedrun}}) {
+    train::Options o;
+    std::string why;
+    const int rc = parse(args, &o, &why);
+    const std::string what = args.empty() ? "no flag" : args[0] + (args.size() > 1 ? " " + args[1] : "");
+    CHECK(rc == -1, "%s: parse refused (%d): %s", what.c_str(), rc, why.c_str());
+    CHECK(differences(what.c_str(), o, old) == 0, "%s: the Options differ from the values before recipes (above)", what.c_str());
+  }
+  // the Options fields' initial values are recipes/default.toml's
+  {
+    train::Options o, fresh;
+    std::string why;
+    parse({}, &o, &why);
+    CHECK(train::recipe_toml(o) == train::recipe_toml(fresh), "the Options' initial values are not default.toml's:\n%s\n---\n%s",
+          train::recipe_toml(o).c_str(), train::recipe_toml(fresh).c_str());
+  }
+  // the shorter runs the presets are also run at keep the old schedules (they scale with --steps)
+  for (const char* steps : {"1", "7", "50", "333", "1000", "2960"}) {
+    train::Options o;
+    std::string why;
+    CHECK(parse({"--preset", "speedrun", "--steps", steps}, &o, &why) == -1, "--steps %s refused: %s", steps, why.c_str());
+    Old x = kSpeedrun;
+    x.steps = std::atoi(steps);
+    CHECK(differences("speedrun --steps", o, x) == 0, "speedrun --steps %s: differs (above)", steps);
+  }
+  // flags over a recipe, in either order on the command line
+  for (auto args : std::vector<std::vector<std::string>>{{"--preset", "tiny", "--seq-len", "2048", "--steps", "12"},
+                                                         {"--seq-len=2048", "--steps", "12", "--preset", "tiny"}}) {
+    train::Options o;
+    std::string why;
+    CHECK(parse(args, &o, &why) == -1 && o.seq_len == 2048 && o.steps == 12 && o.layers == 2 && o.width == 128 && o.val_every == 10,
+          "flags over the tiny recipe: seq_len %d steps %d layers %d (%s)", o.seq_len, o.steps, o.layers, why.c_str());
+  }
+  // --preset and --recipe together, an unknown preset
+  {
+    train::Options o;
+    std::string why;
+    CHECK(parse({"--preset", "tiny", "--recipe", "recipes/tiny.toml"}, &o, &why) == 2 && why.find("--preset") != std::string::npos &&
+              why.find("--recipe") != std::string::npos,
+          "--preset with --recipe: %s", why.c_str());
+    why.clear();
+    train::Options p;
+    CHECK(parse({"--preset", "nope"}, &p, &why) == 2 && why.find("nope") != std::string::npos && why.find("2024-12-10") != std::string::npos,
+          "unknown preset: %s", why.c_str());
+  }
+  // the resolved recipe, written out, reads back as the same Options (flags included)
+  {
+    train::Options a, b;
+    std::string why;
+    parse({"--preset", "tiny", "--hidden", "768", "--window-mask", "bi"}, &a, &why);
+    const std::string path = "/tmp/test_recipes_" + std::to_string(::getpid()) + ".toml";
+    std::ofstream(path) << train::recipe_toml(a);
+    const int rc = parse({"--recipe", path}, &b, &why);
+    CHECK(rc == -1 && values_of(b) == values_of(a) && b.hidden == 768 && b.window_mask == "bi" && b.recipe == path &&
+              b.preset.empty(),
+          "the resolved recipe read back (%d: %s)", rc, why.c_str());
+    std::remove(path.c_str());
+  }
+  // each recipe its own fingerprint; a change of one optimiser value changes it, and the
+  // default recipe's is the fingerprint of the time before recipes (its checkpoints resume)
+  {
+    std::vector<std::string> prints;
+    for (const std::string& name : train::shipped_recipes()) {
+      if (name == "2024-12-10") continue;  // (speedrun below)
+      train::Options o;
+      std::string why;
+      parse({"--preset", name}, &o, &why);
+      prints.push_back(train::fingerprint(o));
+    }
+    train::Options s, lr;
+    std::string why;
+    parse({"--preset", "speedrun"}, &s, &why);
+    prints.push_back(train::fingerprint(s));
+    lr = s, lr.lr_muon = 0.04;
+    prints.push_back(train::fingerprint(lr));
+    lr = s, lr.lr_cooldown_steps = 601;
+    prints.push_back(train::fingerprint(lr));
+    for (size_t i = 0; i < prints.size(); i++)
+      for (size_t j = i + 1; j < prints.size(); j++) CHECK(prints[i] != prints[j], "fingerprints %zu and %zu agree: %s", i, j, prints[i].c_str());
+    CHECK(prints.size() == 5, "%zu fingerprints (default, tiny, speedrun and two changes of it)", prints.size());
+    CHECK(prints[0] ==
+              "layers=4 width=256 heads=2 hidden=1024 vocab=50304 seq_len=8192 seqs_per_step=8 steps=300 window_blocks=0 "
+              "window_mask=uni window_granularity=block causal=1 doc_mask=1 seed=1337",
+          "the default recipe's fingerprint: %s", prints[0].c_str());
+    CHECK(prints[3].find("lr_muon=0.04") != std::string::npos, "the changed optimiser value in the fingerprint: %s", prints[3].c_str());
+  }
+  // the log's configuration: every recipe key's value, under its field's name, and the recipe's source
+  {
+    train::Options o;
+    std::string why;
+    parse({"--preset", "speedrun", "--steps", "20"}, &o, &why);
+    const auto cfg = nlohmann::json::parse(train::config_json(o, "0123456789abcdef", 1, "GPU", "abc"));
+    CHECK(cfg.at("preset") == "speedrun" && cfg.at("recipe") == "" && cfg.at("steps") == 20 && cfg.at("layers") == 12 &&
+              cfg.at("lr_muon") == 0.05 && cfg.at("adam_beta1") == 0.8 && cfg.at("lr_cooldown_steps") == 600 &&
+              cfg.at("schedule_steps") == 1480 && cfg.at("window_end") == 1792 && cfg.at("muon_momentum_start") == 0.85 &&
+              cfg.at("val_tokens") == 10485760 && cfg.at("train_data") == "data/fineweb10B/fineweb_train_*.bin",
+          "configuration: %s", cfg.dump().c_str());
+    // every key of the resolved recipe is in it, with the same value
+    train::Options back;
+    const std::string path = "/tmp/test_recipes_cfg_" + std::to_string(::getpid()) + ".toml";
+    std::ofstream(path) << train::recipe_toml(o);
+    parse({"--recipe", path}, &back, &why);
+    std::remove(path.c_str());
+    const auto cfg_back = nlohmann::json::parse(train::config_json(back, "0123456789abcdef", 1, "GPU", "abc"));
+    int same = 0, keys = 0;
+    for (auto& [k, v] : cfg.items())
+      if (k != "preset" && k != "recipe") keys++, same += cfg_back.contains(k) && cfg_back.at(k) == v;
+    CHECK(keys > 30 && same == keys, "%d of %d configuration entries the same after the recipe's round trip", same, keys);
+  }
+  return test_summary("recipes");
+}

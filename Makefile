@@ -71,11 +71,11 @@ train_gpt: $(BUILD)/train_gpt.o $(ATTN_OBJS) $(BUILD)/data/dataloader.o $(BUILD)
 # new commit relinks train_gpt without recompiling it. "-dirty" when tracked files differ.
 # Beside it the digest of the source tree as built (kSourceDigest): SHA-256 over the sha256sum
 # lines (hash, path; sorted by path) of every C++/CUDA source (.cu .cuh .h .cpp) outside tests/
-# and bench/, and this Makefile: git's tracked files where this is a checkout, else every such
+# and bench/, the shipped recipes (recipes/*.toml, built in) and this Makefile: git's tracked files where this is a checkout, else every such
 # file under this folder but build/. It changes with any edit to what the binary may compile,
 # committed or not. `make source-digest` prints it; tests/test_source_digest.py recomputes it.
 GIT_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)$(shell git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo -dirty)
-SOURCE_LIST := { git ls-files -- '*.cu' '*.cuh' '*.h' '*.cpp' Makefile 2>/dev/null || find . -path ./build -prune -o -type f \( -name '*.cu' -o -name '*.cuh' -o -name '*.h' -o -name '*.cpp' -o -name Makefile \) -print | sed 's|^\./||'; } \
+SOURCE_LIST := { git ls-files -- '*.cu' '*.cuh' '*.h' '*.cpp' Makefile 'recipes/*.toml' 2>/dev/null || find . -path ./build -prune -o -type f \( -name '*.cu' -o -name '*.cuh' -o -name '*.h' -o -name '*.cpp' -o -name Makefile -o -path './recipes/*.toml' \) -print | sed 's|^\./||'; } \
                | grep -v -e '^tests/' -e '^bench/' | LC_ALL=C sort
 SOURCE_DIGEST = $$($(SOURCE_LIST) | while read -r f; do [ -f "$$f" ] && sha256sum "$$f"; done | sha256sum | cut -c1-64)
 $(BUILD)/version.cpp: FORCE

@@ -48,6 +48,7 @@ run loader-log env PYTHON="$PYTHON" "$BUILD/tests/test_loader_log"
 run recipes "$BUILD/tests/test_recipes"
 run tokenizer "$PYTHON" tests/test_tokenizer.py "$BUILD" "$VOCAB_DIR" "$GCIDE_DIR"
 run cli "$PYTHON" tests/test_cli.py "$BUILD" "$VOCAB_DIR"
+run recipes-cli "$PYTHON" tests/test_recipes.py ./train_gpt
 run fetch "$PYTHON" tests/test_fetch_fineweb.py
 run ablation-tools "$PYTHON" tests/test_ablation_tools.py
 run schedule-model "$PYTHON" tests/test_schedule_model.py

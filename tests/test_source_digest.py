@@ -2,7 +2,7 @@
 source:DIGEST) is computed by the build, never set by hand: `make source-digest` and the
 generated build/version.cpp (made in a copy of the tree) give the SHA-256 that this test
 recomputes independently (hashlib over the same files: every tracked .cu .cuh .h .cpp outside
-tests/ and bench/, and the Makefile), and the digest changes when one byte of one of those
+tests/ and bench/, the shipped recipes recipes/*.toml, and the Makefile), and the digest changes when one byte of one of those
 files does (on a copy of the tree).
 
     python3 tests/test_source_digest.py
@@ -22,7 +22,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def sources(files):
-    return sorted(f for f in files if (f.endswith((".cu", ".cuh", ".h", ".cpp")) or f == "Makefile")
+    return sorted(f for f in files if (f.endswith((".cu", ".cuh", ".h", ".cpp")) or f == "Makefile"
+                                       or (f.startswith("recipes/") and f.endswith(".toml")))
                   and not f.startswith(("tests/", "bench/")))
 
 
@@ -39,7 +40,7 @@ def make_digest(root):
 
 files = sources(tracked_files(ROOT))
 check("the digest covers the trainer's sources", "train_gpt.cu" in files and "Makefile" in files and "gemm/gemm.cuh" in files
-      and not any(f.startswith("tests/") for f in files), str(len(files)))
+      and "recipes/2024-12-10.toml" in files and not any(f.startswith("tests/") for f in files), str(len(files)))
 want = digest(ROOT, files)
 got = make_digest(ROOT)
 check("make source-digest equals the digest recomputed here", got == want, f"make {got}, here {want}")

@@ -60,10 +60,12 @@ struct Row {
   }
 };
 
+// "an integer", "a string", ...: a recipe value's type, as a refusal names it.
 std::string type_of(const toml::node& n) {
   std::ostringstream s;
   s << n.type();
-  return s.str();
+  const std::string t = s.str();
+  return (std::string("aeiou").find(t[0]) != std::string::npos ? "an " : "a ") + t;
 }
 
 // A double as the shortest decimal that reads back to it, as a TOML float ("0.008", "1e-08", "1.0").
@@ -83,7 +85,7 @@ Row integer(const char* name, T& v, T lo, T hi, Role role, const char* help) {
   r.load = [&v, lo, hi, range](const toml::node& n) -> std::string {
     if constexpr (std::is_signed<T>::value) {
       const auto* x = n.as_integer();
-      if (!x) return "want an integer from " + range + ", got a " + type_of(n);
+      if (!x) return "want an integer from " + range + ", got " + type_of(n);
       if (x->get() < (int64_t)lo || x->get() > (int64_t)hi) return std::to_string(x->get()) + " is out of range: want an integer from " + range;
       v = (T)x->get();
       return "";
@@ -101,7 +103,7 @@ Row real(const char* name, double& v, double lo, double hi, Role role, const cha
     double x;
     if (const auto* f = n.as_floating_point()) x = f->get();
     else if (const auto* i = n.as_integer()) x = (double)i->get();  // (1 for 1.0)
-    else return "want a number from " + range + ", got a " + type_of(n);
+    else return "want a number from " + range + ", got " + type_of(n);
     if (!std::isfinite(x) || x < lo || x > hi) return toml_real(x) + " is out of range: want a number from " + range;
     v = x;
     return "";
@@ -123,7 +125,7 @@ Row text(const char* name, std::string& v, Role role, const char* help, std::vec
     };
   r.load = [&v, choices, range](const toml::node& n) -> std::string {
     const auto* x = n.as_string();
-    if (!x) return "want a string" + (choices.empty() ? std::string() : " (" + range + ")") + ", got a " + type_of(n);
+    if (!x) return "want a string" + (choices.empty() ? std::string() : " (" + range + ")") + ", got " + type_of(n);
     if (!choices.empty() && std::find(choices.begin(), choices.end(), x->get()) == choices.end())
       return "'" + x->get() + "' is not one of " + range;
     v = x->get();
@@ -306,14 +308,18 @@ void apply_recipe(Options& o) {
       } else if (table_of_keys && node.is_table()) {
         walk(*node.as_table(), key + ".");
       } else {
-        std::string known;  // the keys of the table it is in
+        std::vector<std::string> known;  // the keys (or tables) of the table it is in
         for (const Row& r : rows)
-          if (!r.recipe.empty() && r.recipe.rfind(prefix, 0) == 0 && r.recipe.find('.', prefix.size()) == std::string::npos)
-            known += (known.empty() ? "" : ", ") + r.recipe.substr(prefix.size());
-        throw CLI::ValidationError(where(file, node.source()),
-                                   table_of_keys ? key + ": want a table of keys, got a " + type_of(node)
-                                                 : "unknown key " + key + (known.empty() ? "" : " (" + (prefix.empty() ? std::string("the tables") : "[" + prefix.substr(0, prefix.size() - 1) + "]'s keys") + ": " + known + ")") +
-                                                       "; docs/recipes.md lists every key");
+          if (!r.recipe.empty() && r.recipe.rfind(prefix, 0) == 0) {
+            const std::string next = r.recipe.substr(prefix.size(), r.recipe.find('.', prefix.size()) - prefix.size());
+            if (std::find(known.begin(), known.end(), next) == known.end()) known.push_back(next);
+          }
+        std::string list;
+        for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+        const std::string in = prefix.empty() ? "the tables" : "[" + prefix.substr(0, prefix.size() - 1) + "]'s keys";
+        throw CLI::ValidationError(where(file, node.source()), table_of_keys ? key + ": want a table of keys, got " + type_of(node)
+                                                                             : "unknown key " + key + " (" + in + ": " + list +
+                                                                                   "; docs/recipes.md lists every key)");
       }
     }
   };

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -104,7 +105,20 @@ int differences(const char* what, const train::Options& o, const Old& x) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--keys") {  // the table docs/recipes.md holds
+    std::fputs(train::recipe_keys_markdown().c_str(), stdout);
+    return 0;
+  }
+  // docs/recipes.md's table of keys is the schema's (run from the repository's root)
+  {
+    std::ifstream in("docs/recipes.md");
+    std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(in.good() || in.eof(), "docs/recipes.md: cannot read it (run from the repository's root)");
+    CHECK(doc.find(train::recipe_keys_markdown()) != std::string::npos,
+          "docs/recipes.md does not hold the recipe keys' table of train/options.cpp; build/tests/test_recipes --keys prints it:\n%s",
+          train::recipe_keys_markdown().c_str());
+  }
   // each shipped recipe, by its preset name and by its own, gives the values of the time
   for (auto [args, old] : std::vector<std::pair<std::vector<std::string>, Old>>{
            {{}, kDefault},

@@ -16,7 +16,7 @@ namespace train {
 
 // The field initial values are recipes/default.toml's (tests/test_recipes.cpp checks that they agree).
 struct Options {
-  std::string preset = "default";  // a shipped recipe by name (speedrun: 2024-12-10); "" with --recipe
+  std::string preset = "default";  // a shipped recipe by name (speedrun: the record's); "" with --recipe
   std::string recipe;              // --recipe FILE as given; "" with a shipped recipe
   bool print_recipe = false;       // print the resolved recipe (the recipe, then the flags) as TOML and exit
   std::string train_data = "data/gcide/gcide_train_*.bin";

@@ -5,7 +5,7 @@
 namespace train {
 
 struct ShippedRecipe {
-  const char* name;  // the file's name without .toml: "2024-12-10"
+  const char* name;  // the file's name without .toml: "tiny"
   const char* text;  // its contents
 };
 extern const ShippedRecipe kShippedRecipes[];

@@ -8,6 +8,9 @@ first command runs it, and the first 50 steps of every preset.
   every preset (tiny, default, speedrun): its first 50 steps (--steps 50) on the given shards.
     The speedrun preset's own shards are FineWeb's; on GCIDE its validation is cut to 524288
     tokens (8 of its 65536-token sequences), which the 1M-token validation shard holds.
+  --preset speedrun against --recipe recipes/2024-12-10.toml: 4 steps each on the given shards,
+    the same losses to the bit and the same configuration (tests/test_recipes.py checks the
+    resolved recipes agree without a GPU).
 Each run must exit 0, log every step, and end with a finite validation loss at its last step
 (read from the JSON-lines log). The table at the end gives each job's step_avg (as its log's
 last step line: training time over the steps after the first 10) and final validation loss.
@@ -70,6 +73,32 @@ for preset in ("tiny", "default", "speedrun"):
     if preset == "speedrun" and not DATA:  # its own shards are FineWeb's: the given ones instead
         extra = ["--train-data", TRAIN_PAT, "--val-data", VAL_PAT, "--val-tokens", "524288"]
     rows.append(run(f"preset_{preset}_50", ["--preset", preset, "--steps", "50"] + DATA + extra, 50))
+
+# --preset speedrun and --recipe recipes/2024-12-10.toml are one run: 4 steps of each (validation
+# of one 65536-token sequence at steps 0 and 4) give the same losses, to the bit, and the same
+# configuration but for the entries that name the recipe's source
+SPEEDRUN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "2024-12-10.toml")
+SHORT = ["--steps", "4", "--val-every", "4", "--val-tokens", "65536", "--train-data", TRAIN_PAT, "--val-data", VAL_PAT]
+
+
+def losses_and_config(name):
+    """Of a run above: [(event, step, loss)] of its step and validation lines, and its configuration
+    without the entries that name its recipe's source, its run and its log."""
+    jl = os.path.join(TMP, name + ".jsonl")
+    events = [json.loads(line) for line in open(jl)] if os.path.exists(jl) else []
+    lines = [(e["event"], e["step"], e.get("val_loss", e.get("train_loss"))) for e in events if e.get("event") in ("step", "val")]
+    config = next((e for e in events if e.get("event") == "config"), {})
+    return lines, {k: v for k, v in config.items() if k not in ("preset", "recipe", "run_id", "log_file")}
+
+
+run("speedrun_preset_4", ["--preset", "speedrun"] + SHORT, 4)
+run("speedrun_recipe_4", ["--recipe", SPEEDRUN] + SHORT, 4)
+(a, config_a), (b, config_b) = losses_and_config("speedrun_preset_4"), losses_and_config("speedrun_recipe_4")
+finite = all(isinstance(x, float) and math.isfinite(x) for _, _, x in a)
+check("--preset speedrun and --recipe recipes/2024-12-10.toml: the same losses to the bit (5 lines or more, finite)",
+      len(a) >= 5 and finite and a == b, f"{a}\n{b}")
+check("--preset speedrun and --recipe recipes/2024-12-10.toml: the same configuration", config_a and config_a == config_b,
+      f"{config_a}\n{config_b}")
 
 print(f"{'job':<22} {'step_avg ms':>15} {'final val loss':>15}  flags")
 for name, flags, ms, val in rows:

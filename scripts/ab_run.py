@@ -16,7 +16,7 @@ first; nothing is deleted. More runs or other GPU counts only extend a campaign 
 A variant whose runs would train on their validation data is refused before anything is
 written: the same --train-data and --val-data pattern (exit 2), or a shard of the same SHA-256
 under both (exit 1, naming both files), unless its flags hold --allow-train-on-val; a pattern
-its flags do not give is train_gpt's default for its --preset.
+its flags do not give is train_gpt's default: its recipe's (--recipe FILE, or --preset NAME's).
 It records the plan too ("plan": the variants, GPU counts and seeds, this command's and those of
 the record it extends), so that scripts/ab_report.py can say what was planned, what ran and what
 is missing. Every count has a bound, checked before any command is built (exit 2 naming the flag):
@@ -41,10 +41,12 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
 import time
+import tomllib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import campaign_record  # noqa: E402
@@ -56,12 +58,22 @@ from tool_errors import ToolError, run as run_tool  # noqa: E402
 DEFINING = ("variants", "common", "seed0", "trainer", "mpirun_args")
 OPTIONAL = ("data",)  # recorded since; a record without it is of an earlier runner and not compared
 DATA_FLAGS = ("--train-data", "--val-data")
-# train_gpt's data patterns where its flags name none, by --preset: the Options fields' initial
-# values (train/options.h) and what apply_preset (train/options.cpp) sets; tests/test_hostile_ab.py
-# checks that they agree with those files
-DEFAULT_DATA = {"default": ("data/gcide/gcide_train_*.bin", "data/gcide/gcide_val_*.bin"),
-                "tiny": ("data/gcide/gcide_train_*.bin", "data/gcide/gcide_val_*.bin"),
-                "speedrun": ("data/fineweb10B/fineweb_train_*.bin", "data/fineweb10B/fineweb_val_*.bin")}
+# train_gpt's data patterns where its flags name none are its recipe's (docs/recipes.md): the
+# --recipe file's [data], else the shipped recipe --preset names (recipes/NAME.toml, speedrun:
+# 2024-12-10), else recipes/default.toml
+RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes")
+
+
+def recipe_data(path):
+    """The (train, val) patterns of a recipe file's [data] table, or (None, None) where the file
+    cannot be read as a recipe (train_gpt refuses it, naming why)."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f).get("data")
+    except (OSError, ValueError):  # (tomllib.TOMLDecodeError is a ValueError; so is text that is not UTF-8)
+        return None, None
+    patterns = tuple(data.get(k) if isinstance(data, dict) else None for k in ("train", "val"))
+    return patterns if all(isinstance(p, str) for p in patterns) else (None, None)
 
 
 def file_sha256(path):
@@ -109,8 +121,13 @@ def last_value(flags, name):
 
 def data_patterns(flags):
     """The --train-data and --val-data patterns a run of these flags reads: the last given, else
-    train_gpt's default for its --preset (None for a preset train_gpt does not know: it refuses it)."""
-    default = DEFAULT_DATA.get(last_value(flags, "--preset") or "default", (None, None))
+    train_gpt's default, its recipe's (None for a recipe train_gpt cannot read: it refuses it)."""
+    recipe, preset = last_value(flags, "--recipe"), last_value(flags, "--preset") or "default"
+    preset = "2024-12-10" if preset == "speedrun" else preset
+    if recipe is not None:
+        default = recipe_data(recipe)
+    else:
+        default = recipe_data(os.path.join(RECIPES, preset + ".toml")) if re.fullmatch(r"[A-Za-z0-9_-]+", preset) else (None, None)
     train, val = last_value(flags, "--train-data"), last_value(flags, "--val-data")
     return (default[0] if train is None else train), (default[1] if val is None else val)
 

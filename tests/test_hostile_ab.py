@@ -443,15 +443,21 @@ case("ab_run: --allow-train-on-val among the flags lets it through (dry run)",
      ["1 to run"])
 
 # a pattern not given is train_gpt's default (relative to the folder the runs start in): the
-# same refusals cover it; ab_run's table of defaults is train_gpt's (train/options.h, options.cpp)
+# same refusals cover it; ab_run's defaults are train_gpt's recipe's (recipes/*.toml, --recipe FILE)
 sys.path.insert(0, S)
 import ab_run  # noqa: E402
-opts_h = open(os.path.join(ROOT, "train", "options.h")).read()
-opts_cpp = open(os.path.join(ROOT, "train", "options.cpp")).read()
-check("ab_run: its default data patterns are train_gpt's (options.h; apply_preset's speedrun)",
-      f'train_data = "{ab_run.DEFAULT_DATA["default"][0]}"' in opts_h and f'val_data = "{ab_run.DEFAULT_DATA["default"][1]}"' in opts_h
-      and ab_run.DEFAULT_DATA["tiny"] == ab_run.DEFAULT_DATA["default"]
-      and f'o.train_data = "{ab_run.DEFAULT_DATA["speedrun"][0]}", o.val_data = "{ab_run.DEFAULT_DATA["speedrun"][1]}"' in opts_cpp)
+GCIDE = ("data/gcide/gcide_train_*.bin", "data/gcide/gcide_val_*.bin")
+FINEWEB = ("data/fineweb10B/fineweb_train_*.bin", "data/fineweb10B/fineweb_val_*.bin")
+own_recipe = path("own_recipe.toml")
+open(own_recipe, "w").write(open(os.path.join(ROOT, "recipes", "tiny.toml")).read().replace(GCIDE[1], "v/*.bin"))
+bad_recipe = path("bad_recipe.toml")
+open(bad_recipe, "wb").write(b"[data\n\xff")
+for flags, want in [([], GCIDE), (["--preset", "tiny"], GCIDE), (["--preset=speedrun"], FINEWEB), (["--preset", "2024-12-10"], FINEWEB),
+                    (["--preset", "speedrun", "--train-data", "t/*.bin"], ("t/*.bin", FINEWEB[1])), (["--recipe", own_recipe], (GCIDE[0], "v/*.bin")),
+                    (["--preset", "nope"], (None, None)), (["--preset", "../recipes/tiny"], (None, None)), (["--recipe", bad_recipe], (None, None)),
+                    (["--recipe", path("missing.toml")], (None, None))]:
+    check(f"ab_run: the data patterns of {flags} are train_gpt's recipe's", ab_run.data_patterns(flags) == want,
+          f"{ab_run.data_patterns(flags)} where {want}")
 DFL = path("default_data")
 os.makedirs(os.path.join(DFL, "data", "gcide"))
 open(os.path.join(DFL, "data", "gcide", "gcide_train_000001.bin"), "wb").write(b"\3" * 1024)

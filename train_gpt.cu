@@ -2,8 +2,8 @@
 //
 // Reads top to bottom: data checks, the optimiser over the parameter layout, the pieces of a run
 // (data, GPU, model, checkpoints, one step, validation, the report), the training loop, main.
-// The options are train/options.h (one table gives the flags, the fingerprint and the log's
-// configuration). The model is model/gpt.cuh (forward and backward, checked against the fp64
+// The options are train/options.h (one table gives the flags, the recipes' keys, the fingerprint
+// and the log's configuration; a run's settings are a recipe, recipes/*.toml, then the flags). The model is model/gpt.cuh (forward and backward, checked against the fp64
 // reference); the optimiser is train/optimizer.cuh (Adam and Muon). Checkpoints
 // (--checkpoint-dir, --resume) are train/checkpoint.h. Several GPUs: one process each under
 // mpirun (train/dist.h), the optimiser's work and state shared out among the ranks

@@ -89,7 +89,7 @@ check("a key missing: exit 2 naming the file and the key", rc == 2 and path in e
 rc, out, err = run("--recipe", os.path.join(TMP, "nope.toml"))
 check("a missing file: exit 2 naming it", rc == 2 and "nope.toml" in err and "cannot read" in err, f"exit {rc}: {err}")
 rc, out, err = run("--recipe", TMP)
-check("a folder for a file: exit 2 naming it", rc == 2 and TMP in err, f"exit {rc}: {err}")
+check("a folder for a file: exit 2 naming it", rc == 2 and TMP in err and "a folder" in err, f"exit {rc}: {err}")
 bad = os.path.join(TMP, "binary.toml")
 open(bad, "wb").write(b"[model]\nlayers = 2\xff\xfe\n")
 rc, out, err = run("--recipe", bad)

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -267,6 +268,8 @@ void apply_recipe(Options& o) {
   std::string text, file;
   if (!o.recipe.empty()) {
     file = o.recipe;
+    std::error_code ec;
+    if (std::filesystem::is_directory(file, ec)) throw CLI::ValidationError("--recipe", file + ": a folder, not a recipe file");
     std::ifstream in(file, std::ios::binary);
     if (!in) throw CLI::ValidationError("--recipe", file + ": cannot read it: " + std::strerror(errno));
     std::ostringstream all;

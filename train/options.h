@@ -60,9 +60,9 @@ struct Options {
 };
 
 // Parses the command line into *o: the recipe's values first (--recipe FILE, or the shipped
-// recipe --preset names), then the flags. Returns -1 to
-// go on, or the exit code: 0 for --help (its text printed on rank 0), 2 for a bad flag or
-// combination, with the message in *refusal, printed by no one here (every rank parses its own
+// recipe --preset names), then the flags. Returns -1 to go on, or the exit code: 0 for --help
+// and --print-recipe (printed on rank 0), 2 for a bad flag, recipe or combination, with the
+// message in *refusal, printed by no one here (every rank parses its own
 // flags; train/start_gate.h gathers the ranks' refusals). world is the number of ranks, which
 // the global batch must split over.
 int parse_options(int argc, char** argv, int world, int rank, Options* o, std::string* refusal);

@@ -438,6 +438,17 @@ logs_fifo = path("logs_fifo")
 os.makedirs(logs_fifo)
 fifo(os.path.join(logs_fifo, "uni_g1_r0.txt"))
 case("ab_report, a FIFO named like a log", REP + ["--logs-dir", logs_fifo, "--out", path("rep")], 1, ["uni_g1_r0.txt", "FIFO"])
+# peer/full_run_logs.py: a FIFO where a run's JSON lines belong, or as LOG_DIR, is named (never
+# read, which would hang; never passed over as no log)
+FRL = [PY, os.path.join(ROOT, "peer", "full_run_logs.py")]
+fr_fifo = path("fr_fifo")
+os.makedirs(fr_fifo)
+fifo(os.path.join(fr_fifo, "peer_g1.jsonl"))
+for mode in ("check", "table"):
+    case(f"full_run_logs {mode}, a FIFO named like a run's JSON lines", FRL + [mode, fr_fifo, "1", "20", "x_*.bin"], 1,
+         ["peer_g1.jsonl", "FIFO"])
+    case(f"full_run_logs {mode}, LOG_DIR a FIFO", FRL + [mode, fifo(path(f"fr_dir_{mode}.fifo")), "1", "20", "x_*.bin"], 1,
+         [f"fr_dir_{mode}.fifo", "not a folder"])
 logs_badcamp = path("logs_badcamp")
 os.makedirs(logs_badcamp)
 shutil.copy(rec[4], os.path.join(logs_badcamp, "uni_g8_r0.txt"))

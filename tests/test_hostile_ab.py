@@ -639,6 +639,13 @@ rc, out, _ = case("mask_pairs with a NaN round: says which, no 'nan +- nan'", PA
 check("mask_pairs: '|' in a case name escaped", "prefix \\| 64" in out, out)
 case("mask_pairs with one round: no spread of 0.0", PAIRS + rounds[:1], 0, ["(1 round: no spread)", "n/a (1 round)"],
      absent=["+- 0.0"])
+# a round that holds no case (an empty or blank file: an interrupted bench) is named, not taken as a
+# round that measured nothing beside the others
+open(path("empty_round.json"), "w").close()
+open(path("blank_round.json"), "w").write("\n \n")
+for name in ("empty_round.json", "blank_round.json"):
+    case(f"mask_pairs with a round that is {name.split('_')[0]}: refused naming it", PAIRS + rounds + [path(name)], 1,
+         [f"{name}: holds no case"])
 open(path("exists.md"), "w").write("keep me\n")
 case("mask_pairs --out onto an existing file: refused, untouched", PAIRS + rounds + ["--out", path("exists.md")], 1, ["exists"],
      keep=[path("exists.md")])

@@ -9,7 +9,9 @@
 // made on cannot be known).
 // Blobs are fp32 arrays (master weights, Adam moments, Muon momentum). The data position is the
 // step (the loader needs nothing else) and training draws no random numbers after the start.
-// Reading checks the magic, version, sizes and checksum and names the file in every error;
+// Reading checks the magic, version, sizes and checksum, and every number against its range (the
+// step 0 to 2^31 - 1, adam_steps equal to it, at most 64 blobs of named, distinct names, floats
+// finite and Adam's second moments not negative), and names the file and field in every error;
 // a checkpoint whose config differs from the run's is refused, showing both, and so is one made
 // on other data (check_same_data), naming both digests.
 #pragma once

@@ -161,6 +161,7 @@ Checkpoint read_checkpoint(const std::string& path) {
     uint64_t sum;
     if (std::fread(&sum, sizeof(sum), 1, f) != 1) throw CheckpointError(path + ": truncated checkpoint");
     if (sum != want) throw CheckpointError(path + ": checksum mismatch: the checkpoint is corrupt");
+    c.checksum = sum;
     if (std::fgetc(f) != EOF) throw CheckpointError(path + ": trailing bytes after the checkpoint");
   } catch (...) {
     std::fclose(f);

@@ -32,6 +32,7 @@ struct Checkpoint {
   std::string data;  // the digests of the data the run read (empty in a version 1 file)
   int64_t step = 0, adam_steps = 0;
   std::map<std::string, std::vector<float>> blobs;
+  uint64_t checksum = 0;  // read_checkpoint: the file's checksum, which names its contents (the ranks of a job compare it)
 };
 
 void write_checkpoint(const std::string& path, const Checkpoint& c);

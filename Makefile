@@ -159,8 +159,8 @@ $(BUILD)/tests/test_shard_plan: $(BUILD)/tests/test_shard_plan.o $(MODEL_OBJS)
 $(BUILD)/tests/test_hand_out: $(BUILD)/tests/test_hand_out.o $(BUILD)/data/dataloader.o
 	$(CXX) $^ -o $@ $(CRYPTO_LIBS)
 
-$(BUILD)/tests/test_dist: $(BUILD)/tests/test_dist.o $(BUILD)/train/dist.o
-	$(CXX) $^ -o $@ $(shell $(if $(filter 1,$(USE_MPI)),mpicxx --showme:link,true))
+$(BUILD)/tests/test_dist: $(BUILD)/tests/test_dist.o $(BUILD)/train/dist.o $(BUILD)/train/start_gate.o
+	$(CXX) $^ -o $@ $(shell $(if $(filter 1,$(USE_MPI)),mpicxx --showme:link,true)) $(CRYPTO_LIBS)
 
 $(BUILD)/tests/test_optimizer_cpu: $(BUILD)/tests/test_optimizer_cpu.o $(MODEL_REF_OBJS)
 	$(CXX) -fopenmp $^ -o $@

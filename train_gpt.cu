@@ -676,7 +676,7 @@ class Trainer {
   // flags and its step (returned); then the shards, by Data; then (ready_for_gpu) that the
   // checkpoint was made on the same data, by content, and the size of its weights; then every
   // rank passes the start gate (a refusal before it on any rank ends every rank there:
-  // run_training). The checkpoint folder is made at the end of the constructor, once the run
+  // run_training), where the ranks compare the digests of the data and the checkpoint they read. The checkpoint folder is made at the end of the constructor, once the run
   // can start.
   static train::Checkpoint before_the_gpu(const Options& o, const dist::Context&) {
     train::Checkpoint ck;
@@ -695,7 +695,11 @@ class Trainer {
       if (master == ck.blobs.end() || master->second.size() != model::Layout(model_config(o)).size())
         throw train::CheckpointError(o.resume + ": blob master is missing or of another size");
     }
-    if (const int rc = gate.pass(-1, ""); rc >= 0) throw train::Refused(rc);
+    // every rank read the same data and checkpoint, by content (a path may name other files on another host)
+    const train::Agreed read = {{"train_data_sha256", data.train.digest()},
+                                {"val_data_sha256", data.val.digest()},
+                                {"--resume checkpoint's checksum", o.resume.empty() ? "none" : std::to_string(ck.checksum)}};
+    if (const int rc = gate.pass(-1, "", read); rc >= 0) throw train::Refused(rc);
     return open_gpu(ctx);
   }
   int micro() const { return data_.schedule.micro_steps(); }
@@ -832,7 +836,8 @@ int main(int argc, char** argv) {
   // every rank parses its own flags (mpirun may give each its own); what exists on disk is rank
   // 0's to judge (it alone writes logs and checkpoints). The log and the checkpoint folder are
   // tried for writing now (and made only once the run can start), so that neither is found
-  // unwritable after training has begun. Then the ranks agree: one's refusal ends every rank.
+  // unwritable after training has begun. Then the ranks agree: one's refusal ends every rank,
+  // and so does a rank whose resolved configuration differs from rank 0's.
   Options o;
   std::string refusal;
   int rc = train::parse_options(argc, argv, ctx.world, ctx.rank, &o, &refusal);
@@ -847,7 +852,7 @@ int main(int argc, char** argv) {
   // mpirun the ranks without it would wait there for ever, so it is refused at this gate
   if (rc < 0 && o.check_data && ctx.world > 1)
     rc = 2, refusal = "--check-data: checks the data in one process; run it without mpirun";
-  rc = train::StartGate(ctx).pass(rc, refusal);
+  rc = train::StartGate(ctx).pass(rc, refusal, train::resolved(o));  // every rank given the same configuration
   if (rc >= 0) return finish(rc, true);
   if (o.check_data) {
     int bad = ctx.rank == 0 ? check_data(o) : 0;

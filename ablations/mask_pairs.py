@@ -42,7 +42,9 @@ def read_rounds(paths):
     """{(shape, terms, prefix): {"name": ..., "fwd": [...], "fwdbwd": [...]}} over the files."""
     cases = {}
     for path in paths:
+        found = 0
         for where, c in read_json_lines(path, "benchmark JSON"):
+            found += 1
             c = record(c, where, "a case of bench_attention (a JSON object)")
             key = (tuple(field(c, k, where, int, 1, MAX_DIM) for k in SHAPE),
                    tuple(field(c, k, where, int, 0, MAX_DIM) for k in TERMS), field(c, "prefix", where, int, 0, MAX_DIM, default=0))
@@ -50,6 +52,8 @@ def read_rounds(paths):
             entry = cases.setdefault(key, {"name": str(c.get("case", "?")), "fwd": [], "fwdbwd": []})
             entry["fwd"].append(tf)
             entry["fwdbwd"].append(tfb)
+        if not found:  # a round that measured nothing (an interrupted bench): it would silently weigh nothing
+            raise ToolError(f"{path}: holds no case (empty or blank): not a round of bench_attention's JSON lines")
     return cases
 
 

@@ -11,6 +11,7 @@
 #pragma once
 #include <fnmatch.h>
 
+#include <cctype>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -76,10 +77,19 @@ inline bool read(const std::string& dir, std::vector<Entry>* out) {
     char name[4096], sum[80];
     unsigned long long t, d;
     int used = 0;
-    if (std::sscanf(line.c_str(), "%4095[^\t]\t%llu\t%llu\t%79s%n", name, &t, &d, sum, &used) != 4 || (size_t)used != line.size() ||
-        std::string(sum).size() != 64)
+    if (std::sscanf(line.c_str(), "%4095[^\t]\t%llu\t%llu\t%79s%n", name, &t, &d, sum, &used) != 4 || (size_t)used != line.size())
       throw shard::ShardError(path + ":" + std::to_string(lineno) + ": not 'file TAB tokens TAB documents TAB sha256'");
-    e.file = name, e.tokens = t, e.documents = d, e.sha256 = sum;
+    // the digest is compared with sha256::hex's lowercase digits: hex of either case is taken, as
+    // lowercase; anything else is refused here rather than reported later as a changed shard
+    e.sha256 = sum;
+    bool hex = e.sha256.size() == 64;
+    for (char& c : e.sha256) {
+      hex = hex && std::isxdigit((unsigned char)c);
+      c = (char)std::tolower((unsigned char)c);
+    }
+    if (!hex)
+      throw shard::ShardError(path + ":" + std::to_string(lineno) + ": field sha256 '" + std::string(sum) + "' is not 64 hex digits");
+    e.file = name, e.tokens = t, e.documents = d;
     out->push_back(e);
   }
   return true;

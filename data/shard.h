@@ -1,9 +1,11 @@
 // Token shards in the llm.c / modded-nanogpt format.
 //   header: 256 x int32 = {magic 20240520, version 1, token count n, 0...}
 //   body:   n x uint16 token ids
-// Readers check the magic, the version, the count against the file size and every id against
-// the vocabulary; each failure is a ShardError whose message names the file and the fault. A
-// shard is known by the SHA-256 of its whole file (header and tokens), as read_shard can give it.
+// Readers check the magic, the version, the words after the count (zero), the count against the
+// file size and every id against the vocabulary; each failure is a ShardError whose message names
+// the file and the fault. Every byte of a shard is thus either checked or a token, so that its
+// header follows from its tokens, and a shard is known by the SHA-256 of its whole file (header
+// and tokens), as read_shard can give it: two files of the same tokens have the same digest.
 // Writers go through a temporary file and a rename, so a crash never leaves a half shard.
 #pragma once
 #include <glob.h>
@@ -81,6 +83,10 @@ inline size_t read_header(FILE* f, const std::string& path, int32_t* raw = nullp
     throw ShardError(path + ": unsupported version " + std::to_string(header[1]) + " (expected " +
                      std::to_string(kVersion) + ")");
   if (header[2] < 0) throw ShardError(path + ": negative token count " + std::to_string(header[2]));
+  for (size_t i = 3; i < kHeaderInts; i++)
+    if (header[i] != 0)
+      throw ShardError(path + ": header word " + std::to_string(i) + " is " + std::to_string(header[i]) +
+                       " (words 3 to 255 of the header are 0): not a shard of this format");
   size_t n = (size_t)header[2];
   size_t body = (size_t)st.st_size - kHeaderBytes;
   if (body != n * sizeof(uint16_t))

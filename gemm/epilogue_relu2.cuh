@@ -14,7 +14,8 @@
 // the ring (its B part, a "slot"), the warpgroup writes du over r there and stores it from there,
 // and its storing thread releases the slot once the store has read it (after the next tile's
 // first wgmmas are issued). Each warpgroup also waits for the other's slot to land, though it
-// never reads it, and releases it for its own warps (gemm/config.cuh, the rules).
+// never reads it, and releases it for its own warps, at the next tile's first slice
+// (gemm/config.cuh, the rules).
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -91,20 +92,28 @@ struct Relu2Backward {
     }
     return it;
   }
-  // After the next tile's first wgmmas are issued: the previous tile's slot, once its store has
-  // read it (the storer arrives for its warpgroup's four warps, all of which waited for the
-  // slot's load; the other warpgroup released it for its own warps after waiting, in store).
+  // After the next tile's first wgmmas are issued, the previous tile's two slots: its own, once
+  // its store has read it (the storer arrives for its warpgroup's four warps, all of which waited
+  // for the slot's load); the other's, waited for and released by each of this warpgroup's warps,
+  // which never read it. No warp skips a phase (gemm/config.cuh, the rules): the other's slot is
+  // waited for before the entry four on (the same barrier), which comes no sooner than the next
+  // tile's third entry, and its stage cannot be refilled before this release. Waiting here rather than
+  // after the store keeps the wait off the tile's path: the slot's load from HBM has landed by
+  // now, or nearly, while the next tile's wgmmas run.
   __device__ __forceinline__ void at_first_slice(const Consumer& x, bool prev, int it0, int per_tile, int nk, int, int) {
-    if (prev && x.storer) {
+    if (!prev) return;
+    const int slots = it0 - per_tile + nk;
+    if (x.storer) {
       hopper::store_wait_read();
-      x.release_for(it0 - per_tile + nk + x.wg, kConsumerThreads / 64);
+      x.release_for(slots + x.wg, kConsumerThreads / 64);
     }
+    x.ring.wait_full(slots + 1 - x.wg);
+    x.release(slots + 1 - x.wg);
   }
   __device__ __forceinline__ void after_slices(const Consumer& x, int, int it0, int nk) { x.release(it0 + nk - 1); }
-  // du = 2 sqrt(r) dr over r in the warpgroup's slot, stored from there; then the other
-  // warpgroup's slot waited for and released for this warpgroup's warps, which never read it
-  // (gemm/config.cuh, the rules: no warp skips a phase, and none is released for a warp before
-  // it has waited; it has landed by now, or nearly)
+  // du = 2 sqrt(r) dr over r in the warpgroup's slot, stored from there (the other warpgroup's
+  // slot is waited for at the next tile's first slice; after a block's last tile no wait follows,
+  // and each slot's own warpgroup has waited for its load, so none is in flight at the exit)
   __device__ __forceinline__ void store(float (&acc)[BN / 8][4], const Consumer& x, int, int it0, int nk, int m0, int n0,
                                         const CUtensorMap* tmO) {
     using namespace hopper;
@@ -139,8 +148,6 @@ struct Relu2Backward {
       for (int p = 0; p < BN / 64; p++) tma_store_panel(o + p * WM * 64, tmO, n0 + 64 * p, m0 + x.wg * WM);
       store_commit();
     }
-    x.ring.wait_full(it0 + nk + (1 - x.wg));
-    x.release(it0 + nk + (1 - x.wg));
   }
 };
 

@@ -90,10 +90,12 @@ def main(argv):
         return 2
     mode, d, train = argv[0], argv[1], argv[4]
     gpus, steps = count(argv[2], "GPUS", 1, 65536), count(argv[3], "STEPS", 11, MAX_STEPS)
+    if os.path.lexists(d) and not os.path.isdir(d):
+        raise ToolError(f"LOG_DIR {d}: exists and is not a folder")
     rows, bad, span_ms = [], [], {}
     for trainer in TRAINERS:
         path = os.path.join(d, f"{trainer}_g{gpus}.jsonl")
-        if not os.path.isfile(path):
+        if not os.path.lexists(path):  # not run yet; anything else there is read, and refused unless a regular file
             continue
         ev, why = read(path, gpus, steps, train)
         if why:

@@ -424,7 +424,7 @@ def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False, recor
             bad = [(n, v) for n, v in (("final val loss", r.final_val_loss), ("train time", r.train_time_ms),
                                        ("step avg", r.step_avg_ms))[:1 if loss_only else 3] if not math.isfinite(v)]
             if r.diverged:  # the trainer stopped at a loss that is not finite
-                left_out.append(f"| {md(variant)} | {gpus} | {md(r.path)} | diverged ({r.state()[1]}) |")
+                left_out.append(f"| {md(variant)} | {gpus} | {md(r.path)} | diverged (seed {r.seed}: {r.state()[1]}) |")
             elif bad:
                 why = ", ".join(f"{n} {'NaN' if math.isnan(v) else v}" for n, v in bad)
                 left_out.append(f"| {md(variant)} | {gpus} | {md(r.path)} | not finite ({why}) |")

@@ -5,7 +5,11 @@ mpirun when more than one GPU is asked for; the variants take turns (run 0 of ea
 of each, ...), so a slow drift of the machine's speed does not fall on one variant. Logs are
 named CAMPAIGN/VARIANT_gN_rI.txt; a run whose log already reaches its final validation is
 skipped, so an interrupted campaign resumes where it stopped (a partial log is moved into
-CAMPAIGN/incomplete/ and its run started again).
+CAMPAIGN/incomplete/ and its run started again). A run whose log ends at a loss logged as
+diverged (train_gpt's diverged(nan|inf|-inf), where it stops with exit 1; read by
+scripts/speedrun_logs.py) is a finished run too: the campaign goes on, never runs it again, and
+ends by naming every diverged run with its variant, GPU count, seed and the loss and step
+(scripts/ab_report.py counts such runs and leaves them out of its statistics).
 
 CAMPAIGN/campaign.json records what defines the runs: the variants and their flags, the common
 flags, the first seed, the trainer, the mpirun arguments, and the data (each shard's name and
@@ -286,6 +290,12 @@ def check_one_setting(done, variant_keys, allow):
                             "the GPU, ...); --start-over to begin again, or --allow-differ " + k)
 
 
+def finished(run):
+    """Whether a parsed log is a run that needs no rerun: complete, or stopped at a loss logged as
+    diverged (its steps from 1 without a gap to there: speedrun_logs.Run.state)."""
+    return run.state()[0] in ("complete", "diverged")
+
+
 def parse_or_none(log):
     """The parsed log, or None (with a warning) when it cannot be read as one run."""
     try:
@@ -372,10 +382,10 @@ def main(argv=None):
     for r in runs:
         name, gpus, i, log, _ = r
         parsed = parse_or_none(log) if os.path.exists(log) else None
-        if parsed is not None and parsed.complete:
+        if parsed is not None and finished(parsed):
             check_planned(parsed, name, gpus, args.seed0 + i, want[name], args.allow_differ)
             done.append((parsed, name))
-            print(f"skip (complete): {log}")
+            print(f"skip ({parsed.state()[0]}): {log}")
         else:
             todo.append(r)
     check_one_setting(done, variant_keys, args.allow_differ)
@@ -397,7 +407,8 @@ def main(argv=None):
         except OSError as e:
             raise ToolError(f"cannot start {cmd[0]!r} (--trainer / mpirun): {e.strerror or e}")
         parsed = parse_or_none(log) if os.path.exists(log) else None
-        if rc != 0 or parsed is None or not parsed.complete:
+        diverged = parsed is not None and parsed.state()[0] == "diverged"  # train_gpt stops such a run with exit 1
+        if (rc != 0 and not diverged) or parsed is None or not finished(parsed):
             why = f"exit code {rc}" if rc != 0 else "no log" if parsed is None and not os.path.exists(log) else \
                 "its log is not a complete run: " + (parsed.state()[1] if parsed is not None else "unreadable")
             print(f"ab_run: error: run {log} failed ({why}); fix it and run the same command again to resume",
@@ -406,7 +417,12 @@ def main(argv=None):
         check_planned(parsed, name, gpus, args.seed0 + i, want[name], args.allow_differ)
         done.append((parsed, name))
         check_one_setting(done, variant_keys, args.allow_differ)
-        print(f"    done in {time.time() - t0:.0f} s", flush=True)
+        print(f"    {'diverged (' + parsed.state()[1] + ')' if diverged else 'done'} in {time.time() - t0:.0f} s", flush=True)
+    gone = [(run, name) for run, name in done if run.state()[0] == "diverged"]
+    if gone:
+        print(f"ab_run: {len(gone)} of {len(runs)} runs diverged: " +
+              "; ".join(f"{name} on {run.world_size or '?'} GPU(s), seed {run.seed} ({run.state()[1]}): {run.path}" for run, name in gone),
+              flush=True)
     return 0
 
 

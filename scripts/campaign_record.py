@@ -11,6 +11,7 @@ The bounds below are ab_run's too: a count past them is refused before any comma
 """
 import os
 import sys
+from collections import Counter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tool_errors import ToolError, checked, field, read_json, record  # noqa: E402
@@ -55,9 +56,14 @@ def read(path):
         pv = [checked(v, where, f"variants[{i}]", str) for i, v in enumerate(_list(p, "variants", where, MAX_VARIANTS))]
         pg = [checked(g, where, f"gpus[{i}]", int, 1, MAX_GPUS) for i, g in enumerate(_list(p, "gpus", where, MAX_GPU_COUNTS))]
         ps = [checked(s, where, f"seeds[{i}]", int, 0, MAX_SEED) for i, s in enumerate(_list(p, "seeds", where, MAX_SEEDS))]
+        for name, items in (("variants", pv), ("gpus", pg), ("seeds", ps)):  # ab_run writes each once: a repeat is an edit
+            twice = sorted((x for x, n in Counter(items).items() if n > 1), key=str)
+            if twice:
+                raise ToolError(f"{where}: {name} lists {', '.join(map(str, twice[:5]))}{' ...' if len(twice) > 5 else ''} more than "
+                                f"once: each planned run is one variant, GPU count and seed; not a plan of scripts/ab_run.py")
         if len(pv) * len(pg) * len(ps) > MAX_PLANNED * 10:
             raise ToolError(f"{where}: {len(pv) * len(pg) * len(ps)} planned runs: not a plan of scripts/ab_run.py")
-        plan, source = {"variants": pv, "gpus": sorted(set(pg)), "seeds": sorted(set(ps))}, "plan"
+        plan, source = {"variants": pv, "gpus": sorted(pg), "seeds": sorted(ps)}, "plan"
     elif gpus is not None and runs is not None and seed0 is not None:
         if seed0 + runs - 1 > MAX_SEED:
             raise ToolError(f"{path}: seed0 {seed0} + runs {runs} - 1 is past the 64-bit seeds")

@@ -393,10 +393,10 @@ with tempfile.TemporaryDirectory() as d:
     r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_report.py"), "--logs-dir", camp2, "--out", rep_dir],
                        capture_output=True, text=True)
     rep = open(os.path.join(rep_dir, "report.md")).read() if os.path.exists(os.path.join(rep_dir, "report.md")) else ""
-    check("report: two diverged runs counted per group, named with their loss and step (report and stderr), left out",
+    check("report: two diverged runs counted per group, named with their seed, loss and step (report and stderr), left out",
           r.returncode == 0 and "2 run(s) left out of the statistics" in rep and "| bi | 1 | 3 (2) |" in rep and
-          "| uni | 1 | 3 (2) |" in rep and "bi_g1_r0.txt | diverged (train_loss diverged(nan) at step 7 of 20) |" in rep and
-          "uni_g1_r1.txt | diverged (val_loss diverged(inf) at step 0 of 20) |" in rep and "bi_g1_r0.txt" in r.stderr and
+          "| uni | 1 | 3 (2) |" in rep and "bi_g1_r0.txt | diverged (seed 1000: train_loss diverged(nan) at step 7 of 20) |" in rep and
+          "uni_g1_r1.txt | diverged (seed 1001: val_loss diverged(inf) at step 0 of 20) |" in rep and "bi_g1_r0.txt" in r.stderr and
           "uni_g1_r1.txt" in r.stderr, rep + r.stderr)
     check("report: the diverged runs are not paired (seed 1002 alone is in both variants)",
           "| 1 | bi | uni | 1 | n/a (fewer than 2 pairs) |" in rep and "| 1 | uni vs bi | 1002 |" in rep and

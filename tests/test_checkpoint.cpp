@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <sstream>
 
@@ -34,7 +35,7 @@ int main() {
   std::normal_distribution<float> nd(0.f, 1.f);
   for (const char* name : {"master", "adam_m", "adam_v", "muon_buf"}) {
     std::vector<float> v(10007);
-    for (auto& x : v) x = nd(rng);
+    for (auto& x : v) x = nd(rng), x = std::string(name) == "adam_v" ? x * x : x;  // second moments: squares
     c.blobs[name] = v;
   }
   c.blobs["master"][5] = -0.f;  // bits, not values: -0 must come back as -0
@@ -44,7 +45,7 @@ int main() {
   CHECK(r.config == c.config && r.step == 123 && r.adam_steps == 123 && r.blobs == c.blobs, "round trip changed the checkpoint");
   CHECK(std::signbit(r.blobs["master"][5]), "-0 lost");
   // overwrite replaces atomically
-  c.step = 124;
+  c.step = c.adam_steps = 124;
   train::write_checkpoint(path, c);
   CHECK(train::read_checkpoint(path).step == 124, "second write not visible");
 
@@ -91,6 +92,39 @@ int main() {
     put(&version, 4), put(&clen, 8), b += "x", put(&step, 8), put(&adam, 8), put(&nblobs, 4), put(&nl, 4), b += "m", put(&count, 8);
     e = err_of(write_bytes("huge.ckpt", b));
     CHECK(has(e, "huge.ckpt") && has(e, "blob") && has(e, "left in the file"), "%s", e.c_str());
+  }
+  // every number read is checked against its range, naming the file and the field, though the
+  // checksum holds (the writer wrote them so): the step, the Adam step count (one a step),
+  // the blob count, and the blobs' floats (finite; Adam's second moments not negative)
+  {
+    const auto refused = [&](const char* name, const char* field, const std::function<void(train::Checkpoint&)>& edit) {
+      train::Checkpoint bad = c;
+      edit(bad);
+      train::write_checkpoint(dir + "/" + name, bad);
+      const std::string e = err_of(dir + "/" + name);
+      CHECK(has(e, name) && has(e, field) && has(e, "outside its range"), "%s: %s", name, e.c_str());
+    };
+    refused("adam_neg.ckpt", "field adam_steps is -5", [](train::Checkpoint& b) { b.adam_steps = -5; });
+    refused("adam_more.ckpt", "field adam_steps is 125", [](train::Checkpoint& b) { b.adam_steps = 125; });
+    refused("step_neg.ckpt", "field step is -1", [](train::Checkpoint& b) { b.step = b.adam_steps = -1; });
+    refused("step_huge.ckpt", "field step is 1099511627776", [](train::Checkpoint& b) { b.step = b.adam_steps = 1ll << 40; });
+    refused("nan_master.ckpt", "field master[7] is nan", [](train::Checkpoint& b) { b.blobs["master"][7] = std::nanf(""); });
+    refused("inf_m.ckpt", "field adam_m[0] is inf", [](train::Checkpoint& b) { b.blobs["adam_m"][0] = INFINITY; });
+    refused("neg_v.ckpt", "field adam_v[9] is -1", [](train::Checkpoint& b) { b.blobs["adam_v"][9] = -1.f; });
+    refused("noname.ckpt", "field blob 0 name length is 0", [](train::Checkpoint& b) { b.blobs[""] = {1.f}; });
+    train::Checkpoint zero = c;  // the bounds themselves: a checkpoint of step 0, and Adam's moments at 0
+    zero.step = zero.adam_steps = 0;
+    zero.blobs["adam_v"].assign(zero.blobs["adam_v"].size(), 0.f);
+    train::write_checkpoint(dir + "/zero.ckpt", zero);
+    CHECK(err_of(dir + "/zero.ckpt").empty(), "step 0 with zero moments refused: %s", err_of(dir + "/zero.ckpt").c_str());
+    std::string b("TGPTCKPT", 8);  // a blob count past any train_gpt writes: refused before the blobs are read
+    auto put = [&](const void* p, size_t n) { b.append((const char*)p, n); };
+    const uint32_t version = 2, nblobs = 100000;
+    const uint64_t clen = 1, dlen = 0;
+    const int64_t step = 1, adam = 1;
+    put(&version, 4), put(&clen, 8), b += "x", put(&dlen, 8), put(&step, 8), put(&adam, 8), put(&nblobs, 4);
+    e = err_of(write_bytes("many.ckpt", b));
+    CHECK(has(e, "many.ckpt") && has(e, "field blob count is 100000"), "%s", e.c_str());
   }
   // not a regular file: a directory, a FIFO (which would block a plain open forever)
   e = err_of(dir);

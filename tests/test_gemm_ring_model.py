@@ -24,7 +24,9 @@ What is checked, in every schedule:
   no load lands in a stage that a consumer still reads (an early release);
   no named barrier completes without the warpgroup that syncs on it (a second arrival);
   every schedule ends (no hang: nothing can move while work is left).
-The protocols: "now", as the kernels are, must pass every schedule; "before" (the ReLU^2 backward
+The protocols: "now", as the kernels are, must pass every schedule, and so must "after-store" (the
+backward's earlier ordering, which waited for the other's slot right after the store rather than
+at the next tile's first slice); "before" (the ReLU^2 backward
 whose warpgroups waited only for their own slot, the held stage's handoff on one pair of named
 barriers) and "release-for-all" (each warpgroup also waits for the other's slot, but the storer
 still releases its slot for all eight warps) must each be caught in some schedule, which shows
@@ -165,6 +167,10 @@ def simulate(kind, protocol, nk, tiles, seed, max_steps=40000):
                         release(slot, 2 * WARPS if protocol in ("before", "release-for-all") else WARPS)
                         if protocol in ("before", "release-for-all"):  # released for the other warpgroup too
                             reading[b][slot % S].discard((1 - wg, slot))
+                        if protocol == "now":  # then the other's slot, waited for and released for this warpgroup
+                            other = it0 - per_tile + nk + 1 - wg
+                            yield from wait_full(other, hold=False)
+                            release(other, stop_reading=False)
                     else:  # the held stage of the previous tile, for this warpgroup's warps
                         release(it0 - 1)
                 yield  # the previous slice's wgmmas done
@@ -176,9 +182,9 @@ def simulate(kind, protocol, nk, tiles, seed, max_steps=40000):
                 mine, other = it0 + nk + wg, it0 + nk + 1 - wg
                 yield from wait_full(mine)
                 yield  # du over r, stored from the slot (released at the next tile's first slice)
-                if protocol in ("now", "release-for-all"):
+                if protocol in ("after-store", "release-for-all"):  # the other's slot at once, not at the next tile
                     yield from wait_full(other, hold=False)
-                    if protocol == "now":
+                    if protocol == "after-store":
                         release(other, stop_reading=False)
             else:
                 held_done[b][wg] = ti
@@ -239,6 +245,10 @@ for kind in ("backward", "forward"):
     n, first, failed = sweep(kind, "now", a.runs)
     check(f"the {kind} protocol as the kernels are: {n} schedules, none fails", first is None, first)
     print(f"  {kind}, now: {n} schedules, {failed} failed", flush=True)
+n, first, failed = sweep("backward", "after-store", a.runs)
+check(f"the backward's earlier ordering (the other's slot waited for right after the store) passes too: {n} schedules",
+      first is None, first)
+print(f"  backward, after-store: {n} schedules, {failed} failed", flush=True)
 for kind, protocol, what in (("backward", "before", "the default job's crash: a warpgroup passes the wait for its next slice on "
                                                     "the other's slot's stale phase"),
                              ("backward", "release-for-all", "the first fix's hang: a slot released for a warpgroup that has "

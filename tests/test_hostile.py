@@ -88,6 +88,13 @@ def write_shard(p, tokens, magic=20240520, version=1, count=None):
     return p
 
 
+def set_header_word(p, i, v):
+    """Sets int32 word i of a shard's header to v, in place."""
+    with open(p, "r+b") as f:
+        f.seek(4 * i)
+        f.write(struct.pack("<i", v))
+
+
 def fifo(p):
     os.mkfifo(p)
     return p
@@ -124,6 +131,10 @@ shards = {
     "negative count": (write_shard(path("bad", "neg.bin"), good_tokens, count=-5), None, "negative token count"),
     "empty file": (path("bad", "empty.bin"), lambda p: open(p, "wb").close(), "shorter than"),
     "text file": (path("bad", "text.bin"), lambda p: open(p, "w").write("hello world\n" * 200), "bad magic"),
+    # a word past the count that is not 0: a file of these tokens with another SHA-256
+    "header word 3 set": (write_shard(path("bad", "word3.bin"), good_tokens), lambda p: set_header_word(p, 3, 1), "header word 3 is 1"),
+    "header word 255 set": (write_shard(path("bad", "word255.bin"), good_tokens), lambda p: set_header_word(p, 255, -7),
+                            "header word 255 is -7"),
 }
 for name, (p, mutate, _) in shards.items():
     if mutate:
@@ -210,6 +221,14 @@ flag_cases = [
     ("--check-data with --resume", ["--check-data", "--resume", path("x.ckpt")], "--check-data"),
     ("--log-file into a missing folder", ["--log-file", path("no", "such", "log.txt")] + DATA, "--log-file"),
     ("--log-file that is a folder", ["--log-file", T + "/"] + DATA, "--log-file"),
+    # an empty value ('', a variable that expanded to nothing) names nothing: refused, where
+    # --resume '' started afresh and --checkpoint-dir '' or --log-file '' wrote nothing
+    ("--resume ''", ["--resume", ""] + DATA, "--resume: an empty value names nothing"),
+    ("--resume=''", ["--resume="] + DATA, "--resume: an empty value names nothing"),
+    ("--checkpoint-dir ''", ["--checkpoint-dir", ""] + DATA, "--checkpoint-dir: an empty value names nothing"),
+    ("--log-file ''", ["--log-file", ""] + DATA, "--log-file: an empty value names nothing"),
+    ("--train-data ''", ["--train-data", ""], "--train-data: an empty value names nothing"),
+    ("--window-mask ''", ["--window-mask", ""], "--window-mask: an empty value names nothing"),
 ]
 for name, flags, named in flag_cases:
     case(f"train_gpt {name}", [TRAIN, *flags], 2, [named])
@@ -257,6 +276,19 @@ with open(os.path.join(good_copy, "toy_train_000001.bin"), "r+b") as f:
     f.write(b"\x01\x00")
 case("train_gpt --check-data, a prepared shard changed after it was written", [TRAIN, "--check-data", "--train-data",
      os.path.join(good_copy, "toy_train_*.bin"), "--val-data", GOOD_VAL], 1, ["toy_train_000001.bin", "SHA-256"])
+# the manifest's digests are hex of either case (uppercase is the same digest); a field that is
+# not 64 hex digits is refused naming the manifest, its line and the field
+for name, edit, want_rc, names in [
+    ("uppercase SHA-256 digests: read as the same digests", lambda line: line[:-64] + line[-64:].upper(), 0, ["all shards good"]),
+    ("a SHA-256 field that is not hex", lambda line: line[:-64] + "g" * 64, 1, ["manifest.tsv:3: field sha256 'ggg", "not 64 hex digits"]),
+]:
+    edited = path("good_manifest_" + str(want_rc))
+    shutil.copytree(GOOD, edited)
+    lines = open(os.path.join(edited, "manifest.tsv")).read().splitlines()
+    lines[2] = edit(lines[2])
+    open(os.path.join(edited, "manifest.tsv"), "w").write("\n".join(lines) + "\n")
+    case(f"train_gpt --check-data, a manifest with {name}", [TRAIN, "--check-data", "--train-data",
+         os.path.join(edited, "toy_train_*.bin"), "--val-data", os.path.join(edited, "toy_val_*.bin")], want_rc, names)
 # paths that a shell would misread are taken literally
 odd_shards = os.path.join(odd_dir, "shards")
 r = subprocess.run([PREPARE, "--text", odd_doc, *docs[1:], "--out-dir", odd_shards, "--name", "o", "--shard-tokens", "4096"],
@@ -438,6 +470,17 @@ logs_fifo = path("logs_fifo")
 os.makedirs(logs_fifo)
 fifo(os.path.join(logs_fifo, "uni_g1_r0.txt"))
 case("ab_report, a FIFO named like a log", REP + ["--logs-dir", logs_fifo, "--out", path("rep")], 1, ["uni_g1_r0.txt", "FIFO"])
+# peer/full_run_logs.py: a FIFO where a run's JSON lines belong, or as LOG_DIR, is named (never
+# read, which would hang; never passed over as no log)
+FRL = [PY, os.path.join(ROOT, "peer", "full_run_logs.py")]
+fr_fifo = path("fr_fifo")
+os.makedirs(fr_fifo)
+fifo(os.path.join(fr_fifo, "peer_g1.jsonl"))
+for mode in ("check", "table"):
+    case(f"full_run_logs {mode}, a FIFO named like a run's JSON lines", FRL + [mode, fr_fifo, "1", "20", "x_*.bin"], 1,
+         ["peer_g1.jsonl", "FIFO"])
+    case(f"full_run_logs {mode}, LOG_DIR a FIFO", FRL + [mode, fifo(path(f"fr_dir_{mode}.fifo")), "1", "20", "x_*.bin"], 1,
+         [f"fr_dir_{mode}.fifo", "not a folder"])
 logs_badcamp = path("logs_badcamp")
 os.makedirs(logs_badcamp)
 shutil.copy(rec[4], os.path.join(logs_badcamp, "uni_g8_r0.txt"))
@@ -545,17 +588,44 @@ if shutil.which("mpirun") and shutil.which("nvidia-smi") is None:
 if shutil.which("mpirun"):
     MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 
-    def two_ranks(rank0, rank1):
-        return ["mpirun", "--oversubscribe", "-np", "1", TRAIN, *rank0, ":", "-np", "1", TRAIN, *rank1]
-    NO_TRAIN = ["--train-data", path("nothere_*.bin"), *DATA[2:]]
+    def two_ranks(rank0, rank1, wdirs=(ROOT, ROOT)):
+        return ["mpirun", "--oversubscribe", "-np", "1", "-wdir", wdirs[0], TRAIN, *rank0, ":", "-np", "1", "-wdir", wdirs[1], TRAIN,
+                *rank1]
+    # the same flags in folders of other files (as on two hosts): relative paths that name other
+    # files on each rank. WD_GOOD holds the prepared shards; WD_NONE nothing but a file that is
+    # no checkpoint; WD_OTHER shards of the same names, one token changed (no manifest)
+    WD_GOOD, WD_NONE, WD_OTHER = path("wd_good"), path("wd_none"), path("wd_other")
+    os.makedirs(WD_NONE)
+    shutil.copytree(GOOD, os.path.join(WD_GOOD, "d"))
+    shutil.copytree(GOOD, os.path.join(WD_OTHER, "d"))
+    os.remove(os.path.join(WD_OTHER, "d", "manifest.tsv"))
+    with open(os.path.join(WD_OTHER, "d", "toy_train_000001.bin"), "r+b") as f:
+        f.seek(1024 + 2 * 7)
+        f.write(struct.pack("<H", 123))
+    open(os.path.join(WD_NONE, "ck.bin"), "w").write("not a checkpoint\n")
+    REL = ["--train-data", "d/toy_train_*.bin", "--val-data", "d/toy_val_*.bin", *DATA[4:]]
     for name, cmd, rc, names in [
         ("a bad flag on rank 1 only", two_ranks(DATA, DATA + ["--bogus", "1"]), 2, ["train_gpt: rank 1 of 2:", "--bogus"]),
-        ("a --train-data that matches nothing on rank 1 only", two_ranks(DATA, NO_TRAIN), 1,
-         ["train_gpt: rank 1 of 2: error:", "nothere_*.bin"]),
+        ("a --train-data that matches nothing on rank 1 only", two_ranks(REL, REL, (WD_GOOD, WD_NONE)), 1,
+         ["train_gpt: rank 1 of 2: error:", "d/toy_train_*.bin"]),
         ("a bad flag on each rank, each its own", two_ranks(DATA + ["--steps", "0"], DATA + ["--bogus", "1"]), 2,
          ["train_gpt: rank 0 of 2: --steps", "train_gpt: rank 1 of 2:", "--bogus"]),
-        ("no data on rank 0, a bad checkpoint on rank 1", two_ranks(NO_TRAIN, DATA + ["--resume", path("nothere.bin")]), 1,
-         ["train_gpt: rank 0 of 2: error:", "nothere_*.bin", "train_gpt: rank 1 of 2: error:", "nothere.bin"]),
+        ("no checkpoint on rank 0, a file that is none on rank 1", two_ranks(REL + ["--resume", "ck.bin"], REL + ["--resume", "ck.bin"],
+                                                                             (WD_GOOD, WD_NONE)), 1,
+         ["train_gpt: rank 0 of 2: error:", "ck.bin: cannot open", "train_gpt: rank 1 of 2: error:", "not a train_gpt checkpoint"]),
+        # every rank must be given the same configuration (the resolved flags, --log-file aside),
+        # and read the same data by content: a rank that differs is named with each differing
+        # field and both values, exit 2, before any GPU work
+        ("another --seed on rank 1", two_ranks(DATA, DATA + ["--seed", "7"]), 2,
+         ["train_gpt: rank 1 of 2: error: its configuration differs from rank 0's: --seed '7' where rank 0 has '1337'"]),
+        ("another --steps and --resume on rank 1", two_ranks(DATA, DATA + ["--steps", "5", "--resume", path("ck.bin")]), 2,
+         ["train_gpt: rank 1 of 2: error: its configuration differs from rank 0's: --steps '5' where rank 0 has '300'",
+          f"--resume '{path('ck.bin')}' where rank 0 has ''"]),
+        ("the default preset on rank 0, tiny on rank 1", two_ranks(DATA, DATA + ["--preset", "tiny"]), 2,
+         ["train_gpt: rank 1 of 2: error: its configuration differs", "--preset 'tiny' where rank 0 has 'default'",
+          "--layers '2' where rank 0 has '4'"]),
+        ("other training data of the same names on rank 1", two_ranks(REL, REL, (WD_GOOD, WD_OTHER)), 2,
+         ["train_gpt: rank 1 of 2: error: its configuration differs from rank 0's: train_data_sha256"]),
         # a rank that only checks the data would leave the others waiting at the GPU's gate (a hang)
         ("--check-data on rank 1 only", two_ranks(DATA, DATA + ["--check-data"]), 2,
          ["train_gpt: rank 1 of 2: --check-data: checks the data in one process; run it without mpirun"]),
@@ -695,10 +765,11 @@ def data_digest(pattern):
 RUN_DATA = f"train_data_sha256={data_digest(GOOD_TRAIN)} val_data_sha256={data_digest(GOOD_VAL)}"
 
 
-def fnv_ckpt(config, step, blobs, data=RUN_DATA):
-    """A checkpoint file (train/checkpoint.h, version 2) with a valid checksum."""
+def fnv_ckpt(config, step, blobs, data=RUN_DATA, adam_steps=None):
+    """A checkpoint file (train/checkpoint.h, version 2) with a valid checksum; adam_steps is the
+    step unless given."""
     b = (b"TGPTCKPT" + struct.pack("<IQ", 2, len(config)) + config.encode() + struct.pack("<Q", len(data)) + data.encode() +
-         struct.pack("<qqI", step, 0, len(blobs)))
+         struct.pack("<qqI", step, step if adam_steps is None else adam_steps, len(blobs)))
     for name, floats in blobs.items():
         b += struct.pack("<I", len(name)) + name.encode() + struct.pack("<Q", len(floats)) + np.asarray(floats, "<f4").tobytes()
     h = 1469598103934665603
@@ -716,6 +787,13 @@ if fp:
     open(path("ck_late.bin"), "wb").write(fnv_ckpt(fp, 9, {"master": [0.0] * 10}))
     case("train_gpt --resume a checkpoint past the run's last step: refused before the GPU",
          [TRAIN, *DATA, "--steps", "5", "--resume", path("ck_late.bin")], 1, ["ck_late.bin", "step 9 outside the run"])
+    # a number outside its range, though the checksum holds: named with the file and the field
+    open(path("ck_adam.bin"), "wb").write(fnv_ckpt(fp, 2, {"master": [0.0] * 10}, adam_steps=-5))
+    case("train_gpt --resume a checkpoint whose adam_steps is -5: refused naming the file and field",
+         [TRAIN, *DATA, "--steps", "5", "--resume", path("ck_adam.bin")], 1, ["ck_adam.bin", "field adam_steps is -5"])
+    open(path("ck_nan.bin"), "wb").write(fnv_ckpt(fp, 2, {"master": [0.0] * 9 + [float("nan")]}))
+    case("train_gpt --resume a checkpoint holding a NaN weight: refused naming the file and field",
+         [TRAIN, *DATA, "--steps", "5", "--resume", path("ck_nan.bin")], 1, ["ck_nan.bin", "field master[9] is nan"])
     open(path("ck_small.bin"), "wb").write(fnv_ckpt(fp, 2, {"master": [0.0] * 10}))
     case("train_gpt --resume a checkpoint whose weights are of another size: refused before the GPU",
          [TRAIN, *DATA, "--steps", "5", "--resume", path("ck_small.bin")], 1, ["ck_small.bin", "master"])
@@ -765,6 +843,18 @@ shutil.copy(VAL_SHARDS[0], os.path.join(copied, "toy_train_000090.bin"))
 case("train_gpt a validation shard copied into the training set under another name: refused naming both",
      [TRAIN, "--train-data", os.path.join(copied, "toy_train_*.bin"), "--val-data", GOOD_VAL, *SEQ], 1,
      ["toy_train_000090.bin", os.path.basename(VAL_SHARDS[0]), "SHA-256"])
+# a validation shard copied in with one header word changed (its tokens the same, its file's
+# SHA-256 another): refused as a shard of no known format, never trained on as other data
+reworded = path("tov_reworded")
+os.makedirs(reworded)
+for f in TRAIN_SHARDS:
+    shutil.copy(f, reworded)
+shutil.copy(VAL_SHARDS[0], os.path.join(reworded, "toy_train_000092.bin"))
+set_header_word(os.path.join(reworded, "toy_train_000092.bin"), 100, 1)
+for extra in ([], ["--check-data"]):
+    case(f"train_gpt{' --check-data' if extra else ''}: a validation shard copied into the training set with a header word changed: "
+         "refused naming it", [TRAIN, *extra, "--train-data", os.path.join(reworded, "toy_train_*.bin"), "--val-data", GOOD_VAL,
+                               *([] if extra else SEQ)], 1, ["toy_train_000092.bin", "header word 100 is 1"])
 linked = path("tov_linked")  # the training set overlaps the validation set in one shard: the same file under two names
 os.makedirs(linked)
 for f in TRAIN_SHARDS:

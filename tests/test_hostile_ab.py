@@ -413,12 +413,38 @@ os.remove(os.path.join(CAMP, "uni_g1_r1.jsonl"))
 case("ab_run: the campaign finished as it began", RUNB, 0, ["ab_run: 6 runs, 2 complete, 4 to run"])
 report("the finished campaign's report: accepted, three pairs identical", ["--logs-dir", CAMP], 0,
        contains=["| 1 | bi | uni | 3 (1000-1002) |"], lacks=["| no |"])
+# a plan that lists a seed twice (ab_run writes each once: the record was edited) is refused,
+# naming the record, rather than read as a plan of fewer runs
+good_record = open(os.path.join(CAMP, "campaign.json")).read()
+dup = json.loads(good_record)
+dup["plan"]["seeds"] = [1000, 1000, 1001, 1002]
+json.dump(dup, open(os.path.join(CAMP, "campaign.json"), "w"))
+report("ab_report: a campaign.json whose plan lists a seed twice: refused naming the file and the seed", ["--logs-dir", CAMP], 1,
+       ["campaign.json: plan: seeds lists 1000 more than once"])
+open(os.path.join(CAMP, "campaign.json"), "w").write(good_record)
 open(os.path.join(CAMP, "campaign.json"), "w").write("[" * 100000 + "]" * 100000)
 case("ab_run: a campaign.json nested 100000 deep: refused naming it", RUNB, 1, ["campaign.json", "nested too deeply"], keep=[CAMP])
 case("ab_report: a campaign.json nested 100000 deep: refused naming it", REPORT + ["--logs-dir", CAMP, "--out", path("r_deep")], 1,
      ["campaign.json", "nested too deeply"])
 case("ab_run --start-over over a damaged campaign.json: moves it aside and runs anew", RUNB_FLAGS + ["--start-over"] + RUNB_COMMON, 0,
      ["moved", "0 complete, 6 to run"])
+# a seed whose runs diverge (train_gpt logs diverged(nan) and stops with exit 1) is a finished run:
+# the campaign goes on to its end (exit 0), says which seed diverged, skips those runs on a resume,
+# and the report counts them and names their seed
+DIV = path("camp_div")
+RUN_DIV = RUN + ["--campaign", DIV, "--runs", "3", "--trainer", FAKE, "--variant", "uni=--window-mask uni", "--variant",
+                 "bi=--window-mask bi", "--", "--causal", "1", "--train-data", os.path.join(DATA, "x_train_*.bin")]
+env_div = dict(os.environ, FAKE_DIVERGE="1001:7:nan")
+_, out, _ = case("ab_run: a seed that diverges: the campaign finishes, naming the diverged seed", RUN_DIV, 0,
+                 ["2 of 6 runs diverged", "uni on 1 GPU(s), seed 1001 (train_loss diverged(nan) at step 7 of 20)",
+                  "bi on 1 GPU(s), seed 1001"], env=env_div)
+check("ab_run: every run of the diverging campaign was made (4 complete, 2 diverged)",
+      sorted(f for f in os.listdir(DIV) if f.endswith(".txt")) == [f"{v}_g1_r{i}.txt" for v in ("bi", "uni") for i in range(3)] and
+      not os.path.exists(os.path.join(DIV, "incomplete")), str(os.listdir(DIV)))
+case("ab_run: resumed after the diverging campaign: nothing to run, the diverged runs skipped and named again", RUN_DIV, 0,
+     ["6 complete, 0 to run", "skip (diverged)", "2 of 6 runs diverged"], env=env_div)
+report("the diverging campaign's report: the diverged runs counted, named with their seed, left out", ["--logs-dir", DIV], 0,
+       contains=["uni_g1_r1.txt | diverged (seed 1001: train_loss diverged(nan) at step 7 of 20) |", "| uni | 1 | 3 (2) |"])
 # a campaign that would train on its validation data: a shard of the same SHA-256 under a run's
 # --train-data and --val-data (the variant's own pattern, else the common one) is refused before
 # anything is written, naming both files; the same pattern for both is a flag error
@@ -557,7 +583,7 @@ report("one run a group: the spread is 'n/a (1 run)', never 0.0000", ["--logs-di
 d = campaign(path("nan"), SEEDS)
 make_log(os.path.join(d, "bi_g1_r1.txt"), 1001, mask="bi", nan_final=True)
 report("a complete run with a NaN final loss: 'diverged', left out, never 'nan +- nan'", ["--logs-dir", d], 0,
-       contains=["diverged (val_loss diverged(nan) at step 20 of 20)", "| bi | 1 | 3 (2) |", "| 1 | bi | uni | 2 (1000, 1002) |"],
+       contains=["diverged (seed 1001: val_loss diverged(nan) at step 20 of 20)", "| bi | 1 | 3 (2) |", "| 1 | bi | uni | 2 (1000, 1002) |"],
        lacks=["nan +- nan", "| nan |"])
 pipe = path("pipe_names")
 os.makedirs(pipe)
@@ -619,6 +645,13 @@ rc, out, _ = case("mask_pairs with a NaN round: says which, no 'nan +- nan'", PA
 check("mask_pairs: '|' in a case name escaped", "prefix \\| 64" in out, out)
 case("mask_pairs with one round: no spread of 0.0", PAIRS + rounds[:1], 0, ["(1 round: no spread)", "n/a (1 round)"],
      absent=["+- 0.0"])
+# a round that holds no case (an empty or blank file: an interrupted bench) is named, not taken as a
+# round that measured nothing beside the others
+open(path("empty_round.json"), "w").close()
+open(path("blank_round.json"), "w").write("\n \n")
+for name in ("empty_round.json", "blank_round.json"):
+    case(f"mask_pairs with a round that is {name.split('_')[0]}: refused naming it", PAIRS + rounds + [path(name)], 1,
+         [f"{name}: holds no case"])
 open(path("exists.md"), "w").write("keep me\n")
 case("mask_pairs --out onto an existing file: refused, untouched", PAIRS + rounds + ["--out", path("exists.md")], 1, ["exists"],
      keep=[path("exists.md")])

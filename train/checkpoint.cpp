@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +19,7 @@ namespace train {
 
 static const char kMagic[8] = {'T', 'G', 'P', 'T', 'C', 'K', 'P', 'T'};
 static const uint32_t kVersion = 2;  // 1: without the data field (read, with data empty)
+static const uint32_t kMaxBlobs = 64;  // train_gpt writes 4 (master, adam_m, adam_v, muon_buf)
 
 namespace {
 struct Hasher {  // FNV-1a, 64 bit
@@ -123,26 +126,42 @@ Checkpoint read_checkpoint(const std::string& path) {
       c.data.resize(dlen);
       if (dlen) r.get(&c.data[0], dlen);
     }
+    // every number is checked against its range as it is read, the file and the field named: the
+    // checksum only says that the bytes are those written, not that a writer wrote sense
+    const auto outside = [&](const std::string& field, const std::string& value, const std::string& range) {
+      return CheckpointError(path + ": field " + field + " is " + value + ", outside its range (" + range + "): not a checkpoint of train_gpt");
+    };
     c.step = r.get<int64_t>();
+    if (c.step < 0 || c.step > INT32_MAX) throw outside("step", std::to_string(c.step), "0 to " + std::to_string(INT32_MAX));
     c.adam_steps = r.get<int64_t>();
+    if (c.adam_steps != c.step)  // the optimiser makes one Adam update a step, from step 0
+      throw outside("adam_steps", std::to_string(c.adam_steps), "the step, " + std::to_string(c.step) + ": one Adam update a step");
     const uint32_t n = r.get<uint32_t>();
+    if (n > kMaxBlobs) throw outside("blob count", std::to_string(n), "0 to " + std::to_string(kMaxBlobs));
     for (uint32_t i = 0; i < n; i++) {
       const uint32_t nl = r.get<uint32_t>();
-      if (nl > 4096) throw CheckpointError(path + ": corrupt checkpoint (blob name)");
+      if (nl < 1 || nl > 4096) throw outside("blob " + std::to_string(i) + " name length", std::to_string(nl), "1 to 4096");
       r.need(nl, "blob name");
       std::string name(nl, ' ');
       r.get(&name[0], nl);
+      if (c.blobs.count(name)) throw CheckpointError(path + ": blob " + name + " appears twice: not a checkpoint of train_gpt");
       const uint64_t count = r.get<uint64_t>();
-      if (count > (1ull << 40)) throw CheckpointError(path + ": corrupt checkpoint (blob size)");
+      if (count > (1ull << 40)) throw outside("blob " + name + " float count", std::to_string(count), "0 to 2^40");
       r.need(count * sizeof(float), "blob");  // before the allocation: a header cannot claim more than the file holds
       std::vector<float> data(count);
       r.get(data.data(), count * sizeof(float));
+      // weights, moments and momenta are finite; Adam's second moments (squares' averages) are not negative
+      const bool squares = name == "adam_v";
+      for (size_t k = 0; k < data.size(); k++)
+        if (!std::isfinite(data[k]) || (squares && data[k] < 0))
+          throw outside(name + "[" + std::to_string(k) + "]", std::to_string(data[k]), squares ? "finite, 0 or more" : "finite");
       c.blobs[name] = std::move(data);
     }
     const uint64_t want = r.hash.h;
     uint64_t sum;
     if (std::fread(&sum, sizeof(sum), 1, f) != 1) throw CheckpointError(path + ": truncated checkpoint");
     if (sum != want) throw CheckpointError(path + ": checksum mismatch: the checkpoint is corrupt");
+    c.checksum = sum;
     if (std::fgetc(f) != EOF) throw CheckpointError(path + ": trailing bytes after the checkpoint");
   } catch (...) {
     std::fclose(f);

@@ -9,7 +9,9 @@
 // made on cannot be known).
 // Blobs are fp32 arrays (master weights, Adam moments, Muon momentum). The data position is the
 // step (the loader needs nothing else) and training draws no random numbers after the start.
-// Reading checks the magic, version, sizes and checksum and names the file in every error;
+// Reading checks the magic, version, sizes and checksum, and every number against its range (the
+// step 0 to 2^31 - 1, adam_steps equal to it, at most 64 blobs of named, distinct names, floats
+// finite and Adam's second moments not negative), and names the file and field in every error;
 // a checkpoint whose config differs from the run's is refused, showing both, and so is one made
 // on other data (check_same_data), naming both digests.
 #pragma once
@@ -30,6 +32,7 @@ struct Checkpoint {
   std::string data;  // the digests of the data the run read (empty in a version 1 file)
   int64_t step = 0, adam_steps = 0;
   std::map<std::string, std::vector<float>> blobs;
+  uint64_t checksum = 0;  // read_checkpoint: the file's checksum, which names its contents (the ranks of a job compare it)
 };
 
 void write_checkpoint(const std::string& path, const Checkpoint& c);

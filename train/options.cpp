@@ -111,6 +111,9 @@ Row real(const char* name, double& v, double lo, double hi, Role role, const cha
   };
   return r;
 }
+// A text flag given an empty value ('') is refused: for a path it names no file, and a flag whose
+// empty default means "none" (--resume, --log-file, --checkpoint-dir) would otherwise be turned
+// off without a word by a variable that expanded to nothing.
 Row text(const char* name, std::string& v, Role role, const char* help, std::vector<std::string> choices = {}) {
   std::string range;
   for (const auto& c : choices) range += (range.empty() ? "" : ", ") + c;
@@ -122,6 +125,9 @@ Row text(const char* name, std::string& v, Role role, const char* help, std::vec
   if (r.is_flag())
     r.add = [name, &v, help, choices](CLI::App& app) {
       CLI::Option* opt = app.add_option(name, v, help)->capture_default_str();
+      opt->check(CLI::Validator(
+          [](std::string& value) { return value.empty() ? std::string("an empty value names nothing; leave the flag out instead") : std::string(); },
+          "", "not empty"));
       if (!choices.empty()) opt->check(CLI::IsMember(choices));
     };
   r.load = [&v, choices, range](const toml::node& n) -> std::string {
@@ -395,6 +401,12 @@ int parse_options(int argc, char** argv, int world, int rank, Options* o, std::s
     apply_recipe(*o);
     for (const Row& r : table(*o))
       if (r.add) r.add(app);
+    for (int i = 1; i < argc; i++) {  // --flag= : CLI11 drops the empty value and reads on; refused as text() refuses ''
+      const std::string a = argv[i];
+      if (a == "--") break;
+      if (a.size() > 3 && a.rfind("--", 0) == 0 && a.back() == '=' && a.find('=') == a.size() - 1)
+        throw CLI::ValidationError(a.substr(0, a.size() - 1), "an empty value names nothing; leave the flag out instead");
+    }
     app.parse(argc, argv);
     check_combinations(*o, world);
   } catch (const CLI::ParseError& e) {
@@ -488,6 +500,17 @@ std::string fingerprint(const Options& o) {
     const Json v = r.value();
     if (r.role == Role::kDefinesRunIfSet && v == default_rows[i].value()) continue;
     out += (out.empty() ? "" : " ") + r.key() + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> resolved(const Options& o) {
+  Options copy = o;
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const Row& r : table(copy)) {
+    if (r.name == "--log-file") continue;  // rank 0's alone
+    const Json v = r.value();
+    out.emplace_back(r.name, v.is_string() ? v.get<std::string>() : v.dump());
   }
   return out;
 }

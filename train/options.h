@@ -83,6 +83,11 @@ std::string shipped_recipe(const std::string& name);
 // their contents are the user's to keep).
 std::string fingerprint(const Options& o);
 
+// Every option as resolved (the preset's values, then the flags'), as (flag, value) in the
+// table's order: what every rank of a job must be given alike (train/start_gate.h compares it).
+// --log-file alone is left out: rank 0 alone writes the log.
+std::vector<std::pair<std::string, std::string>> resolved(const Options& o);
+
 // The log's configuration event: every flag, then the facts of this run.
 std::string config_json(const Options& o, const std::string& run_id, int world_size, const std::string& gpu, const std::string& commit,
                         const std::vector<std::pair<std::string, std::string>>& extra = {});

@@ -33,6 +33,7 @@ run() {
 run shards "$BUILD/tests/test_data"
 run attention-cpu "$BUILD/tests/test_attention_cpu"
 run model-cpu "$BUILD/tests/test_model_cpu"
+run target-leak "$BUILD/tests/test_target_leak"
 run optimizer-cpu "$BUILD/tests/test_optimizer_cpu"
 run checkpoint "$BUILD/tests/test_checkpoint"
 run ready-point "$BUILD/tests/test_ready_point"

@@ -50,6 +50,7 @@ run tokenizer "$PYTHON" tests/test_tokenizer.py "$BUILD" "$VOCAB_DIR" "$GCIDE_DI
 run cli "$PYTHON" tests/test_cli.py "$BUILD" "$VOCAB_DIR"
 run fetch "$PYTHON" tests/test_fetch_fineweb.py
 run ablation-tools "$PYTHON" tests/test_ablation_tools.py
+run record-check "$PYTHON" tests/test_record_check.py
 run schedule-model "$PYTHON" tests/test_schedule_model.py
 run rank-balance "$PYTHON" tests/test_rank_balance.py
 run torch-peer "$PYTHON" tests/test_torch_peer.py ./train_gpt

@@ -72,13 +72,12 @@ import campaign_record  # noqa: E402
 import speedrun_logs  # noqa: E402
 
 NAME_RE = re.compile(r"^(?P<variant>.+)_g(?P<gpus>\d{1,6})_r(?P<run>\d{1,9})\.txt$")
-from speedrun_logs import PER_RUN, flag_settings, same_value, setting  # noqa: E402
+from speedrun_logs import DERIVED, PER_RUN, flag_settings, same_value, setting  # noqa: E402
 OUTPUTS = ("report.md", "val_loss.png", "step_times.png")  # what a report writes into --out
 # train_gpt's configuration entry saying whether the mask lets a prediction see its own target
-# (model/target_leak.h); it follows from the flags, so variants may differ in it without
-# declaring it
+# (model/target_leak.h); it follows from the flags (speedrun_logs.DERIVED), so variants may differ
+# in it without declaring it
 LEAK_KEY = "leaks_targets"
-DERIVED = (LEAK_KEY,)
 DEFAULT_TARGET = 3.28  # modded-nanogpt's short track: the mean final validation loss to beat
 
 

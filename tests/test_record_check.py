@@ -194,6 +194,30 @@ check("a causal variant beside a leaking one: it passes, the other is refused; t
       rc == 0 and "ok@8: mean 3.2787 over 14 runs, p = 0.0059 < 0.01: passes" in first and "leaky@8: mean 3.2787 over 14 runs: refused" in first,
       first + err[-500:])
 
+# a campaign of scripts/ab_run.py with the stand-in trainer (tests/fake_trainer.py, which refuses
+# --causal 0 without --allow-target-leak and records leaks_targets as train_gpt does): a causal
+# variant against a causal-off one; the two differ in leaks_targets, which follows from their flags
+FAKE = f"{sys.executable} {os.path.join(HERE, 'fake_trainer.py')}"
+AB_RUN = [sys.executable, os.path.join(ROOT, "scripts", "ab_run.py"), "--runs", "3", "--trainer", FAKE]
+camp = os.path.join(d, "camp")
+r = subprocess.run(AB_RUN + ["--campaign", camp, "--variant", "c=--causal 1", "--variant", "nc=--causal 0 --allow-target-leak"],
+                   capture_output=True, text=True)
+check("ab_run: a causal-off variant with --allow-target-leak runs beside a causal one (resumed: one setting)",
+      r.returncode == 0 and subprocess.run(AB_RUN + ["--campaign", camp, "--variant", "c=--causal 1", "--variant",
+                                                     "nc=--causal 0 --allow-target-leak"], capture_output=True).returncode == 0,
+      r.stdout[-500:] + r.stderr[-500:])
+rc, out, err = report(["--logs-dir", camp, "--out", os.path.join(d, "rcamp"), "--target-loss", "10"])
+first = out.splitlines()[0] if out else ""
+check("ab_report of the campaign: leaks_targets no undeclared difference; c judged, nc refused and named in the first lines",
+      rc == 0 and "c@1: mean" in first and "nc@1: mean" in first and "refused: its mask leaks" in
+      first.split("nc@1:")[1] and "refused" not in first.split("nc@1:")[0] and "**Leaks targets:** nc@1" in "\n".join(out.splitlines()[:6]),
+      first + err[-500:])
+camp2 = os.path.join(d, "camp2")
+r = subprocess.run(AB_RUN + ["--campaign", camp2, "--variant", "c=--causal 1", "--variant", "nc=--causal 0"], capture_output=True,
+                   text=True)
+check("ab_run: a causal-off variant without --allow-target-leak fails, the trainer's refusal shown",
+      r.returncode != 0 and "--allow-target-leak" in r.stdout + r.stderr and "Traceback" not in r.stderr, r.stdout[-500:] + r.stderr[-500:])
+
 # bad --target-loss values: refused with exit 2 naming the flag, nothing written
 for value in ("nan", "-3.28", "0", "inf", "abc", "-inf"):
     out_dir = os.path.join(d, "bad" + value)

@@ -297,7 +297,7 @@ static std::string target_leak_refusal(const Options& o, const model::TargetLeak
   std::vector<std::string> causes;
   Options fixed = o;
   fixed.causal = 1;
-  if (!o.causal && fixed.prefix_tokens == 0 && !target_leak(fixed).leaks) causes.push_back("--causal 0");
+  if (!o.causal && !target_leak(fixed).leaks) causes.push_back("--causal 0");
   fixed = o, fixed.prefix_attention = 0;
   if (o.prefix_tokens > 0 && o.prefix_attention && !target_leak(fixed).leaks)
     causes.push_back("--prefix-tokens " + std::to_string(o.prefix_tokens));

@@ -44,7 +44,8 @@ ATTN_OBJS := $(BUILD)/attention/dispatch.o $(BUILD)/attention/doc_spans.o $(BUIL
 CPU_TESTS := $(BUILD)/tests/test_data $(BUILD)/tests/test_attention_cpu $(BUILD)/tests/test_model_cpu \
              $(BUILD)/tests/test_optimizer_cpu $(BUILD)/tests/test_loader_log $(BUILD)/tests/test_checkpoint \
              $(BUILD)/tests/test_dist $(BUILD)/tests/test_ready_point $(BUILD)/tests/test_exchange_windows \
-             $(BUILD)/tests/test_shard_plan $(BUILD)/tests/test_hand_out $(BUILD)/tests/test_recipes
+             $(BUILD)/tests/test_shard_plan $(BUILD)/tests/test_hand_out $(BUILD)/tests/test_recipes \
+             $(BUILD)/tests/test_target_leak
 MODEL_OBJS := $(BUILD)/model/config.o $(BUILD)/model/batch.o
 # the options and the shipped recipes built into the binary (recipes/*.toml)
 OPTIONS_OBJS := $(BUILD)/train/options.o $(BUILD)/recipes.o
@@ -136,6 +137,9 @@ $(BUILD)/tests/test_attention_cpu: $(BUILD)/tests/test_attention_cpu.o $(BUILD)/
 	$(CXX) -fopenmp $^ -o $@
 
 $(BUILD)/tests/test_model_cpu: $(BUILD)/tests/test_model_cpu.o $(MODEL_REF_OBJS)
+	$(CXX) -fopenmp $^ -o $@
+
+$(BUILD)/tests/test_target_leak: $(BUILD)/tests/test_target_leak.o $(MODEL_REF_OBJS)
 	$(CXX) -fopenmp $^ -o $@
 
 $(BUILD)/tests/test_loader_log: $(BUILD)/tests/test_loader_log.o $(BUILD)/data/dataloader.o $(BUILD)/train/run_log.o $(OPTIONS_OBJS)

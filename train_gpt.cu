@@ -37,6 +37,7 @@
 #include "data/manifest.h"
 #include "data/shard.h"
 #include "model/config.h"
+#include "model/target_leak.h"
 #include "train/checkpoint.h"
 #include "train/dist.h"
 #include "train/loss_mean.h"
@@ -267,6 +268,39 @@ static std::set<int> points_of(const train::ShardPlan& plan) {
 static int window_at(const Options& o, const model::Schedule& sched, int step) {
   const int blocks = o.window_blocks ? o.window_blocks : sched.window_blocks(step);
   return o.window_granularity == "token" ? blocks * 128 : blocks;
+}
+
+// Whether the run's mask lets a prediction see its own target (model/target_leak.h), decided
+// from the flags over every window the run uses, before any GPU work.
+static model::TargetLeak target_leak(const Options& o) {
+  const model::Schedule sched = schedule(o);
+  std::vector<int> windows;
+  for (int step = 0; step <= o.steps; step++) {
+    const int w = window_at(o, sched, step);
+    if (std::find(windows.begin(), windows.end(), w) == windows.end()) windows.push_back(w);
+  }
+  return model::find_target_leak(model_config(o).mask, o.seq_len, windows);
+}
+
+// The refusal of a run whose mask shows targets, naming the flags that cause it: each mask flag
+// whose safe value alone ends the leak.
+static std::string target_leak_refusal(const Options& o, const model::TargetLeak& leak) {
+  std::vector<std::string> causes;
+  Options fixed = o;
+  fixed.causal = 1;
+  if (!o.causal && !target_leak(fixed).leaks) causes.push_back("--causal 0");
+  fixed = o, fixed.prefix_attention = 0;
+  if (o.prefix_tokens > 0 && o.prefix_attention && !target_leak(fixed).leaks)
+    causes.push_back("--prefix-tokens " + std::to_string(o.prefix_tokens));
+  std::string flags;
+  for (const std::string& c : causes) flags += (flags.empty() ? "" : " with ") + c;
+  if (flags.empty())
+    flags = "--causal " + std::to_string(o.causal) + " --window-mask " + o.window_mask + " --window-granularity " + o.window_granularity +
+            " --doc-mask " + std::to_string(o.doc_mask) + " --prefix-tokens " + std::to_string(o.prefix_tokens);
+  return flags + ": the attention lets position t see position t + 1, whose token is the target it is scored on (first at t = " +
+         std::to_string(leak.query) + ", window " + std::to_string(leak.window) + (o.window_granularity == "token" ? " tokens" : " block(s)") +
+         "), so the loss would reward copying; give --allow-target-leak to run such a mask on purpose (its log says "
+         "'leaks targets: yes')";
 }
 
 // Checkpoints: everything a run needs to continue as if never stopped (train/checkpoint.h). The
@@ -522,6 +556,8 @@ class Trainer {
                                                                    {"val_data_sha256", data_.val.digest()}};
     // (recorded only when there are such shards, so that other runs' settings compare as before)
     if (!data_.shared.empty()) data_facts.push_back({"val_shards_trained_on", std::to_string(data_.shared.size())});
+    const model::TargetLeak leak = target_leak(o);  // (a leaking mask got here only with --allow-target-leak)
+    data_facts.push_back({"leaks_targets", leak.leaks ? "yes" : "no"});
     log_->config(train::config_json(o, run_id, ctx.world, prop_.name, kGitCommit, data_facts));
     log_->note("train_gpt: data by content (SHA-256 of the shards' SHA-256s in order): train " + data_.train.digest() + " (" +
                std::to_string(data_.train.shard_digests().size()) + " shards), val " + data_.val.digest() + " (" +
@@ -530,6 +566,10 @@ class Trainer {
     log_->note("train_gpt: " + std::string(prop_.name) + " x " + std::to_string(ctx.world) + ", " + std::to_string(model_.layout().size()) +
               " parameters, " + std::to_string(o.steps) + " steps of " + std::to_string((long long)o.seq_len * o.seqs_per_step) +
               " tokens (" + std::to_string(micro()) + " micro-step(s) of one sequence per GPU)");
+    log_->note("train_gpt: attention mask: causal " + std::to_string(o.causal) + ", window " + o.window_mask + " " + o.window_granularity +
+               (o.window_blocks ? " " + std::to_string(o.window_blocks) + " block(s)" : " (the record's schedule)") + ", documents " +
+               std::to_string(o.doc_mask) + ", prefix " + std::to_string(o.prefix_tokens) +
+               (o.prefix_tokens && !o.prefix_attention ? " (loss rule only)" : "") + "; leaks targets: " + (leak.leaks ? "yes" : "no"));
     if (start_step_) log_->note("train_gpt: resumed from " + o.resume + " at step " + std::to_string(start_step_));
     if (o.check_replicas) gpt::cuda_check(cudaMalloc(&d_sum_, sizeof(unsigned long long)), "checksum");
   }
@@ -841,6 +881,11 @@ int main(int argc, char** argv) {
   Options o;
   std::string refusal;
   int rc = train::parse_options(argc, argv, ctx.world, ctx.rank, &o, &refusal);
+  // a mask that shows the loss its own targets runs only on purpose (model/target_leak.h)
+  if (rc < 0 && !o.check_data && !o.allow_target_leak) {
+    const model::TargetLeak leak = target_leak(o);
+    if (leak.leaks) rc = 2, refusal = std::string(ctx.world > 1 ? "" : "train_gpt: ") + target_leak_refusal(o, leak);
+  }
   if (rc < 0 && ctx.rank == 0 && !o.check_data) {
     std::string why = o.log_file.empty() ? "" : train::RunLog::refuse_existing(o.log_file);
     const char* flag = "--log-file";

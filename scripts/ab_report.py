@@ -31,6 +31,21 @@ count are paired by the seed in their configuration (never
 by their file names). --allow-differ KEY accepts differing values of one configuration entry
 (named in the report).
 
+A variant whose mask lets a prediction see its own target (train_gpt's configuration says
+leaks_targets yes, or, in logs from before it said so, causal 0) is named in the report's first
+lines: its loss measures copying, not language modelling.
+
+--target-loss [L] adds the record check of modded-nanogpt (L = 3.28 when given alone): per group,
+the one-sided p that its mean final validation loss is below L (scipy.stats.ttest_1samp(losses,
+L, alternative='less'), as the records state it), passing at p < 0.01; its runs, all counted, the
+diverged ones named (a run that diverged fails the group: a record counts every run); the mean
+and 95% confidence interval of its training time and step average, with Welch's two-sided p
+against the first variant at the same GPU count; and the smallest n that would pass: the
+smallest n for which n runs of exactly the observed mean and standard deviation give p < 0.01.
+The report's first line is the verdict, e.g. "mean 3.2787 over 14 runs, p = 0.0059 < 0.01:
+passes". A variant whose mask leaks targets is refused; one run, or runs all of one loss (no
+spread: the t-test is undefined), are stated as not judged.
+
     python3 scripts/ab_report.py --logs-dir logs/mask/causal --out results/mask_ablation/causal
         (logs named VARIANT_gN_rI.txt, as scripts/ab_run.py writes them)
     python3 scripts/ab_report.py --group 'uni@8=logs/a/*.txt' --group 'bi@8=logs/b/*.txt' --out DIR
@@ -57,8 +72,13 @@ import campaign_record  # noqa: E402
 import speedrun_logs  # noqa: E402
 
 NAME_RE = re.compile(r"^(?P<variant>.+)_g(?P<gpus>\d{1,6})_r(?P<run>\d{1,9})\.txt$")
-from speedrun_logs import PER_RUN, flag_settings, same_value, setting  # noqa: E402
+from speedrun_logs import DERIVED, PER_RUN, flag_settings, same_value, setting  # noqa: E402
 OUTPUTS = ("report.md", "val_loss.png", "step_times.png")  # what a report writes into --out
+# train_gpt's configuration entry saying whether the mask lets a prediction see its own target
+# (model/target_leak.h); it follows from the flags (speedrun_logs.DERIVED), so variants may differ
+# in it without declaring it
+LEAK_KEY = "leaks_targets"
+DEFAULT_TARGET = 3.28  # modded-nanogpt's short track: the mean final validation loss to beat
 
 
 def md(text):
@@ -233,7 +253,7 @@ def check_runs(runs, record, allow, problems):
                                  f"{variant} with --{k.replace('_', '-')} {want[k] if want[k] is not True else ''}".rstrip() +
                                  ": a log of another variant or campaign")
         for k in varying:
-            if k not in declared:
+            if k not in declared and k not in DERIVED:
                 vals = "; ".join(f"{group_name(g)}: {show(s.get(k, _ABSENT))}" for g, s in settings.items())
                 problems.add(f"{k} differs between the variants ({vals}) but is none of the variants' flags in campaign.json: "
                              "logs of another campaign? (--allow-differ KEY accepts it)")
@@ -379,6 +399,95 @@ def holdings(runs, varying, settings, allow, record):
     return lines
 
 
+def leak_status(rs):
+    """Whether a group's mask lets a prediction see its own target, from its runs'
+    configurations (one configuration a group: checked): (True, why), (False, why), or (None, why)
+    where they do not say (logs without configuration, or from before train_gpt recorded it)."""
+    said = [r.config.get(LEAK_KEY) for r in rs]
+    if "yes" in said:
+        return True, "leaks_targets yes in its configuration"
+    if any(r.config.get("causal") == 0 and not isinstance(r.config.get("causal"), bool) for r in rs):
+        return True, ("causal 0 in its configuration (logged before train_gpt recorded leaks_targets; its windows of 128 tokens "
+                      "or more always let position t see position t + 1 with causal off)")
+    if said and all(v == "no" for v in said):
+        return False, "leaks_targets no in its configuration"
+    return None, "not recorded in its logs"
+
+
+def p_text(p):
+    """A p-value as the records print it: 4 decimals, or 2 significant digits below 0.0001."""
+    if not math.isfinite(p):
+        return "n/a"
+    return f"{p:.4f}" if p >= 1e-4 or p == 0 else f"{p:.2g}"
+
+
+def record_check(runs, used, left, by_gpus, target, loss_only):
+    """modded-nanogpt's record check of every group against the target loss (the docstring's
+    --target-loss): the report's first line (the verdict per group) and its section."""
+    alpha = st.RECORD_ALPHA
+    verdicts, rows = [], []
+    for gpus, variants in by_gpus.items():
+        base = variants[0]
+        for variant in variants:
+            key = (variant, gpus)
+            rs, done, bad = runs[key], used[key], left[key]
+            xs = [r.final_val_loss for r in done]
+            n_all, n = len(rs), len(xs)
+            m = st.mean(xs) if xs else math.nan
+            sd = st.std(xs) if n > 1 else math.nan
+            leak, leak_why = leak_status(rs)
+            p = st.p_below(xs, target)
+            need = st.runs_to_pass(m, sd, target) if n > 1 and sd > 0 else math.nan
+            over = f"over {n} runs" if n == n_all else f"over {n} of {n_all} runs"
+            stats_text = f"mean {fmt(m)} {over}" if xs else f"no final loss in {n_all} run(s)"
+            if leak:
+                verdict = f"{stats_text}: refused: its mask leaks targets ({leak_why}); a loss that can copy its targets is no record"
+            elif bad:
+                verdict = (f"{stats_text}, {len(bad)} diverged or not finite ({', '.join(os.path.basename(b) for b, _ in bad)}): "
+                           "fails (a record counts every run)")
+            elif n < 2:
+                verdict = f"{stats_text}: not judged: the one-sided t-test needs 2 runs or more"
+            elif sd == 0:
+                verdict = (f"{stats_text}, every run's loss {fmt(m)} (no spread): not judged: the t-test is undefined, and runs "
+                           "of one loss are not independent samples")
+            else:
+                passes = p < alpha
+                verdict = f"{stats_text}, p = {p_text(p)} {'<' if passes else '>='} {alpha:g}: {'passes' if passes else 'fails'}"
+            if not leak and n > 1 and sd > 0:
+                verdict += f"; the smallest n that passes at this mean and spread: {runs_needed_text(need) if m < target else 'none (the mean is not below ' + fmt(target) + ')'}"
+            verdicts.append((key, verdict))
+            row = [md(variant), str(gpus), str(n_all), md(", ".join(f"{os.path.basename(b)} ({why})" for b, why in bad) or "none"),
+                   "yes" if leak else "no" if leak is False else "not recorded", fmt(m), spread(xs, sd, 5),
+                   p_text(p) if n > 1 and sd > 0 else "n/a",
+                   ("none (the mean is not below)" if m >= target else runs_needed_text(need)) if n > 1 and sd > 0 else "-"]
+            if not loss_only:
+                for get, d in ((lambda r: r.train_time_ms / 1e3, 2), (lambda r: r.step_avg_ms, 2)):
+                    ys, bs = [get(r) for r in done], [get(r) for r in used[(base, gpus)]]
+                    row.append(f"{fmt(st.mean(ys), d)} +- {spread(ys, st.ci95(ys) if ys else math.nan, d)}" if ys else "n/a (no run)")
+                    if variant == base:
+                        row.append("(baseline)")
+                    else:
+                        w = st.welch(ys, bs)[2]
+                        row.append(p_text(w) if len(ys) > 1 and len(bs) > 1 else "n/a (fewer than 2 runs a side)")
+            rows.append("| " + " | ".join(row) + " |")
+    if len(verdicts) == 1:
+        first = f"Record check against {target:g} (one-sided t-test, p < {alpha:g}): {verdicts[0][1]}"
+    else:
+        first = f"Record check against {target:g} (one-sided t-test, p < {alpha:g}): " + \
+            "; ".join(f"{group_name(k)}: {v}" for k, v in verdicts)
+    head = ["variant", "GPUs", "runs (all)", "diverged or not finite", "leaks targets", "mean final val loss", "std",
+            f"p (mean < {target:g})", "smallest passing n"]
+    if not loss_only:
+        head += ["train time (s) mean +- 95% CI", "Welch p", "step avg (ms) mean +- 95% CI", "Welch p"]
+    section = ["", f"Record check (modded-nanogpt's rule): the mean final validation loss must be below {target:g} with "
+               f"p < {alpha:g} in the one-sided t-test scipy.stats.ttest_1samp(losses, {target:g}, alternative='less'), over "
+               "every run made (a run that diverged fails its group). Smallest passing n: the smallest n for which n runs of "
+               f"exactly this mean and standard deviation give p < {alpha:g}. Times: mean and half-width of the 95% confidence "
+               "interval; Welch's two-sided p against the first variant at the same GPU count.", "",
+               "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)] + rows
+    return first, section
+
+
 def _first_per_variant(settings):
     seen, out = set(), []
     for v, g in settings:
@@ -388,7 +497,7 @@ def _first_per_variant(settings):
     return out
 
 
-def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False, record=None, allow=()):
+def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False, record=None, allow=(), target=None):
     problems = Problems()
     runs = OrderedDict()
     for key, paths in groups.items():
@@ -417,19 +526,22 @@ def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False, recor
              "finite) is counted, named and left out.", "",
              "| variant | GPUs | runs (used) | " + " | ".join(f"{m} mean | std | 95% CI" for m, _, _ in metrics) + " |",
              "|" + " --- |" * (3 + 3 * len(metrics))]
-    values, used, left_out = {}, OrderedDict(), []
+    values, used, left_out, left = {}, OrderedDict(), [], {}
     for (variant, gpus), rs in runs.items():
         done = []
+        left[(variant, gpus)] = []
         for r in rs:
             bad = [(n, v) for n, v in (("final val loss", r.final_val_loss), ("train time", r.train_time_ms),
                                        ("step avg", r.step_avg_ms))[:1 if loss_only else 3] if not math.isfinite(v)]
             if r.diverged:  # the trainer stopped at a loss that is not finite
-                left_out.append(f"| {md(variant)} | {gpus} | {md(r.path)} | diverged (seed {r.seed}: {r.state()[1]}) |")
+                why = f"diverged (seed {r.seed}: {r.state()[1]})"
             elif bad:
-                why = ", ".join(f"{n} {'NaN' if math.isnan(v) else v}" for n, v in bad)
-                left_out.append(f"| {md(variant)} | {gpus} | {md(r.path)} | not finite ({why}) |")
+                why = "not finite (" + ", ".join(f"{n} {'NaN' if math.isnan(v) else v}" for n, v in bad) + ")"
             else:
                 done.append(r)
+                continue
+            left_out.append(f"| {md(variant)} | {gpus} | {md(r.path)} | {why} |")
+            left[(variant, gpus)].append((r.path, why))
         used[(variant, gpus)] = done
         row = [md(variant), str(gpus), f"{len(rs)} ({len(done)})"]
         for name, get, d in metrics:
@@ -448,13 +560,25 @@ def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False, recor
                   "| --- | --- | --- | --- |"] + left_out
         for row in left_out:
             print("ab_report: warning: left out " + " ".join(c.strip() for c in row.strip("|").split(" | ")), file=sys.stderr)
+    leaky = [(key, why) for key, rs in runs.items() for leak, why in [leak_status(rs)] if leak]
+    if leaky:
+        text = ("**Leaks targets:** " + "; ".join(f"{md(group_name(k))} ({md(why)})" for k, why in leaky) +
+                ": its attention lets position t see the token at t + 1 that it is scored on predicting, so its loss measures "
+                "copying, not language modelling; no record check accepts it.")
+        lines[1:1] = ["", text]
+        for k, why in leaky:
+            print(f"ab_report: warning: {group_name(k)} leaks targets ({why})", file=sys.stderr)
+    by_gpus = OrderedDict()
+    for variant, gpus in runs:
+        by_gpus.setdefault(gpus, []).append(variant)
+    if target is not None:
+        first, section = record_check(runs, used, left, by_gpus, target, loss_only)
+        lines[0:0] = [first + (f" ({partial})" if partial else ""), ""]
+        lines += section
     lines += plan_lines
     lines += holdings(runs, varying, settings, allow, record)
     lines += ["", "Welch's t-test of each variant against the first variant at the same GPU count (two-sided p).", "",
               "| GPUs | variant | vs | metric | difference of means | t | p |", "| --- | --- | --- | --- | --- | --- | --- |"]
-    by_gpus = OrderedDict()
-    for variant, gpus in runs:
-        by_gpus.setdefault(gpus, []).append(variant)
     identical_rows, paired_rows = [], []
     for gpus, variants in by_gpus.items():
         base = variants[0]
@@ -609,7 +733,13 @@ def main(argv=None):
     ap.add_argument("--allow-differ", action="append", default=[], metavar="KEY",
                     help="a configuration entry (git_commit, gpu, ...) whose values may differ between runs of a group "
                          "(repeatable; named in the report)")
+    ap.add_argument("--target-loss", type=float, nargs="?", const=DEFAULT_TARGET, metavar="L",
+                    help=f"add modded-nanogpt's record check against the mean final validation loss L ({DEFAULT_TARGET} when "
+                         "given without a value): one-sided t-test, p < 0.01; the verdict is the report's first line")
     a = ap.parse_args(argv)
+    if a.target_loss is not None and not (math.isfinite(a.target_loss) and a.target_loss > 0):
+        ap.error(f"--target-loss wants a finite loss above 0 (a mean cross-entropy in nats; the record's is {DEFAULT_TARGET}), "
+                 f"got {a.target_loss}")
     if bool(a.logs_dir) == bool(a.group):
         ap.error("give exactly one of --logs-dir or --group")
     diffs = a.difference or [0.2, 0.4]
@@ -624,7 +754,7 @@ def main(argv=None):
         groups = from_patterns(a.group)
     if not groups:
         raise ToolError(f"--logs-dir {a.logs_dir}: no logs named VARIANT_gN_rI.txt there")
-    print(build(groups, a.out, a.title, diffs, a.loss_only, record, a.allow_differ))
+    print(build(groups, a.out, a.title, diffs, a.loss_only, record, a.allow_differ, a.target_loss))
     return 0
 
 

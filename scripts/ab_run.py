@@ -274,7 +274,7 @@ def check_planned(run, name, gpus, seed, want, allow):
 def check_one_setting(done, variant_keys, allow):
     """Raises ToolError unless the complete runs share every recorded setting but the variants'
     flags and the GPU count. done: [(run, name)]."""
-    skip = set(variant_keys) | set(allow) | {"world_size"}
+    skip = set(variant_keys) | set(allow) | {"world_size"} | set(speedrun_logs.DERIVED)
     first = None
     for run, _ in done:
         s = {k: v for k, v in speedrun_logs.setting(run).items() if k not in skip}

@@ -145,3 +145,47 @@ def runs_needed(delta, sd, alpha=ALPHA, power=POWER):
         else:
             hi = mid
     return hi
+
+
+# ------------------------------------------------------------------------------ the record check
+RECORD_ALPHA = 0.01  # modded-nanogpt accepts a record when p < 0.01
+
+
+def p_below(x, target):
+    """One-sided p that the mean of x is below target: scipy.stats.ttest_1samp(x, target,
+    alternative='less'), the test modded-nanogpt's records state. nan for fewer than 2 values or
+    no spread (the t statistic is undefined there; the caller says so)."""
+    if len(x) < 2 or std(x) == 0:
+        return math.nan
+    return float(stats.ttest_1samp(x, target, alternative="less").pvalue)
+
+
+def p_below_at(m, sd, n, target):
+    """The same test's p for n runs of mean m and sample standard deviation sd."""
+    return float(stats.t.cdf((m - target) / (sd / math.sqrt(n)), n - 1))
+
+
+def runs_to_pass(m, sd, target, alpha=RECORD_ALPHA):
+    """The smallest n (at least 2) for which n runs of exactly this mean and sample standard
+    deviation give p_below < alpha; math.inf when the mean is not below target or more than
+    MAX_RUNS would be needed; nan when sd is not a positive finite number. p falls as n grows (the
+    t statistic grows as sqrt(n), the t distribution's tail thins), so the answer is found by
+    doubling n and then bisecting."""
+    if not (math.isfinite(m) and math.isfinite(sd) and sd > 0 and math.isfinite(target)):
+        return math.nan
+    if m >= target:
+        return math.inf
+    if p_below_at(m, sd, 2, target) < alpha:
+        return 2
+    lo, hi = 2, 4  # p(lo) >= alpha
+    while p_below_at(m, sd, hi, target) >= alpha:
+        if hi >= MAX_RUNS:
+            return math.inf
+        lo, hi = hi, min(2 * hi, MAX_RUNS)
+    while hi - lo > 1:  # p(lo) >= alpha > p(hi)
+        mid = (lo + hi) // 2
+        if p_below_at(m, sd, mid, target) < alpha:
+            hi = mid
+        else:
+            lo = mid
+    return hi

@@ -364,6 +364,10 @@ def _read_json_lines(run, side):
 
 # configuration entries that differ from run to run of one setting
 PER_RUN = ("event", "run_id", "seed", "log_file", "checkpoint_dir", "resume")
+# configuration entries that follow from the flags rather than being flags of their own:
+# variants may differ in them without naming them (leaks_targets: whether the mask lets a
+# prediction see its own target, train_gpt's model/target_leak.h)
+DERIVED = ("leaks_targets",)
 
 
 def setting(run, allow=()):

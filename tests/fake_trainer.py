@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Stands in for train_gpt in the runner's tests: writes a record-format log and its JSON lines
 (a run id, the configuration, every step and validation) whose losses depend on --seed and,
-unless --causal 1, on --window-mask. Exits 3 without finishing when the environment names its
-seed in FAKE_FAIL_SEED. FAKE_DIVERGE=SEED:STEP:nan|inf|-inf makes that seed's loss at
+unless --causal 1, on --window-mask; like train_gpt it refuses --causal 0 (exit 2) without
+--allow-target-leak and records leaks_targets in the configuration. Exits 3 without finishing
+when the environment names its seed in FAKE_FAIL_SEED. FAKE_DIVERGE=SEED:STEP:nan|inf|-inf makes that seed's loss at
 STEP (a validation's at a step of 10, 20, ...) diverge: logged as train_gpt logs it,
 diverged(nan), in both files, and the run stops there with exit 1, as train_gpt does. FAKE_COMMIT and FAKE_VAL_TOKENS stand for a rebuilt trainer or a changed
 default: they change what the configuration records, not the flags."""
@@ -16,6 +17,7 @@ ap.add_argument("--seed", type=int, required=True)
 ap.add_argument("--log-file", required=True)
 ap.add_argument("--window-mask", default="uni")
 ap.add_argument("--causal", type=int, default=1)
+ap.add_argument("--allow-target-leak", action="store_true")
 ap.add_argument("--steps", type=int, default=20)
 ap.add_argument("--preset", default="default")
 ap.add_argument("--val-every", type=int, default=10)
@@ -23,6 +25,10 @@ ap.add_argument("--val-data", default="data/gcide/gcide_val_*.bin")
 ap.add_argument("--train-data", default="data/gcide/gcide_train_*.bin")
 ap.add_argument("--val-tokens", type=int, default=int(os.environ.get("FAKE_VAL_TOKENS", "65536")))
 a, _ = ap.parse_known_args()
+if not a.causal and not a.allow_target_leak:  # as train_gpt refuses a mask that shows the loss its targets
+    print("train_gpt: --causal 0: the attention lets position t see position t + 1, whose token is the target it is scored on; "
+          "give --allow-target-leak to run such a mask on purpose", file=sys.stderr)
+    sys.exit(2)
 div_seed, div_step, div_value = (os.environ.get("FAKE_DIVERGE", "") + "::").split(":")[:3]
 diverge_at = int(div_step) if div_seed == str(a.seed) else -1
 
@@ -40,7 +46,7 @@ with open(a.log_file, "w") as f, open(os.path.splitext(a.log_file)[0] + ".jsonl"
     f.write(f"run_id:{run_id} train_gpt fake\n")
     j.write(json.dumps({"event": "config", "run_id": run_id, "steps": a.steps, "window_mask": a.window_mask, "causal": a.causal,
                         "preset": a.preset, "val_every": a.val_every, "val_data": a.val_data, "train_data": a.train_data, "val_tokens": a.val_tokens, "seed": a.seed,
-                        "world_size": int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1")),
+                        "world_size": int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1")), "leaks_targets": "no" if a.causal else "yes",
                         "git_commit": os.environ.get("FAKE_COMMIT", "abc1234")}) + "\n")
     t = 0
     for s in range(a.steps + 1):

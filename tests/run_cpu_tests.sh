@@ -33,6 +33,7 @@ run() {
 run shards "$BUILD/tests/test_data"
 run attention-cpu "$BUILD/tests/test_attention_cpu"
 run model-cpu "$BUILD/tests/test_model_cpu"
+run target-leak "$BUILD/tests/test_target_leak"
 run optimizer-cpu "$BUILD/tests/test_optimizer_cpu"
 run checkpoint "$BUILD/tests/test_checkpoint"
 run ready-point "$BUILD/tests/test_ready_point"
@@ -51,6 +52,7 @@ run cli "$PYTHON" tests/test_cli.py "$BUILD" "$VOCAB_DIR"
 run recipes-cli "$PYTHON" tests/test_recipes.py ./train_gpt
 run fetch "$PYTHON" tests/test_fetch_fineweb.py
 run ablation-tools "$PYTHON" tests/test_ablation_tools.py
+run record-check "$PYTHON" tests/test_record_check.py
 run schedule-model "$PYTHON" tests/test_schedule_model.py
 run rank-balance "$PYTHON" tests/test_rank_balance.py
 run torch-peer "$PYTHON" tests/test_torch_peer.py ./train_gpt

@@ -347,7 +347,7 @@ with tempfile.TemporaryDirectory() as d:
     # causal off: bi shifts the loss, sequences differ
     camp2 = os.path.join(d, "camp2")
     base2 = [a if a != camp else camp2 for a in base]
-    r = subprocess.run(base2 + ["--", "--causal", "0"], capture_output=True, text=True)
+    r = subprocess.run(base2 + ["--", "--causal", "0", "--allow-target-leak"], capture_output=True, text=True)
     r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_report.py"), "--logs-dir", camp2, "--out", out],
                        capture_output=True, text=True)
     rep = open(os.path.join(out, "report.md")).read()
@@ -357,24 +357,24 @@ with tempfile.TemporaryDirectory() as d:
 
     # a campaign resumed with other flags is refused, its logs untouched; --start-over moves them aside
     before = sorted(os.listdir(camp))
-    r = subprocess.run(base + ["--", "--causal", "0"], capture_output=True, text=True)
+    r = subprocess.run(base + ["--", "--causal", "0", "--allow-target-leak"], capture_output=True, text=True)
     check("campaign resumed with changed common flags: refused (exit 1), naming the change, nothing touched",
           r.returncode == 1 and "other flags" in r.stderr and "--causal" in r.stderr and sorted(os.listdir(camp)) == before and
           "Traceback" not in r.stderr, r.stderr)
     r = subprocess.run([a if a != "bi=--window-mask bi" else "bi=--window-mask bi --steps 30" for a in base] + ["--", "--causal", "1"],
                        capture_output=True, text=True)
     check("campaign resumed with a variant's flags changed: refused", r.returncode == 1 and "variants" in r.stderr, r.stderr)
-    r = subprocess.run(base + ["--start-over", "--", "--causal", "0"], capture_output=True, text=True)
+    r = subprocess.run(base + ["--start-over", "--", "--causal", "0", "--allow-target-leak"], capture_output=True, text=True)
     olds = glob.glob(os.path.join(camp, "old-*"))
     check("--start-over: the old logs moved into old-*/, the campaign run anew",
           r.returncode == 0 and len(olds) == 1 and len(glob.glob(os.path.join(olds[0], "*.txt"))) == 6 and "0 complete, 6 to run" in r.stdout,
           r.stdout + r.stderr)
     open(os.path.join(camp, "campaign.json"), "w").write('{"variants": [')
-    r = subprocess.run(base + ["--", "--causal", "0"], capture_output=True, text=True)
+    r = subprocess.run(base + ["--", "--causal", "0", "--allow-target-leak"], capture_output=True, text=True)
     check("a damaged campaign record (bad JSON): refused with a message", r.returncode == 1 and "campaign.json" in r.stderr and
           "Traceback" not in r.stderr, r.stderr)
     json.dump({"variants": "garbage"}, open(os.path.join(camp, "campaign.json"), "w"))
-    r = subprocess.run(base + ["--", "--causal", "0"], capture_output=True, text=True)
+    r = subprocess.run(base + ["--", "--causal", "0", "--allow-target-leak"], capture_output=True, text=True)
     check("a campaign record without the defining fields: refused", r.returncode == 1 and "not a campaign record" in r.stderr, r.stderr)
 
     # the report: two groups of one name are refused, not merged
@@ -388,7 +388,8 @@ with tempfile.TemporaryDirectory() as d:
     # the run stops there): counted, named with the loss and step, and left out of the statistics
     # (the report is written), as the help promises
     for log, variant, seed, diverge in [("bi_g1_r0.txt", "bi", 1000, "1000:7:nan"), ("uni_g1_r1.txt", "uni", 1001, "1001:0:inf")]:
-        subprocess.run([sys.executable, fake, "--window-mask", variant, "--causal", "0", "--seed", str(seed), "--log-file",
+        subprocess.run([sys.executable, fake, "--window-mask", variant, "--causal", "0", "--allow-target-leak", "--seed", str(seed),
+                        "--log-file",
                         os.path.join(camp2, log)], env=dict(os.environ, FAKE_DIVERGE=diverge), capture_output=True)
     r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_report.py"), "--logs-dir", camp2, "--out", rep_dir],
                        capture_output=True, text=True)
@@ -464,13 +465,14 @@ with tempfile.TemporaryDirectory() as d:
               rc == 2 and named in err and time.time() - t0 < 5 and not os.path.exists(camp), err[-300:])
     base = AB_RUN + ["--campaign", camp, "--trainer", FAKE_TRAINER, "--variant", "uni=--window-mask uni", "--variant",
                      "bi=--window-mask bi"]
-    r = subprocess.run(base + ["--runs", "2", "--", "--causal", "0"], capture_output=True, text=True)
-    r = subprocess.run(base + ["--runs", "3", "--gpus", "1", "--dry-run", "--", "--causal", "0"], capture_output=True, text=True)
+    r = subprocess.run(base + ["--runs", "2", "--", "--causal", "0", "--allow-target-leak"], capture_output=True, text=True)
+    r = subprocess.run(base + ["--runs", "3", "--gpus", "1", "--dry-run", "--", "--causal", "0", "--allow-target-leak"],
+                       capture_output=True, text=True)
     rec = json.load(open(os.path.join(camp, "campaign.json")))
     check("campaign.json records the plan: variants x GPU counts x seeds",
           rec.get("plan") == {"variants": ["uni", "bi"], "gpus": [1], "seeds": [1000, 1001]}, str(rec.get("plan")))
-    subprocess.run(base + ["--runs", "3", "--", "--causal", "0"], capture_output=True, text=True)
-    r = subprocess.run(base + ["--runs", "1", "--", "--causal", "0"], capture_output=True, text=True)
+    subprocess.run(base + ["--runs", "3", "--", "--causal", "0", "--allow-target-leak"], capture_output=True, text=True)
+    r = subprocess.run(base + ["--runs", "1", "--", "--causal", "0", "--allow-target-leak"], capture_output=True, text=True)
     rec = json.load(open(os.path.join(camp, "campaign.json")))
     check("a resume with fewer --runs keeps the plan it extended (3 seeds)",
           r.returncode == 0 and (rec.get("plan") or {}).get("seeds") == [1000, 1001, 1002], str(rec.get("plan")) + r.stderr)

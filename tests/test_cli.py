@@ -82,6 +82,26 @@ rc, out, err = run(TRAIN, "--fault", "1:2:explode")
 check("malformed --fault: exit 2 naming the flag", rc == 2 and "--fault" in (out + err), out + err)
 rc, out, err = run(TRAIN, "--timeout", "0")
 check("--timeout 0: exit 2 naming the flag", rc == 2 and "--timeout" in (out + err), out + err)
+# a mask that lets position t see the token at t + 1 it is scored on: refused before any GPU work
+# (exit 2, naming the flag that causes it and the one that allows it), for every window form and
+# document setting; with --allow-target-leak, or with a prefix (whose targets inside the prefix
+# are dropped), the run gets past that check to the next refusal: a log in a missing folder
+MISSING_LOG = ["--log-file", os.path.join(SHARDS, "no_such_folder", "run.txt")]
+for mask in ("uni", "bi"):
+    for gran in ("block", "token"):
+        for docs in ("0", "1"):
+            rc, out, err = run(TRAIN, "--preset", "tiny", *DATA, "--causal", "0", "--window-mask", mask, "--window-granularity", gran,
+                               "--doc-mask", docs)
+            check(f"--causal 0 --window-mask {mask} --window-granularity {gran} --doc-mask {docs}: refused (exit 2), naming "
+                  "--causal 0 and --allow-target-leak", rc == 2 and "--causal 0" in err and "--allow-target-leak" in err and
+                  "Traceback" not in err and out == "", out + err)
+for name, flags in (("--causal 0 --allow-target-leak", ["--causal", "0", "--allow-target-leak"]),
+                    ("--prefix-tokens 64", ["--prefix-tokens", "64"]), ("--prefix-tokens 64 --prefix-attention 0",
+                                                                          ["--prefix-tokens", "64", "--prefix-attention", "0"]),
+                    ("causal", [])):
+    rc, out, err = run(TRAIN, "--preset", "tiny", *DATA, *flags, *MISSING_LOG)
+    check(f"{name}: not refused for its mask (the next check refuses the log's missing folder)",
+          rc == 2 and "--log-file" in err and "allow-target-leak" not in err, out + err)
 # under mpirun (OpenMPI, installed by the set-up): the global batch must split over the ranks,
 # checked on every rank before any GPU is needed
 if shutil.which("mpirun"):

@@ -165,9 +165,25 @@ check("a checkpoint of another configuration is refused, naming it", rc != 0 and
 rc1, _, uni = train("uni", "--steps", "10", "--val-every", "5", "--window-blocks", "2", "--window-mask", "uni")
 rc2, _, bi = train("bi", "--steps", "10", "--val-every", "5", "--window-blocks", "2", "--window-mask", "bi")
 check("causal on: uni and bi windows give the same losses to the bit", rc1 == 0 and rc2 == 0 and uni == bi and len(uni) == 11)
-rc1, _, uni0 = train("uni_nc", "--steps", "5", "--window-blocks", "2", "--window-mask", "uni", "--causal", "0")
-rc2, _, bi0 = train("bi_nc", "--steps", "5", "--window-blocks", "2", "--window-mask", "bi", "--causal", "0")
+rc1, _, uni0 = train("uni_nc", "--steps", "5", "--window-blocks", "2", "--window-mask", "uni", "--causal", "0", "--allow-target-leak")
+rc2, _, bi0 = train("bi_nc", "--steps", "5", "--window-blocks", "2", "--window-mask", "bi", "--causal", "0", "--allow-target-leak")
 check("causal off: uni and bi windows differ", rc1 == 0 and rc2 == 0 and train_losses(uni0, range(1, 6)) != train_losses(bi0, range(1, 6)))
+
+
+def logged_leak(name):
+    """What a run's logs say of its mask: leaks_targets in the configuration, and the text log's
+    mask lines that end 'leaks targets: yes' or 'no'."""
+    if not os.path.exists(os.path.join(TMP, name + ".jsonl")):
+        return None, []
+    with open(os.path.join(TMP, name + ".jsonl")) as f:
+        cfg = json.loads(f.readline())
+    with open(os.path.join(TMP, name + ".txt")) as f:
+        said = [l.rsplit("leaks targets: ", 1)[1].strip() for l in f if "leaks targets: " in l]
+    return cfg.get("leaks_targets"), said
+
+
+check("the logs state whether the mask leaks targets: causal off yes, causal on no (configuration and text)",
+      logged_leak("uni_nc") == ("yes", ["yes"]) and logged_leak("bi") == ("no", ["no"]), f"{logged_leak('uni_nc')} {logged_leak('bi')}")
 
 # prefix-LM: the prefix changes the learning; its causal baseline (the same targets) differs from
 # both; with a prefix longer than the window, uni and bi windows are different masks. That is

@@ -34,7 +34,8 @@ enum class Role {
   kDefinesRunIfSet,  // the same, but in the fingerprint only away from its default: options added
                      // later, so that earlier checkpoints (made without them) still resume
   kLogged,      // in the log only (paths, schedules of output, multi-GPU mechanics)
-  kLocal,       // neither (modes of the binary, test hooks, --allow-train-on-val: the log names the shards it let through)
+  kLocal,       // neither (modes of the binary, test hooks, --allow-train-on-val: the log names the shards it let through,
+                //   --allow-target-leak: the log says whether the mask leaks targets)
 };
 
 struct Row {
@@ -187,6 +188,9 @@ std::vector<Row> table(Options& o) {
       integer("--prefix-attention", o.prefix_attention, 0, 1, Role::kDefinesRunIfSet,
               "0: keep causal attention but drop the same targets as --prefix-tokens (the baseline of a prefix-LM ablation)")
           .in("attention.prefix_attention"),
+      flag("--allow-target-leak", o.allow_target_leak, local,
+           "run a mask that lets position t see position t + 1, whose token it is scored on predicting (--causal 0): refused "
+           "without it, since the loss would reward copying; the log says 'leaks targets: yes'"),
       integer<uint64_t>("--seed", o.seed, 0, UINT64_MAX, run, "initialisation seed"),
       // the optimiser and its schedules: recipe keys, no flags (model::OptimizerHyper, model::Schedule)
       real("lr_embed", o.lr_embed, 0.0, 100.0, Role::kDefinesRunIfSet, "Adam's learning rate of the token and value embeddings")

@@ -25,6 +25,7 @@ struct Options {
   int vocab_size = 50257;  // token ids in the data must be below this (GPT-2's vocabulary)
   bool check_data = false;
   bool allow_train_on_val = false;  // train on shards that are validation shards too, on purpose (a memorisation check)
+  bool allow_target_leak = false;   // run a mask that lets a prediction see its own target, on purpose (model/target_leak.h)
   // model and run (presets fill these; flags override)
   int model_vocab = 50304;  // the embedding's and the head's rows: GPT-2's vocabulary padded to a multiple of 128
   int layers = 4, width = 256, heads = 2, hidden = 1024;

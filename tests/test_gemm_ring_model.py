@@ -19,19 +19,24 @@ What is modelled, as the kernel does it:
     the hardware counts them (arrivals of 128 threads a warpgroup; a barrier completes at 256).
 What is checked, in every schedule:
   a consumer passing a full barrier's wait finds the entry it waits for landed there (not an
-    older one: a stale phase);
+    older one: a stale phase), and reads no entry whose loads are still in flight;
   no mbarrier takes more arrivals than its phase still expects;
   no load lands in a stage that a consumer still reads (an early release);
   no named barrier completes without the warpgroup that syncs on it (a second arrival);
   every schedule ends (no hang: nothing can move while work is left).
 The protocols: "now", as the kernels are, must pass every schedule, and so must "after-store" (the
 backward's earlier ordering, which waited for the other's slot right after the store rather than
-at the next tile's first slice); "before" (the ReLU^2 backward
+at the next tile's first slice) and "slot-barriers" (a candidate, not in the kernels: the producer
+counts each slot's bytes on a barrier of its owner warpgroup's, two a warpgroup by the tile's
+parity, and the ring's
+phase of a slot completes at the producer's arrival, so that the other warpgroup's wait for it
+costs nothing); "before" (the ReLU^2 backward
 whose warpgroups waited only for their own slot, the held stage's handoff on one pair of named
 barriers) and "release-for-all" (each warpgroup also waits for the other's slot, but the storer
 still releases its slot for all eight warps) must each be caught in some schedule, which shows
 that the model can see the races the GPU showed: the default job's crash, the K = 64 forward's
-hang, and the hang of that first fix.
+hang, and the hang of that first fix; so must "one-slot-barrier" (the candidate with one slot
+barrier a warpgroup, armed for the next tile while this tile's bytes are still in flight).
 """
 import argparse
 import os
@@ -100,32 +105,44 @@ def simulate(kind, protocol, nk, tiles, seed, max_steps=40000):
     named = [{} for _ in range(2)]
     reading = [[set() for _ in range(S)] for _ in range(2)]  # (wg, entry) holding each stage
     held_done = [[-1, -1] for _ in range(2)]  # the last tile whose wgmmas each warpgroup has finished
-    inflight = []  # (block, stage, units, step from which it may land) loads not landed
+    # "slot-barriers" only: two a warpgroup, by the tile's parity (one would be armed for the next tile
+    # while this tile's bytes are still in flight: an arrival its phase does not expect)
+    nsb = 1 if protocol == "one-slot-barrier" else 2
+    slot_full = [[[MBarrier(f"block {b} slot_full[{w}][{p}]", 1) for p in range(2)] for w in range(2)] for b in range(2)]
+    inflight = []  # (block, stage, units, step from which it may land, its barrier, its entry) loads not landed
     clock = [0]
 
     def nbar(b, i):
         return named[b].setdefault(i, NamedBarrier(f"block {b} named barrier {i}"))
 
-    def load(b, s, entry, units, slow=False):
+    def load(b, s, entry, units, slow=False, bar=None):
         if any(e != entry for _, e in reading[b][s]):
             raise Failure(f"block {b} stage {s}: entry {entry} loaded while entry {sorted(reading[b][s])} is still read")
-        inflight.append((b, s, units, clock[0] + rng.randrange(300 if slow else 10)))
+        inflight.append((b, s, units, clock[0] + rng.randrange(300 if slow else 10), bar or full[b][s], entry))
 
     def producer(b):
         it = 0
-        for _ in range(tiles):
+        for t in range(tiles):
             for kb in range(per_tile):
                 s = it % S
                 while it >= S and not empty[b][s].passes((it // S - 1) & 1):
                     yield
                 full[b][s].queue.append(it)
+                # mbarrier.arrive.expect_tx: the bytes expected, then the arrival, at once (a peer's
+                # multicast may land before it: the count of bytes goes below zero meanwhile)
+                own_bar = kb >= nk and protocol in ("slot-barriers", "one-slot-barrier")  # the slot's bytes counted on a barrier of its own
+                full[b][s].tx += 3 if kb < nk else 0 if own_bar else 2
                 full[b][s].arrive()
                 if kb < nk:  # A and this block's half of B; its half of B into the peer too (multicast)
-                    full[b][s].tx += 3
                     load(b, s, it, 2)
                     load(b ^ 1, s, it, 1)
+                elif own_bar:  # the ring's phase completes at once; the slot's own barrier waits for the bytes
+                    sf = slot_full[b][kb - nk][t % nsb]
+                    sf.queue.append(it)
+                    sf.tx += 2
+                    sf.arrive()
+                    load(b, s, it, 2, slow=True, bar=sf)
                 else:  # a slot: r for warpgroup kb - nk, this block's loads only, from HBM (slower than L2's slices)
-                    full[b][s].tx += 2
                     load(b, s, it, 2, slow=True)
                 it += 1
                 yield
@@ -139,7 +156,12 @@ def simulate(kind, protocol, nk, tiles, seed, max_steps=40000):
                 raise Failure(f"block {b} warpgroup {wg} passed the wait for entry {i} on a stale phase "
                               f"(stage {s} holds entry {full[b][s].landed})")
             if hold:
-                reading[b][s].add((wg, i))
+                hold_entry(s, i)
+
+        def hold_entry(s, i):
+            if any(x[:2] == (b, s) and x[5] == i for x in inflight):
+                raise Failure(f"block {b} warpgroup {wg} reads entry {i} in stage {s} before its data has landed")
+            reading[b][s].add((wg, i))
 
         def release(i, warps=WARPS, stop_reading=True):
             s = i % S
@@ -180,11 +202,20 @@ def simulate(kind, protocol, nk, tiles, seed, max_steps=40000):
             if kind == "backward":
                 release(it0 + nk - 1)
                 mine, other = it0 + nk + wg, it0 + nk + 1 - wg
-                yield from wait_full(mine)
+                if protocol in ("slot-barriers", "one-slot-barrier"):  # the ring's phase, then the slot's own barrier
+                    yield from wait_full(mine, hold=False)
+                    sf = slot_full[b][wg][ti % nsb]
+                    while not sf.passes((ti // nsb) & 1):
+                        yield
+                    if sf.landed != mine:
+                        raise Failure(f"block {b} warpgroup {wg} passed its slot's wait for entry {mine} on a stale phase")
+                    hold_entry(mine % S, mine)
+                else:
+                    yield from wait_full(mine)
                 yield  # du over r, stored from the slot (released at the next tile's first slice)
-                if protocol in ("after-store", "release-for-all"):  # the other's slot at once, not at the next tile
+                if protocol in ("after-store", "release-for-all", "slot-barriers", "one-slot-barrier"):  # the other's slot now, not at the next tile
                     yield from wait_full(other, hold=False)
-                    if protocol == "after-store":
+                    if protocol != "release-for-all":
                         release(other, stop_reading=False)
             else:
                 held_done[b][wg] = ti
@@ -210,8 +241,8 @@ def simulate(kind, protocol, nk, tiles, seed, max_steps=40000):
                 continue
             c = rng.choice(choices)
             if c == "load":  # a load whose time has come lands, in any order
-                b, s, units, _ = inflight.pop(rng.choice(ready))
-                full[b][s].complete_tx(units)
+                _, _, units, _, bar, _ = inflight.pop(rng.choice(ready))
+                bar.complete_tx(units)
                 continue
             try:
                 next(actors[c])
@@ -245,15 +276,19 @@ for kind in ("backward", "forward"):
     n, first, failed = sweep(kind, "now", a.runs)
     check(f"the {kind} protocol as the kernels are: {n} schedules, none fails", first is None, first)
     print(f"  {kind}, now: {n} schedules, {failed} failed", flush=True)
-n, first, failed = sweep("backward", "after-store", a.runs)
-check(f"the backward's earlier ordering (the other's slot waited for right after the store) passes too: {n} schedules",
-      first is None, first)
-print(f"  backward, after-store: {n} schedules, {failed} failed", flush=True)
+for protocol, what in (("after-store", "the backward's earlier ordering (the other's slot waited for right after the store)"),
+                       ("slot-barriers", "a candidate not built: each slot's bytes on a barrier of its own warpgroup, the "
+                                         "ring's phase of a slot complete at once, so the other's wait costs nothing")):
+    n, first, failed = sweep("backward", protocol, a.runs)
+    check(f"{what} passes too: {n} schedules", first is None, first)
+    print(f"  backward, {protocol}: {n} schedules, {failed} failed", flush=True)
 for kind, protocol, what in (("backward", "before", "the default job's crash: a warpgroup passes the wait for its next slice on "
                                                     "the other's slot's stale phase"),
                              ("backward", "release-for-all", "the first fix's hang: a slot released for a warpgroup that has "
                                                              "not waited for it"),
-                             ("forward", "before", "the K < 256 forward's hang: a second arrival on the held stage's barrier")):
+                             ("forward", "before", "the K < 256 forward's hang: a second arrival on the held stage's barrier"),
+                             ("backward", "one-slot-barrier", "the candidate with one slot barrier a warpgroup: armed for "
+                                                              "the next tile while this tile's bytes are in flight")):
     n, first, failed = sweep(kind, protocol, a.runs)
     check(f"the model catches {what} ({kind}, {protocol})", first is not None, f"{n} schedules, none failed")
     print(f"  {kind}, {protocol}: {failed} of {n} schedules caught; first: {first}", flush=True)

@@ -238,7 +238,7 @@ bench: $(BUILD)/bench/bench_attention $(BUILD)/bench/bench_matmul
 $(BUILD)/bench/bench_attention: $(BUILD)/bench/bench_attention.o $(ATTN_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@
 
-$(BUILD)/bench/bench_matmul: $(BUILD)/bench/bench_matmul.o
+$(BUILD)/bench/bench_matmul: $(BUILD)/bench/bench_matmul.o $(BUILD)/version.o
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS)
 
 # several GPUs: mpirun -np N build/bench/exchange_bench (bench/gpu_bench.sh PARTS=exchange runs it)

@@ -391,8 +391,14 @@ static int run(int argc, char** argv) {
   return 0;
 }
 
+// The build's commit and source digest (build/version.cpp, made by the Makefile), the log's first
+// line, so that a log names the code it measured.
+extern const char* const kGitCommit;
+extern const char* const kSourceDigest;
+
 int main(int argc, char** argv) {
   try {
+    std::printf("bench_matmul %s source:%s\n", kGitCommit, kSourceDigest);
     return run(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_matmul: %s\n", e.what());

@@ -150,7 +150,8 @@ constexpr Fp8StaticScale kFp8HeadScaleW{32.0f, 1.0f / 32.0f};
 constexpr Fp8StaticScale kFp8HeadScaleGrad{536870912.0f, 1.0f / 536870912.0f};  // 2^29
 
 // The scale for a tensor whose amax is `amax`: dequant = max(amax, 1e-12) * (headroom / fmt_max),
-// headroom / fmt_max rounded to fp32 once (so amax * headroom maps to the format's max). The
+// headroom / fmt_max rounded to fp32 once (so amax quantises to fmt_max / headroom). This is
+// quant = fmt_max / (headroom * amax) in the form 'fp8_max / max(history)'. The
 // records compute it this way for their delayed scales; their current scales (headroom 1) divide
 // amax by 448 instead, which can differ in the last bit. A NaN or infinite amax gives NaN: a
 // tensor that held one has no usable scale, and an infinite dequant would silently quantise

@@ -18,7 +18,7 @@ run() {
   out=$("$@" 2>&1); rc=$?
   echo "$out" | grep -v '^ok ' | tail -n 40
   local line
-  line=$(echo "$out" | grep -E '^[A-Za-z_-]+: [0-9]+ passed, [0-9]+ failed$' | tail -n 1)
+  line=$(echo "$out" | grep -E '^[A-Za-z0-9_-]+: [0-9]+ passed, [0-9]+ failed$' | tail -n 1)
   if [ -z "$line" ]; then
     echo "   (no result line; exit code $rc): counted as 1 failure"
     failed=$((failed + 1))

@@ -45,7 +45,7 @@ CPU_TESTS := $(BUILD)/tests/test_data $(BUILD)/tests/test_attention_cpu $(BUILD)
              $(BUILD)/tests/test_optimizer_cpu $(BUILD)/tests/test_loader_log $(BUILD)/tests/test_checkpoint \
              $(BUILD)/tests/test_dist $(BUILD)/tests/test_ready_point $(BUILD)/tests/test_exchange_windows \
              $(BUILD)/tests/test_shard_plan $(BUILD)/tests/test_hand_out $(BUILD)/tests/test_recipes \
-             $(BUILD)/tests/test_target_leak
+             $(BUILD)/tests/test_target_leak $(BUILD)/tests/test_fp8
 MODEL_OBJS := $(BUILD)/model/config.o $(BUILD)/model/batch.o
 # the options and the shipped recipes built into the binary (recipes/*.toml)
 OPTIONS_OBJS := $(BUILD)/train/options.o $(BUILD)/recipes.o
@@ -147,6 +147,15 @@ $(BUILD)/tests/test_loader_log: $(BUILD)/tests/test_loader_log.o $(BUILD)/data/d
 
 $(BUILD)/tests/test_recipes: $(BUILD)/tests/test_recipes.o $(OPTIONS_OBJS) $(MODEL_OBJS)
 	$(CXX) -fopenmp $^ -o $@
+
+# the FP8 reference against CUDA's host conversions (<cuda_fp8.h>, header-only on the host: no
+# CUDA library is linked and no GPU is needed); -isystem keeps the header's warnings out
+$(BUILD)/tests/test_fp8.o: tests/test_fp8.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -isystem $(CUDA_HOME)/include -c $< -o $@
+
+$(BUILD)/tests/test_fp8: $(BUILD)/tests/test_fp8.o
+	$(CXX) $^ -o $@
 
 $(BUILD)/tests/test_checkpoint: $(BUILD)/tests/test_checkpoint.o $(BUILD)/train/checkpoint.o
 	$(CXX) $^ -o $@

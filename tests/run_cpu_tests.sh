@@ -18,7 +18,7 @@ run() {
   out=$("$@" 2>&1); rc=$?
   echo "$out" | grep -v '^ok ' | tail -n 40
   local line
-  line=$(echo "$out" | grep -E '^[A-Za-z_-]+: [0-9]+ passed, [0-9]+ failed$' | tail -n 1)
+  line=$(echo "$out" | grep -E '^[A-Za-z0-9_-]+: [0-9]+ passed, [0-9]+ failed$' | tail -n 1)
   if [ -z "$line" ]; then
     echo "   (no result line; exit code $rc): counted as 1 failure"
     failed=$((failed + 1))
@@ -35,6 +35,7 @@ run attention-cpu "$BUILD/tests/test_attention_cpu"
 run model-cpu "$BUILD/tests/test_model_cpu"
 run target-leak "$BUILD/tests/test_target_leak"
 run optimizer-cpu "$BUILD/tests/test_optimizer_cpu"
+run fp8 "$BUILD/tests/test_fp8"
 run checkpoint "$BUILD/tests/test_checkpoint"
 run ready-point "$BUILD/tests/test_ready_point"
 run exchange-windows "$BUILD/tests/test_exchange_windows"

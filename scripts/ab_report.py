@@ -73,7 +73,7 @@ import speedrun_logs  # noqa: E402
 
 NAME_RE = re.compile(r"^(?P<variant>.+)_g(?P<gpus>\d{1,6})_r(?P<run>\d{1,9})\.txt$")
 from speedrun_logs import DERIVED, PER_RUN, flag_settings, same_value, setting  # noqa: E402
-OUTPUTS = ("report.md", "val_loss.png", "step_times.png")  # what a report writes into --out
+OUTPUTS = ("report.md", "val_loss.png", "step_times.png", "removals.png")  # what a report writes into --out
 # train_gpt's configuration entry saying whether the mask lets a prediction see its own target
 # (model/target_leak.h); it follows from the flags (speedrun_logs.DERIVED), so variants may differ
 # in it without declaring it
@@ -237,6 +237,8 @@ def check_runs(runs, record, allow, problems):
     if record is not None and all(r.config for rs in runs.values() for r in rs):
         common = flag_settings(list(record.get("common", [])))
         flags = {v: flag_settings(shlex.split(f)) if _splits(f) else {} for v, f in record["variants"]}
+        for leg in (record.get("removal") or {}).get("legs", []):  # a removal leg's keys, as its runs record them
+            flags[leg["name"]].update({k: repr(v) if isinstance(v, float) else str(v) for k, v in leg["log"].items()})
         declared = {k for f in flags.values() for k in f}
         for (variant, gpus), rs in runs.items():
             if variant not in flags:
@@ -488,6 +490,77 @@ def record_check(runs, used, left, by_gpus, target, loss_only):
     return first, section
 
 
+def removal_table(record, used, by_gpus, loss_only):
+    """A removal campaign's table (campaign.json's "removal"): per GPU count and removal, the
+    differences leg - full of the final validation loss and the step average over the seeds both
+    ran (mean, 95% confidence interval, paired t-test's two-sided p) and the pairs a paired
+    t-test would need to find that difference at the differences' spread (5% level, 80% power).
+    Returns the lines and, for the plot, [(label, loss (mean, half), time (mean, half) or None)]."""
+    legs = record["removal"]["legs"]
+    full = legs[0]["name"]
+    metrics = [("final val loss", lambda r: r.final_val_loss, 4), ("step avg (ms)", lambda r: r.step_avg_ms, 2)]
+    if loss_only:
+        metrics = metrics[:1]
+    head = ["removed", "what it sets", "GPUs", "pairs (seeds)"]
+    for name, _, _ in metrics:
+        head += [f"delta {name} mean", "95% CI", "p (paired)", "pairs needed"]
+    lines = ["", f"## Removals: each against the full recipe ({md(record['removal']['recipe'])})", "",
+             "Per removal, the differences removal - full of the runs of one seed (a positive loss difference: the removed "
+             "mechanism helps): their mean, its 95% confidence interval (Student t), the paired t-test's two-sided p, and "
+             "the pairs of runs a paired t-test would need to find a difference of this size at the differences' spread "
+             f"(5% level, 80% power; statsmodels; the search stops at {st.MAX_RUNS}). Diverged runs are left out of the pairs.", "",
+             "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    points = []
+    for gpus, variants in by_gpus.items():
+        if full not in variants:
+            continue
+        base = {r.seed: r for r in used[(full, gpus)] if r.seed is not None}
+        for leg in legs[1:]:
+            if leg["name"] not in variants:
+                continue
+            other = {r.seed: r for r in used[(leg["name"], gpus)] if r.seed is not None}
+            both = sorted(set(base) & set(other))
+            sets = "; ".join(f"{k} = {v!r} (was {leg['was'][k]!r})" for k, v in leg["set"].items())
+            row = [md(leg["name"]), md(sets), str(gpus), f"{len(both)} ({seeds_text(both)})" if both else "0"]
+            point = [f"{leg['name']} ({gpus} GPU{'s' if gpus > 1 else ''})"]
+            for name, get, d in metrics:
+                x, y = [get(other[s]) for s in both], [get(base[s]) for s in both]
+                m, half = st.paired_ci(x, y)
+                if len(both) < 2:
+                    row += [fmt(m, d) if both else "n/a (no pair)", "n/a (fewer than 2 pairs)", "n/a", "-"]
+                    point.append((m, math.nan))
+                    continue
+                _, sd, _, _, p = st.paired(x, y)
+                need = st.runs_needed(abs(m), sd, paired=True) if sd > 0 and m != 0 else math.nan
+                need_text = "n/a (no difference)" if m == 0 else runs_needed_text(need) if sd > 0 else "n/a (no spread)"
+                row += [f"{m:+.{d}f}", f"[{m - half:+.{d}f}, {m + half:+.{d}f}]", p_text(p), need_text]
+                point.append((m, half))
+            lines.append("| " + " | ".join(row) + " |")
+            points.append((point[0], point[1], point[2] if len(point) > 2 else None))
+    if not points:
+        lines.append("| " + " | ".join(["n/a (no run of the full recipe and a removal at one GPU count)"] + [""] * (len(head) - 1)) + " |")
+    return lines, points
+
+
+def removal_plot(points, out_dir, plt):
+    """removals.png: each removal's difference from the full recipe with its 95% confidence
+    interval, the loss's and (where timed) the step average's, one row a removal and GPU count."""
+    timed = any(t is not None for _, _, t in points)
+    fig, axes = plt.subplots(1, 2 if timed else 1, figsize=(11 if timed else 6.5, 1.2 + 0.45 * len(points)), squeeze=False)
+    ys = list(range(len(points)))[::-1]
+    for ax, (i, label) in zip(axes[0], ((1, "final validation loss: removal - full"), (2, "step average (ms): removal - full"))):
+        ms = [p[i][0] if p[i] is not None else math.nan for p in points]
+        hs = [p[i][1] if p[i] is not None and math.isfinite(p[i][1]) else 0.0 for p in points]
+        ax.errorbar(ms, ys, xerr=hs, fmt="o", capsize=4)
+        ax.axvline(0.0, color="gray", linewidth=1)
+        ax.set_yticks(ys, [p[0] for p in points] if i == 1 else [""] * len(points))
+        ax.set_xlabel(label + " (mean, 95% CI)")
+        ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "removals.png"), dpi=110)
+    plt.close(fig)
+
+
 def _first_per_variant(settings):
     seen, out = set(), []
     for v, g in settings:
@@ -560,6 +633,13 @@ def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False, recor
                   "| --- | --- | --- | --- |"] + left_out
         for row in left_out:
             print("ab_report: warning: left out " + " ".join(c.strip() for c in row.strip("|").split(" | ")), file=sys.stderr)
+    removal_points = None
+    if record is not None and record.get("removal"):
+        by_gpus0 = OrderedDict()
+        for variant, gpus in runs:
+            by_gpus0.setdefault(gpus, []).append(variant)
+        section, removal_points = removal_table(record, used, by_gpus0, loss_only)
+        lines[1:1] = section
     leaky = [(key, why) for key, rs in runs.items() for leak, why in [leak_status(rs)] if leak]
     if leaky:
         text = ("**Leaks targets:** " + "; ".join(f"{md(group_name(k))} ({md(why)})" for k, why in leaky) +
@@ -620,10 +700,10 @@ def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False, recor
     lines += ["", "Loss sequences, paired by seed: identical to the bit?", "",
               "| GPUs | variants | seed | run ids | identical |", "| --- | --- | --- | --- | --- |"] + \
         (identical_rows or ["| - | - | - | - | no pairs (no seed in both variants) |"])
-    return write_out(lines, used, by_gpus, values, out_dir, not loss_only)
+    return write_out(lines, used, by_gpus, values, out_dir, not loss_only, removal_points)
 
 
-def write_out(lines, used, by_gpus, values, out_dir, times):
+def write_out(lines, used, by_gpus, values, out_dir, times, removal_points=None):
     """Writes the report and its plots into a temporary folder inside out_dir and moves them into
     place only when all are written; report files of an earlier report that this one does not
     make are removed, so that the folder never mixes two reports."""
@@ -631,7 +711,7 @@ def write_out(lines, used, by_gpus, values, out_dir, times):
     os.makedirs(out_dir, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".ab_report-", dir=out_dir)
     try:
-        plots, note = make_plots(used, by_gpus, values, tmp, times)
+        plots, note = make_plots(used, by_gpus, values, tmp, times, removal_points)
         if note:
             lines += ["", note]
         if plots:
@@ -653,8 +733,17 @@ def write_out(lines, used, by_gpus, values, out_dir, times):
     return text
 
 
-def make_plots(used, by_gpus, values, out_dir, times=True):
+def make_plots(used, by_gpus, values, out_dir, times=True, removal_points=None):
     """The plots (file names) and a note for the report when there are none."""
+    plots, note = _make_plots(used, by_gpus, values, out_dir, times)
+    if removal_points and not note:
+        import matplotlib.pyplot as plt
+        removal_plot(removal_points, out_dir, plt)
+        plots = ["removals.png"] + plots
+    return plots, note
+
+
+def _make_plots(used, by_gpus, values, out_dir, times=True):
     try:
         import matplotlib
         matplotlib.use("Agg")

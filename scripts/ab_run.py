@@ -39,6 +39,20 @@ accepts differing values of one setting.
         --variant uni='--window-mask uni' --variant bi='--window-mask bi' -- --preset default --steps 200
 
 Each run is: [mpirun -np N] TRAINER COMMON... VARIANT_FLAGS... --seed S --log-file LOG
+
+A removal campaign runs a recipe whole and with one mechanism at a time turned off, in place of
+--variant (scripts/removals.py says what it takes and refuses):
+
+    python3 scripts/ab_run.py --campaign logs/removals --runs 5 --recipe recipes/default.toml \\
+        --remove attention.doc_mask,schedule.window_start,schedule.lr_cooldown=300 [--removals FILE] -- COMMON_FLAGS
+
+--remove KEY sets a recipe key to its neutral value (the trainer's --print-schema), KEY=VALUE to
+VALUE; --removals FILE lists removals of one or more keys. Its variants are "full" (the recipe)
+and one leg a removal (no-KEY, or the name the file gives), each run from a recipe file written
+into CAMPAIGN/recipes/ (the recipe with the leg's keys changed); like any campaign, they take
+turns run by run with the same seeds. campaign.json records the removals ("removal": the recipe,
+its SHA-256 and each leg's keys, values and log names), and scripts/ab_report.py tables each
+removal's deltas against the full recipe.
 """
 import argparse
 import glob
@@ -54,13 +68,14 @@ import tomllib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import campaign_record  # noqa: E402
+import removals  # noqa: E402
 import speedrun_logs  # noqa: E402
 from campaign_record import MAX_GPU_COUNTS, MAX_GPUS, MAX_PLANNED, MAX_RUNS, MAX_SEED, MAX_VARIANTS  # noqa: E402
 from tool_errors import ToolError, run as run_tool  # noqa: E402
 
 # what defines a campaign's runs: a change in any of these makes its old logs another experiment
 DEFINING = ("variants", "common", "seed0", "trainer", "mpirun_args")
-OPTIONAL = ("data",)  # recorded since; a record without it is of an earlier runner and not compared
+OPTIONAL = ("data", "removal")  # recorded since; a record without it is of an earlier runner and not compared
 DATA_FLAGS = ("--train-data", "--val-data")
 # train_gpt's data patterns where its flags name none are its recipe's (docs/recipes.md): the
 # --recipe file's [data], else the shipped recipe --preset names (recipes/NAME.toml, speedrun:
@@ -207,7 +222,8 @@ def check_record(campaign, manifest, start_over):
                 break
             except FileExistsError:
                 aside = os.path.join(campaign, time.strftime("old-%Y%m%d-%H%M%S") + f"-{k}")
-        moved = campaign_logs(campaign) + ([path] if os.path.exists(path) else [])
+        moved = campaign_logs(campaign) + ([path] if os.path.exists(path) else []) + \
+            ([os.path.join(campaign, "recipes")] if os.path.isdir(os.path.join(campaign, "recipes")) else [])  # a removal campaign's legs
         for f in moved:
             os.replace(f, os.path.join(aside, os.path.basename(f)))
         print(f"ab_run: --start-over: moved {len(moved)} file(s) into {aside}", flush=True)
@@ -305,12 +321,52 @@ def parse_or_none(log):
         return None
 
 
+def removal_variants(args):
+    """A removal campaign's variants ([(name, flags)]: "full", then a leg a removal, each run
+    from its recipe file in CAMPAIGN/recipes/) and what it records: {"record": campaign.json's
+    "removal", "files": {name: recipe text}, "log": {name: {log name: value text}}}. Refuses
+    (removals.Refusal: exit 2), before anything runs or is written, what scripts/removals.py
+    names."""
+    if args.variant:
+        raise removals.Refusal("--variant: a removal campaign (--recipe, --remove, --removals) makes its own variants: "
+                               "the full recipe and one leg a removal")
+    if args.recipe is None:
+        raise removals.Refusal("--remove/--removals: give the recipe they remove from, --recipe FILE")
+    if not args.remove and not args.removals:
+        raise removals.Refusal("--recipe: a removal campaign: give the removals, --remove KEY[,KEY...] or --removals FILE")
+    for flag in ("--recipe", "--preset", "--print-recipe", "--print-schema"):
+        if any(t == flag or t.startswith(flag + "=") for t in args.common):
+            raise removals.Refusal(f"{flag} among the common flags: a removal campaign runs --recipe's recipe "
+                                   "(and its legs'); give it as --recipe FILE before '--'")
+    text = removals.recipe_text(args.recipe)
+    asked = removals.from_flags(args.remove) + (removals.from_file(args.removals) if args.removals else [])
+    trainer = split(args.trainer, "--trainer")
+    schema = removals.load_schema(trainer)
+    full = removals.resolved(trainer, args.recipe, args.common, f"--recipe {args.recipe}")
+    legs = removals.resolve(asked, schema, full)
+    removals.verify(trainer, args.common, text, args.recipe, legs, schema, full)
+    files = {removals.FULL: text}
+    files.update({leg["name"]: removals.leg_text(text, args.recipe, leg) for leg in legs})
+    folder = os.path.join(args.campaign, "recipes")
+    variants = [(name, "--recipe " + shlex.quote(os.path.join(folder, name + ".toml"))) for name in files]
+    record = {"recipe": args.recipe, "recipe_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+              "legs": [{"name": removals.FULL, "set": {}, "was": {}, "log": {}, "off": []}] + legs}
+    text_of = lambda v: repr(v) if isinstance(v, float) else str(v)  # noqa: E731  (speedrun_logs.same_value reads it)
+    log = {leg["name"]: {k: text_of(v) for k, v in leg["log"].items()} for leg in record["legs"]}
+    return variants, {"record": record, "files": files, "log": log}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--campaign", required=True, help="directory for the logs")
     ap.add_argument("--gpus", default="1", help="comma-separated GPU counts (default 1)")
     ap.add_argument("--runs", type=int, default=5, help="runs per variant and GPU count (default 5)")
-    ap.add_argument("--variant", action="append", required=True, help="NAME='FLAGS' (repeatable; the first is the baseline)")
+    ap.add_argument("--variant", action="append", default=[], help="NAME='FLAGS' (repeatable; the first is the baseline)")
+    ap.add_argument("--recipe", help="a removal campaign: the recipe file run whole and with each removal (instead of --variant)")
+    ap.add_argument("--remove", action="append", default=[], metavar="KEY[=VALUE][,...]",
+                    help="a removal campaign: recipe keys to turn off one at a time, each to its neutral value (the trainer's "
+                         "--print-schema) or VALUE (repeatable)")
+    ap.add_argument("--removals", metavar="FILE", help="a removal campaign: a TOML file of [[removal]] tables (scripts/removals.py)")
     ap.add_argument("--seed0", type=int, default=1000)
     ap.add_argument("--trainer", default="./train_gpt")
     ap.add_argument("--mpirun-args", default="", help="extra mpirun arguments (host file, --bind-to ...)")
@@ -332,16 +388,26 @@ def main(argv=None):
     if not 0 <= args.seed0 <= MAX_SEED - (args.runs - 1):
         ap.error(f"--seed0 {_short(args.seed0, 40)}: want 0 to {MAX_SEED - (args.runs - 1)} (the last run's seed, --seed0 + "
                  f"--runs - 1, must fit train_gpt's 64-bit --seed)")
+    removal = None
+    if args.remove or args.removals or args.recipe is not None:
+        try:
+            args.variant, removal = removal_variants(args)
+        except removals.Refusal as e:
+            ap.error(str(e))
+    elif not args.variant:
+        ap.error("give --variant NAME=FLAGS (twice or more), or a removal campaign: --recipe FILE with --remove or --removals")
     if len(args.variant) > MAX_VARIANTS:
         ap.error(f"--variant given {len(args.variant)} times: at most {MAX_VARIANTS} variants")
     if len(args.gpus) * args.runs * len(args.variant) > MAX_PLANNED:
         ap.error(f"--gpus x --runs x --variant plans {len(args.gpus) * args.runs * len(args.variant)} runs: at most {MAX_PLANNED}")
     variants = []
-    for v in args.variant:
+    for v in args.variant if removal is None else []:
         name, sep, flags = v.partition("=")
         if not sep or not name or "/" in name or "_g" in name:
             ap.error(f"--variant wants NAME=FLAGS with a plain NAME (no '/' or '_g'), got {v!r}")
         variants.append((name, flags))
+    if removal is not None:
+        variants = list(args.variant)
     if len({n for n, _ in variants}) != len(variants):
         ap.error("variant names must differ")
     args.variant = variants
@@ -351,21 +417,27 @@ def main(argv=None):
     manifest = {"variants": variants, "gpus": args.gpus, "runs": args.runs, "seed0": args.seed0, "common": args.common,
                 "trainer": args.trainer, "mpirun_args": args.mpirun_args,
                 "data": data_fingerprint(args.common + [t for _, f in variants for t in split(f, "--variant")])}
-    for name, flags in variants:  # the same pattern for both: a flag error (exit 2), as train_gpt makes it
+    if removal is not None:
+        manifest["removal"] = removal["record"]
+    # the data each variant reads: a removal campaign's legs are written below, and read the recipe's data
+    data_variants = variants if removal is None else [(n, f"--recipe {shlex.quote(args.recipe)}") for n, _ in variants]
+    for name, flags in data_variants:  # the same pattern for both: a flag error (exit 2), as train_gpt makes it
         own = args.common + split(flags, f"--variant {name}")
         pattern, val = data_patterns(own)  # a pattern not given is train_gpt's default
         if pattern is not None and pattern == val and "--allow-train-on-val" not in own:
             ap.error(f"variant {name}: --train-data and --val-data are both {pattern!r}: its runs would validate on the data they "
                      "train on; name other validation shards, or give --allow-train-on-val to do so on purpose")
-    why = train_on_val(args.common, variants, manifest["data"])
+    why = train_on_val(args.common, data_variants, manifest["data"])
     if why:
         raise ToolError(why)
     common = speedrun_logs.flag_settings(args.common)
     want = {}  # per variant, the flags of its runs: its own first (they are what a misplaced log gets wrong), then the common
     for name, flags in variants:
         own = speedrun_logs.flag_settings(split(flags, f"--variant {name}"))
+        own.update(removal["log"][name] if removal else {})  # a leg's keys, as its runs' configurations record them
         want[name] = dict(own, **{k: v for k, v in common.items() if k not in own})
     variant_keys = {k for name, flags in variants for k in speedrun_logs.flag_settings(split(flags, "--variant"))}
+    variant_keys |= {k for log in (removal["log"].values() if removal else []) for k in log}
     seeds = range(args.seed0, args.seed0 + args.runs)
     if args.dry_run:
         if os.path.isdir(args.campaign) and not args.start_over:
@@ -378,6 +450,16 @@ def main(argv=None):
         with open(record + ".tmp", "w") as f:  # the report reads the variant order here
             json.dump(manifest, f, indent=1)
         os.replace(record + ".tmp", record)
+        if removal is not None:  # the legs' recipes, the same text at every start of the same campaign
+            os.makedirs(os.path.join(args.campaign, "recipes"), exist_ok=True)
+            for name, text in removal["files"].items():
+                path = os.path.join(args.campaign, "recipes", name + ".toml")
+                with open(path + ".tmp", "w", encoding="utf-8") as f:
+                    f.write(text)
+                os.replace(path + ".tmp", path)
+    for leg in removal["record"]["legs"] if removal is not None else []:
+        print(f"leg {leg['name']}: " + (", ".join(f"{k} = {v!r} (was {leg['was'][k]!r})" for k, v in leg["set"].items())
+                                        or f"{args.recipe} whole"))
     todo, done = [], []
     for r in runs:
         name, gpus, i, log, _ = r

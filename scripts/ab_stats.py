@@ -6,7 +6,9 @@ t-test, the paired t-test (runs of one seed), and how much a comparison of n run
       Student test at the 5% level finds with 80% power, with n runs a side and the runs' standard
       deviation sd (statsmodels TTestIndPower, the noncentral t distribution);
   runs_needed(delta, sd): runs a side for that power against a true difference delta (math.inf
-      when more than MAX_RUNS would be needed: the search stops there).
+      when more than MAX_RUNS would be needed: the search stops there); with paired=True, pairs
+      of runs for the paired t-test, sd the differences' (statsmodels TTestPower);
+  paired_ci(x, y): the mean of the differences x[i] - y[i] and its 95% confidence interval.
 Debian: python3-scipy, python3-statsmodels (scripts/setup.sh installs them)."""
 import math
 import os
@@ -18,10 +20,14 @@ from tool_errors import require  # noqa: E402
 
 require("scipy", "statsmodels")
 from scipy import optimize, stats  # noqa: E402
-from statsmodels.stats.power import TTestIndPower  # noqa: E402
+from statsmodels.stats.power import TTestIndPower, TTestPower  # noqa: E402
 
 ALPHA, POWER = 0.05, 0.8
 MAX_RUNS = 1_000_000  # runs_needed looks no further: "more than a million runs" is the answer
+# an effect this many standard deviations large is found with power 1 (to double precision) by 2
+# runs a side or 2 pairs; past it scipy's noncentral t aborts the process (boost's rounding error,
+# seen at 8e12: a difference over a spread of rounding noise), so the power is not computed
+BIG_EFFECT = 1000.0
 
 
 def mean(x):
@@ -95,6 +101,15 @@ def paired(x, y):
     return m, sd, float(res.statistic), len(d) - 1, float(res.pvalue)
 
 
+def paired_ci(x, y):
+    """(mean of x[i] - y[i], half-width of its 95% confidence interval: Student t with n - 1
+    degrees of freedom); nan half-width for fewer than 2 pairs."""
+    d = [a - b for a, b in zip(x, y)]
+    if not d:
+        return math.nan, math.nan
+    return mean(d), ci95(d)
+
+
 def pooled_std(x, y):
     """The common standard deviation of two samples (pooled variance)."""
     nx, ny = len(x), len(y)
@@ -106,9 +121,22 @@ def pooled_std(x, y):
 def power_of(effect_size, n, alpha=ALPHA):
     """Power of the two-sided two-sample t-test with n runs a side against a true difference of
     effect_size standard deviations (statsmodels TTestIndPower: the noncentral t distribution)."""
+    if effect_size >= BIG_EFFECT:
+        return 1.0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         return float(TTestIndPower().power(effect_size=effect_size, nobs1=n, alpha=alpha, ratio=1.0, alternative="two-sided"))
+
+
+def power_of_paired(effect_size, n, alpha=ALPHA):
+    """Power of the two-sided paired t-test (a one-sample test of the differences) with n pairs
+    against a true mean difference of effect_size standard deviations of the differences
+    (statsmodels TTestPower)."""
+    if effect_size >= BIG_EFFECT:
+        return 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(TTestPower().power(effect_size=effect_size, nobs=n, alpha=alpha, alternative="two-sided"))
 
 
 def detectable_difference(sd, n, alpha=ALPHA, power=POWER):
@@ -123,24 +151,26 @@ def detectable_difference(sd, n, alpha=ALPHA, power=POWER):
     return d * sd
 
 
-def runs_needed(delta, sd, alpha=ALPHA, power=POWER):
+def runs_needed(delta, sd, alpha=ALPHA, power=POWER, paired=False):
     """Runs a side (at least 2) to find a true difference delta with this power at this level;
     math.inf when more than MAX_RUNS would be needed. Power grows with n, so the answer is found
     by doubling n and then bisecting: about 2 log2(n) evaluations of the power, whatever the
-    spread (a walk n by n would take millions when delta is small against sd)."""
+    spread (a walk n by n would take millions when delta is small against sd). paired: pairs of
+    runs (one seed each) for the paired t-test, sd the differences' standard deviation."""
     if not (delta > 0 and sd > 0 and math.isfinite(delta) and math.isfinite(sd)):
         return math.nan
     effect = delta / sd
-    if power_of(effect, 2, alpha) >= power:
+    pw = power_of_paired if paired else power_of
+    if pw(effect, 2, alpha) >= power:
         return 2
     lo, hi = 2, 4  # power(lo) < target
-    while power_of(effect, hi, alpha) < power:
+    while pw(effect, hi, alpha) < power:
         if hi >= MAX_RUNS:
             return math.inf
         lo, hi = hi, min(2 * hi, MAX_RUNS)
     while hi - lo > 1:  # power(lo) < target <= power(hi)
         mid = (lo + hi) // 2
-        if power_of(effect, mid, alpha) < power:
+        if pw(effect, mid, alpha) < power:
             lo = mid
         else:
             hi = mid

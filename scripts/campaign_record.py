@@ -7,6 +7,7 @@ The plan is the variants x GPU counts x seeds of the campaign ("plan", written b
 records one). A record of an earlier ab_run has no "plan" but its last command's "gpus", "runs"
 and "seed0", from which the plan is taken (said so in the report); a record with neither says
 nothing of a plan, and the report says that what is missing cannot be told.
+A removal campaign's record ("removal") is checked too: its legs are the variants.
 The bounds below are ab_run's too: a count past them is refused before any command is built.
 """
 import os
@@ -23,6 +24,7 @@ MAX_VARIANTS = 100      # --variant
 MAX_PLANNED = 100000    # runs in all: GPU counts x runs x variants
 MAX_SEED = 2 ** 64 - 1  # train_gpt's --seed is a 64-bit unsigned integer
 MAX_SEEDS = 100000      # seeds in a plan (runs extended over several commands)
+MAX_VALUE = 2 ** 63     # a recipe value in a removal record (integers are 64-bit, numbers far smaller)
 
 
 def _list(obj, name, where, limit):
@@ -69,7 +71,36 @@ def read(path):
             raise ToolError(f"{path}: seed0 {seed0} + runs {runs} - 1 is past the 64-bit seeds")
         plan, source = {"variants": names, "gpus": sorted(set(gpus)), "seeds": list(range(seed0, seed0 + runs))}, \
             "gpus, runs and seed0"
+    if "removal" in rec:
+        rec = dict(rec, removal=_removal(rec["removal"], f"{path}: removal", names))
     return dict(rec, plan=plan, plan_from=source)
+
+
+def _removal(v, where, names):
+    """A removal campaign's record (scripts/ab_run.py --remove): the recipe, its SHA-256 and
+    its legs, one a variant in the variants' order, each {"name", "set", "was", "log", "off"}:
+    the recipe keys set, their values in the recipe, the same by the log's names, and what each
+    turns off."""
+    rm = record(v, where)
+    field(rm, "recipe", where, str)
+    field(rm, "recipe_sha256", where, str)
+    legs = []
+    for i, leg in enumerate(_list(rm, "legs", where, MAX_VARIANTS)):
+        at = f"{where}: legs[{i}]"
+        record(leg, at)
+        out = {"name": field(leg, "name", at, str)}
+        for part in ("set", "was", "log"):
+            d = record(field(leg, part, at, dict), f"{at}: {part}")
+            out[part] = {k: v if isinstance(v, str) else checked(v, f"{at}: {part}", k, float if isinstance(v, float) else int,
+                                                                  -MAX_VALUE, MAX_VALUE) for k, v in d.items()}
+        out["off"] = [checked(t, at, f"off[{j}]", str) for j, t in enumerate(_list(leg, "off", at, 1000))]
+        if set(out["set"]) != set(out["was"]) or len(out["log"]) != len(out["set"]):
+            raise ToolError(f"{at}: set, was and log name other keys: not a removal record of scripts/ab_run.py")
+        legs.append(out)
+    if [leg["name"] for leg in legs] != names:
+        raise ToolError(f"{where}: the legs ({', '.join(leg['name'] for leg in legs)}) are not the variants "
+                        f"({', '.join(names)}): not a removal record of scripts/ab_run.py")
+    return dict(rm, legs=legs)
 
 
 def status(rec, ran):

@@ -5,7 +5,7 @@
 # from NVIDIA's repository or the machine's image.
 set -euo pipefail
 pkgs=(build-essential libcli11-dev libopenmpi-dev openmpi-bin python3 python3-numpy python3-matplotlib
-      python3-regex python3-scipy python3-statsmodels dict-gcide zlib1g-dev nlohmann-json3-dev libtomlplusplus-dev libssl-dev git)
+      python3-regex python3-scipy python3-tomlkit python3-statsmodels dict-gcide zlib1g-dev nlohmann-json3-dev libtomlplusplus-dev libssl-dev git)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

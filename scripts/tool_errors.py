@@ -29,6 +29,7 @@ INSTALL = {
     "statsmodels": "apt-get install python3-statsmodels",
     "matplotlib": "apt-get install python3-matplotlib",
     "regex": "apt-get install python3-regex",
+    "tomlkit": "apt-get install python3-tomlkit",
     "torch": "pip install torch (PyTorch 2.5 or newer, with CUDA)",
     "tiktoken": "pip install tiktoken",
 }

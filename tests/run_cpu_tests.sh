@@ -54,6 +54,7 @@ run recipes-cli "$PYTHON" tests/test_recipes.py ./train_gpt
 run fetch "$PYTHON" tests/test_fetch_fineweb.py
 run ablation-tools "$PYTHON" tests/test_ablation_tools.py
 run record-check "$PYTHON" tests/test_record_check.py
+run removals "$PYTHON" tests/test_removals.py
 run schedule-model "$PYTHON" tests/test_schedule_model.py
 run rank-balance "$PYTHON" tests/test_rank_balance.py
 run torch-peer "$PYTHON" tests/test_torch_peer.py ./train_gpt

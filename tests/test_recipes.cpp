@@ -13,6 +13,8 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -233,6 +235,35 @@ int main(int argc, char** argv) {
     for (auto& [k, v] : cfg.items())
       if (k != "preset" && k != "recipe") keys++, same += cfg_back.contains(k) && cfg_back.at(k) == v;
     CHECK(keys > 30 && same == keys, "%d of %d configuration entries the same after the recipe's round trip", same, keys);
+  }
+  // the schema (--print-schema, what scripts/ab_run.py --remove reads): every recipe key once;
+  // every neutral value one its key takes (schema_json throws otherwise); the removable keys and
+  // their neutral values these
+  {
+    std::string text;
+    try {
+      text = train::schema_json();
+    } catch (const std::logic_error& e) {
+      CHECK(false, "schema_json: %s", e.what());
+    }
+    const auto schema = nlohmann::json::parse(text.empty() ? "[]" : text);
+    std::vector<std::string> keys, removable;
+    for (const auto& e : schema) {
+      keys.push_back(e.at("key"));
+      if (!e.at("neutral").is_null()) removable.push_back(e.at("key").get<std::string>() + "=" + e.at("neutral").dump());
+    }
+    CHECK(keys.size() == 34 && std::set<std::string>(keys.begin(), keys.end()).size() == keys.size(),
+          "%zu keys in the schema (34 in recipes/default.toml), some twice?", keys.size());
+    const std::vector<std::string> want{"attention.doc_mask=0", "attention.prefix_tokens=0",
+                                        "optimizer.muon.momentum_start={\"same_as\":\"optimizer.muon.momentum_end\"}",
+                                        "schedule.lr_cooldown=1", "schedule.window_start={\"same_as\":\"schedule.window_end\"}"};
+    std::string got;
+    for (const auto& r : removable) got += r + " ";
+    CHECK(removable == want, "the removable keys: %s", got.c_str());
+    for (const auto& e : schema) {
+      const bool data = e.at("key").get<std::string>().rfind("data.", 0) == 0 || e.at("key").get<std::string>().rfind("validation.", 0) == 0;
+      CHECK(e.at("defines_run") == !data, "%s: defines_run %s", e.at("key").get<std::string>().c_str(), e.at("defines_run").dump().c_str());
+    }
   }
   return test_summary("recipes");
 }

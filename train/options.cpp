@@ -16,6 +16,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 #include <toml++/toml.h>
 #include <type_traits>
 #include <vector>
@@ -49,6 +50,9 @@ struct Row {
   std::string type, range;                // "integer", "1 to 1048576": what the docs and the refusals say it takes
   std::function<std::string(const toml::node&)> load;  // sets the field from a recipe's value; returns why it cannot ("" when set)
   std::function<std::string()> toml;      // the field's value as TOML
+  // a removal campaign (scripts/ab_run.py --remove KEY): the value that turns the key's mechanism
+  // off, as TOML ("0"), or "=other.key" for the resolved value of another key; empty: none
+  std::string neutral, off;               // the value, and what it turns off
   std::string key() const {               // "seq_len", as the fingerprint and the log name it
     std::string k = name.rfind("--", 0) == 0 ? name.substr(2) : name;
     for (char& c : k) c = c == '-' ? '_' : c;
@@ -58,6 +62,11 @@ struct Row {
   Row in(const char* recipe_key) const {  // the same row, a key of recipes too
     Row r = *this;
     r.recipe = recipe_key;
+    return r;
+  }
+  Row removable(const char* value, const char* what) const {  // the same row, with a neutral value
+    Row r = *this;
+    r.neutral = value, r.off = what;
     return r;
   }
 };
@@ -82,7 +91,7 @@ std::string toml_real(double v) {
 template <typename T>
 Row integer(const char* name, T& v, T lo, T hi, Role role, const char* help) {
   const std::string range = std::to_string(lo) + " to " + std::to_string(hi);
-  Row r{name, role, nullptr, [&v] { return Json(v); }, help, "", "integer", range, nullptr, [&v] { return std::to_string(v); }};
+  Row r{name, role, nullptr, [&v] { return Json(v); }, help, "", "integer", range, nullptr, [&v] { return std::to_string(v); }, "", ""};
   if (r.is_flag()) r.add = [name, &v, lo, hi, help](CLI::App& app) { cli::integer<T>(app, name, v, lo, hi, help)->capture_default_str(); };
   r.load = [&v, lo, hi, range](const toml::node& n) -> std::string {
     if constexpr (std::is_signed<T>::value) {
@@ -99,7 +108,7 @@ Row integer(const char* name, T& v, T lo, T hi, Role role, const char* help) {
 }
 Row real(const char* name, double& v, double lo, double hi, Role role, const char* help) {
   const std::string range = toml_real(lo) + " to " + toml_real(hi);
-  Row r{name, role, nullptr, [&v] { return Json(v); }, help, "", "number", range, nullptr, [&v] { return toml_real(v); }};
+  Row r{name, role, nullptr, [&v] { return Json(v); }, help, "", "number", range, nullptr, [&v] { return toml_real(v); }, "", ""};
   if (r.is_flag()) r.add = [name, &v, lo, hi, help](CLI::App& app) { cli::real(app, name, v, lo, hi, help)->capture_default_str(); };
   r.load = [&v, lo, hi, range](const toml::node& n) -> std::string {
     double x;
@@ -122,7 +131,7 @@ Row text(const char* name, std::string& v, Role role, const char* help, std::vec
           std::ostringstream s;
           s << toml::value<std::string>(v);
           return s.str();
-        }};
+        }, "", ""};
   if (r.is_flag())
     r.add = [name, &v, help, choices](CLI::App& app) {
       CLI::Option* opt = app.add_option(name, v, help)->capture_default_str();
@@ -142,7 +151,7 @@ Row text(const char* name, std::string& v, Role role, const char* help, std::vec
   return r;
 }
 Row flag(const char* name, bool& v, Role role, const char* help) {
-  return {name, role, [name, &v, help](CLI::App& app) { app.add_flag(name, v, help); }, [&v] { return Json(v); }, help, "", "", "", nullptr, nullptr};
+  return {name, role, [name, &v, help](CLI::App& app) { app.add_flag(name, v, help); }, [&v] { return Json(v); }, help, "", "", "", nullptr, nullptr, "", ""};
 }
 
 // Every option, once. The rows that define the run keep the fingerprint's order of earlier
@@ -155,6 +164,9 @@ std::vector<Row> table(Options& o) {
            "(the speedrun record: docs/model.md), speedrun (the same); the flags override its values"),
       text("--recipe", o.recipe, log, "a recipe file (TOML: docs/recipes.md) instead of --preset; the flags override its values"),
       flag("--print-recipe", o.print_recipe, local, "print the resolved recipe (the recipe, then the flags) as TOML and exit; needs no GPU"),
+      flag("--print-schema", o.print_schema, local,
+           "print the recipe keys (key, type, range, flag, log name, whether it defines the run, neutral value, what that "
+           "turns off) as JSON and exit; needs no GPU (scripts/ab_run.py --remove reads it)"),
       text("--train-data", o.train_data, log, "glob pattern of training shards").in("data.train"),
       text("--val-data", o.val_data, log, "glob pattern of validation shards").in("data.val"),
       flag("--allow-train-on-val", o.allow_train_on_val, local,
@@ -181,10 +193,13 @@ std::vector<Row> table(Options& o) {
            {"block", "token"})
           .in("attention.window_granularity"),
       integer("--causal", o.causal, 0, 1, run, "1: keep k <= q").in("attention.causal"),
-      integer("--doc-mask", o.doc_mask, 0, 1, run, "1: attend within documents only").in("attention.doc_mask"),
+      integer("--doc-mask", o.doc_mask, 0, 1, run, "1: attend within documents only")
+          .in("attention.doc_mask")
+          .removable("0", "the documents' mask: attention crosses documents within the window"),
       integer("--prefix-tokens", o.prefix_tokens, 0, 1 << 20, Role::kDefinesRunIfSet,
               "prefix-LM: the first P tokens of each document see each other both ways and are not predicted (0: off)")
-          .in("attention.prefix_tokens"),
+          .in("attention.prefix_tokens")
+          .removable("0", "the prefix-LM: causal attention throughout, every target predicted"),
       integer("--prefix-attention", o.prefix_attention, 0, 1, Role::kDefinesRunIfSet,
               "0: keep causal attention but drop the same targets as --prefix-tokens (the baseline of a prefix-LM ablation)")
           .in("attention.prefix_attention"),
@@ -205,7 +220,8 @@ std::vector<Row> table(Options& o) {
            "Muon's learning rate of the block matrices (times sqrt(max(1, cols / rows)))")
           .in("optimizer.muon.lr"),
       real("muon_momentum_start", o.muon_momentum_start, 0.0, 1.0, Role::kDefinesRunIfSet, "Muon's momentum at the first step")
-          .in("optimizer.muon.momentum_start"),
+          .in("optimizer.muon.momentum_start")
+          .removable("=optimizer.muon.momentum_end", "Muon's momentum warm-up: momentum_end from the first step"),
       real("muon_momentum_end", o.muon_momentum_end, 0.0, 1.0, Role::kDefinesRunIfSet,
            "Muon's momentum once schedule.momentum_warmup is over (linear in between)")
           .in("optimizer.muon.momentum_end"),
@@ -214,13 +230,16 @@ std::vector<Row> table(Options& o) {
           .in("schedule.reference_steps"),
       integer("lr_cooldown_steps", o.lr_cooldown_steps, 1, 1000000, Role::kDefinesRunIfSet,
               "the learning rates fall linearly to 0 over the run's last this many steps (scaled)")
-          .in("schedule.lr_cooldown"),
+          .in("schedule.lr_cooldown")
+          .removable("1", "the learning-rate cooldown: multiplier 1 at every step (in a run of up to 1.5 reference_steps; a "
+                          "longer one keeps round(steps / reference_steps) steps of it)"),
       integer("momentum_warmup_steps", o.momentum_warmup_steps, 1, 1000000, Role::kDefinesRunIfSet,
               "Muon's momentum goes from momentum_start to momentum_end over the run's first this many steps (scaled)")
           .in("schedule.momentum_warmup"),
       integer("window_start", o.window_start, 64, 1 << 20, Role::kDefinesRunIfSet,
               "the attention window at the first step, in tokens (to the nearest block of 128; attention.window_blocks 0)")
-          .in("schedule.window_start"),
+          .in("schedule.window_start")
+          .removable("=schedule.window_end", "the window's warm-up: window_end's window from the first step"),
       integer("window_end", o.window_end, 64, 1 << 20, Role::kDefinesRunIfSet,
               "the attention window at the end, in tokens (linear in between)")
           .in("schedule.window_end"),
@@ -426,6 +445,10 @@ int parse_options(int argc, char** argv, int world, int rank, Options* o, std::s
     if (rank == 0) std::fputs(recipe_toml(*o).c_str(), stdout);
     return 0;
   }
+  if (o->print_schema) {
+    if (rank == 0) std::fputs((schema_json() + "\n").c_str(), stdout);
+    return 0;
+  }
   return -1;
 }
 
@@ -470,7 +493,9 @@ std::string recipe_toml(const Options& o) {
 
 std::string recipe_keys_markdown() {
   Options o;
-  std::string out = "| key | type | values | flag | log and fingerprint name | what it sets |\n|---|---|---|---|---|---|\n";
+  std::string out =
+      "| key | type | values | flag | log and fingerprint name | what it sets | neutral value (`--remove`): what it turns off |\n"
+      "|---|---|---|---|---|---|---|\n";
   auto cell = [](std::string s) {  // a table cell: its pipes escaped
     for (size_t i = 0; (i = s.find('|', i)) != std::string::npos; i += 2) s.insert(i, "\\");
     return s;
@@ -478,8 +503,55 @@ std::string recipe_keys_markdown() {
   for (const Row& r : table(o))
     if (!r.recipe.empty())
       out += "| `" + r.recipe + "` | " + r.type + " | " + cell(r.range) + " | " + (r.is_flag() ? "`" + r.name + "`" : "") + " | " + r.key() +
-             " | " + cell(r.help) + " |\n";
+             " | " + cell(r.help) + " | " +
+             (r.neutral.empty() ? ""
+                                : "`" + (r.neutral[0] == '=' ? "= " + r.neutral.substr(1) : r.neutral) + "`: " + cell(r.off)) +
+             " |\n";
   return out;
+}
+
+std::string schema_json() {
+  Options o, scratch;  // scratch: the rows that try each neutral value, so that o's stay its defaults
+  const std::vector<Row> rows = table(o), tries = table(scratch);
+  auto find = [&](const std::string& key) -> const Row* {
+    for (const Row& r : rows)
+      if (r.recipe == key) return &r;
+    return nullptr;
+  };
+  Json out = Json::array();
+  for (size_t i = 0; i < rows.size(); i++) {
+    const Row& r = rows[i];
+    if (r.recipe.empty()) continue;
+    Json neutral;  // null: none
+    if (r.neutral.rfind("=", 0) == 0) {
+      const Row* other = find(r.neutral.substr(1));
+      if (!other || other->type != r.type || other == &r)
+        throw std::logic_error(r.recipe + ": neutral value " + r.neutral + " names no other key of type " + r.type);
+      neutral = Json{{"same_as", other->recipe}};
+    } else if (!r.neutral.empty()) {
+      toml::table t;
+      try {
+        t = toml::parse("v = " + r.neutral);
+      } catch (const toml::parse_error& e) {
+        throw std::logic_error(r.recipe + ": neutral value " + r.neutral + " is not a TOML value: " + std::string(e.description()));
+      }
+      const std::string why = tries[i].load(*t.get("v"));
+      if (!why.empty()) throw std::logic_error(r.recipe + ": neutral value " + r.neutral + ": " + why);
+      const toml::node& v = *t.get("v");
+      if (v.is_integer()) neutral = v.as_integer()->get();
+      else if (v.is_floating_point()) neutral = v.as_floating_point()->get();
+      else neutral = v.as_string()->get();
+    }
+    out.push_back(Json{{"key", r.recipe},
+                       {"type", r.type},
+                       {"range", r.range},
+                       {"flag", r.is_flag() ? Json(r.name) : Json()},
+                       {"log", r.key()},
+                       {"defines_run", r.role == Role::kDefinesRun || r.role == Role::kDefinesRunIfSet},
+                       {"neutral", neutral},
+                       {"off", r.off.empty() ? Json() : Json(r.off)}});
+  }
+  return out.dump(1);
 }
 
 std::vector<std::string> shipped_recipes() {

@@ -19,6 +19,7 @@ struct Options {
   std::string preset = "default";  // a shipped recipe by name (speedrun: the record's); "" with --recipe
   std::string recipe;              // --recipe FILE as given; "" with a shipped recipe
   bool print_recipe = false;       // print the resolved recipe (the recipe, then the flags) as TOML and exit
+  bool print_schema = false;       // print the recipe keys with their neutral values as JSON and exit
   std::string train_data = "data/gcide/gcide_train_*.bin";
   std::string val_data = "data/gcide/gcide_val_*.bin";
   std::string log_file;
@@ -62,7 +63,7 @@ struct Options {
 
 // Parses the command line into *o: the recipe's values first (--recipe FILE, or the shipped
 // recipe --preset names), then the flags. Returns -1 to go on, or the exit code: 0 for --help
-// and --print-recipe (printed on rank 0), 2 for a bad flag, recipe or combination, with the
+// and --print-recipe / --print-schema (printed on rank 0), 2 for a bad flag, recipe or combination, with the
 // message in *refusal, printed by no one here (every rank parses its own
 // flags; train/start_gate.h gathers the ranks' refusals). world is the number of ranks, which
 // the global batch must split over.
@@ -76,6 +77,14 @@ model::Schedule schedule(const Options& o);
 std::string recipe_toml(const Options& o);
 // The recipe keys (type, range, field, flag, help) as a Markdown table: docs/recipes.md's.
 std::string recipe_keys_markdown();
+// The recipe keys as a JSON array, one object a key: "key" (optimizer.muon.lr), "type"
+// (integer, number, string), "range" (as the docs write it), "flag" (--doc-mask, or null), "log"
+// (the log's and fingerprint's name), "defines_run" (false for the data's and validation's keys),
+// "neutral" (the value that turns the key's mechanism off: a number or a string, {"same_as": KEY}
+// for another key's resolved value, or null where it has none) and "off" (what the neutral value
+// turns off, or null). --print-schema prints it; scripts/ab_run.py --remove reads it. Throws
+// std::logic_error naming the key if a neutral value is not one its key takes.
+std::string schema_json();
 // The shipped recipes' names (recipes/*.toml, built into the binary), and one's text ("" if none).
 std::vector<std::string> shipped_recipes();
 std::string shipped_recipe(const std::string& name);

@@ -17,8 +17,9 @@
 // its document (the prefix) and in its block of 128 (block windows). With causal on, t + 1 > t is
 // kept only by the prefix, k - start(t) < P, which is exactly when the loss rule drops target
 // t + 1: no layout leaks. With causal off the trainer has no prefix (it refuses one) and drops no
-// target, and a sequence of one document keeps every pair any layout keeps. tests/
-// test_model_cpu.cpp checks the decision against the fp64 references on random layouts.
+// target, and a sequence of one document keeps every pair any layout keeps.
+// tests/test_target_leak.cpp checks the decision against the attention reference's mask and the
+// fp64 reference model's own answer on every mask the flags allow.
 #pragma once
 #include <string>
 #include <vector>

@@ -52,16 +52,22 @@ class Text(str):
 
 
 # ------------------------------------------------------------------------------------ the schema
-def load_schema(trainer):
-    """{key: entry} of the trainer's --print-schema, each entry checked: key, type, flag (or
-    None), log, defines_run, neutral (a value, {"same_as": KEY} or None), off."""
-    cmd = trainer + ["--print-schema"]
+def ask_trainer(cmd):
+    """The trainer's answer to a question that needs no GPU (--print-schema, --print-recipe): its
+    completed process, or ToolError where it cannot start or does not answer in 300 s."""
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     except OSError as e:
         raise ToolError(f"cannot start {cmd[0]!r} (--trainer): {e.strerror or e}")
     except subprocess.TimeoutExpired:
         raise ToolError(f"{shlex.join(cmd)}: no answer in 300 s")
+
+
+def load_schema(trainer):
+    """{key: entry} of the trainer's --print-schema, each entry checked: key, type, flag (or
+    None), log, defines_run, neutral (a value, {"same_as": KEY} or None), off."""
+    cmd = trainer + ["--print-schema"]
+    r = ask_trainer(cmd)
     if r.returncode != 0:
         why = (r.stderr.strip().splitlines() or ["no message"])[-1]
         raise ToolError(f"{shlex.join(cmd)} failed (exit {r.returncode}: {why}): a trainer without --print-schema cannot "
@@ -309,12 +315,7 @@ def resolved(trainer, recipe, common, name):
     """{key: value} of the trainer's resolved recipe (--print-recipe: no GPU) for this recipe
     file and the common flags; Refusal with the trainer's message where it refuses them."""
     cmd = trainer + common + ["--recipe", recipe, "--print-recipe"]
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-    except OSError as e:
-        raise ToolError(f"cannot start {cmd[0]!r} (--trainer): {e.strerror or e}")
-    except subprocess.TimeoutExpired:
-        raise ToolError(f"{shlex.join(cmd)}: no answer in 300 s")
+    r = ask_trainer(cmd)
     if r.returncode != 0:
         why = " ".join((r.stderr.strip() or r.stdout.strip() or "no message").split())
         raise Refusal(f"{name}: the trainer refuses it (exit {r.returncode}): {why}")

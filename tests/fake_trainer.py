@@ -22,6 +22,8 @@ import os
 import sys
 import tomllib
 
+from fake_mechanisms import jitter, mechanism, step_extra
+
 # key: (type, (lo, hi) or choices, flag, log name, defines_run, neutral, default)
 SCHEMA = {
     "data.train": ("string", None, "--train-data", "train_data", False, None, "data/gcide/gcide_train_*.bin"),
@@ -111,24 +113,6 @@ if a.seed is None or a.log_file is None:
     refuse("--seed and --log-file are required")
 a.window_mask, a.causal, a.steps = values["attention.window_mask"], values["attention.causal"], values["run.steps"]
 a.val_every, a.val_data, a.train_data = values["validation.every"], values["data.val"], values["data.train"]
-
-
-def mechanism(v):
-    """What the keys a removal campaign turns off add to the final loss."""
-    return (0.03 * (1 - v["attention.doc_mask"]) + 0.00001 * (v["schedule.window_start"] - 64) +
-            0.1 * (v["optimizer.muon.momentum_start"] - 0.85) + 0.6 / v["schedule.lr_cooldown"])
-
-
-def jitter(seed, v):
-    """A loss term of the seed and the keys, so that the pairs' differences spread."""
-    code = 3 * v["attention.doc_mask"] + v["schedule.window_start"] // 64 + v["schedule.lr_cooldown"] + \
-        round(100 * v["optimizer.muon.momentum_start"])
-    return 0.001 * ((seed * 7 + code) % 5)
-
-
-def step_extra(seed, v):
-    """What the keys add to a step's time in ms: the documents' mask off costs 4 ms, with a spread."""
-    return 4 * (1 - v["attention.doc_mask"]) + (seed + 2 * v["attention.doc_mask"]) % 3
 
 
 # none at the defaults: the runs of the other tests keep their losses and times

@@ -68,20 +68,9 @@ def ab_run(campaign, *flags, env=None):
     return run(RUN + ["--campaign", campaign, "--trainer", FAKE] + list(flags), env=env)
 
 
-# ------------------------------------------------------------------ the fake trainer's formulas
-def mechanism(v):
-    return (0.03 * (1 - v["attention.doc_mask"]) + 0.00001 * (v["schedule.window_start"] - 64) +
-            0.1 * (v["optimizer.muon.momentum_start"] - 0.85) + 0.6 / v["schedule.lr_cooldown"])
+# the fake trainer's formulas (tests/fake_mechanisms.py), which give the expected table
+from fake_mechanisms import jitter, mechanism, step_extra  # noqa: E402
 
-
-def jitter(seed, v):
-    code = 3 * v["attention.doc_mask"] + v["schedule.window_start"] // 64 + v["schedule.lr_cooldown"] + \
-        round(100 * v["optimizer.muon.momentum_start"])
-    return 0.001 * ((seed * 7 + code) % 5)
-
-
-def step_extra(seed, v):
-    return 4 * (1 - v["attention.doc_mask"]) + (seed + 2 * v["attention.doc_mask"]) % 3
 
 
 def deltas(change):

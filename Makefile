@@ -212,8 +212,11 @@ test: train_gpt $(TOOLS) $(CPU_TESTS) $(BUILD)/attn_run $(BUILD)/model_dump $(BU
 # test-gpu` runs them one after another.
 GPU_SUITES := gpu-attention gpu-attention-sm80 gpu-attention-sm90 gpu-layers gpu-model gpu-attn-run gpu-torch-check gpu-peer \
               gpu-training gpu-readme-jobs
-.PHONY: test-gpu gpu-check $(GPU_SUITES)
+.PHONY: test-gpu gpu-check gpu-build gpu-suites $(GPU_SUITES)
 test-gpu: $(GPU_SUITES)
+gpu-build: all $(GPU_TESTS)   # what the suites run, built at once (scripts/record_test_gpu.sh)
+gpu-suites:
+	@echo $(GPU_SUITES)
 gpu-check:
 	@nvidia-smi -L >/dev/null 2>&1 || { echo "test-gpu: no GPU on this machine (nvidia-smi finds none)"; exit 1; }
 gpu-attention: gpu-check $(BUILD)/tests/test_attention_gpu

@@ -223,8 +223,10 @@ def bench_log(path):
     if card is None:
         raise ToolError(f"{path}: no 'device: CARD; SHAPE' line")
     if not products:
-        raise ToolError(f"{path}: no row of a fused-vs-apart table (a run that failed, or one "
-                        "off Hopper, where bench_matmul prints none)")
+        err_path = path[:-4] + ".err"  # the run's standard error, where a failure's message goes
+        err = read_text(err_path).strip().splitlines() if os.path.exists(err_path) else []
+        raise ToolError(f"{path}: no row of a fused-vs-apart table (a run that failed, or one off Hopper, where "
+                        "bench_matmul prints none)" + (f"; its standard error ends: {err[-1][:200]}" if err else ""))
     return commit, m.group(2), card, shape, products
 
 

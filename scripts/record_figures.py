@@ -16,6 +16,15 @@ Kinds:
                 code; logs/gpu.txt (nvidia-smi's name of the card) and logs/commit.txt. Figures:
                 each suite's exit code and its checks passed and failed (the sum of its
                 'NAME: N passed, M failed' lines), the GEMM stress test's cases and repetitions.
+  bench_matmul  logs/LABEL_REP.txt: the standard output of bench_matmul runs (LABEL: a build, e.g.
+                its short commit; REP: a repetition), logs/LABEL_REP.err beside each its standard
+                error; every log opens with its build's stamp 'bench_matmul COMMIT source:DIGEST'.
+                Figures: the card and the shape (one of each a record), and for each label its
+                commit and source digest (one build a label) and for each product of the tables
+                that set a fused product against its parts apart (--mlp-only, --head-only,
+                --qkv-only, or the default run's last tables on Hopper) the fused and apart ms of
+                every repetition, their least and greatest. The default run's cuBLASLt table is
+                not taken. A page's table: each label's fused ms range a product.
 A commit that is unknown or "-dirty" (tracked files differed from it) is refused: a record names
 the exact code it ran.
 
@@ -219,7 +228,7 @@ def bench_log(path):
         name = " ".join(left[:-3])
         if name in products:
             raise ToolError(f"{where}: product {name!r} a second time: a log is one run")
-        products[name] = (number(left[-3], where, f"{name!r}'s apart ms"), number(right[0], where, f"{name!r}'s fused ms"))
+        products[name] = (number(left[-3], where, f"the apart ms of {name!r}"), number(right[0], where, f"the fused ms of {name!r}"))
     if card is None:
         raise ToolError(f"{path}: no 'device: CARD; SHAPE' line")
     if not products:

@@ -1,9 +1,12 @@
 """Result records (scripts/record_figures.py): every record's figures recompute from its logs, and
 every page that quotes them quotes them as they are; a figure edited by hand, a log edited by one
 digit, a page's quote edited, a dirty or unknown commit and a malformed record are each caught.
+bench_matmul records (stamped logs, one build a label) likewise, and scripts/record_bench_matmul.sh
+makes one from stand-in binaries, never touching an existing record.
 
     python3 tests/test_records.py
 """
+import glob
 import json
 import os
 import shutil
@@ -191,6 +194,130 @@ try:
     check("an exit code that is not a number is refused, naming the file", rc == 1 and "gpu-layers.rc: not an exit code" in out, out)
     rc, out = tool("--check", os.path.join(tmp, "nowhere"))
     check("a folder that is not there is refused, naming it", rc == 1 and "nowhere: no such folder" in out and "Traceback" not in out, out)
+finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+
+# bench_matmul records: logs/LABEL_REP.txt, each a stamped run of bench_matmul. The stamp names
+# this checkout's commit, as a real record's would.
+head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip() or "0123abc"
+BENCH = """bench_matmul {commit} source:{source}
+device: NVIDIA H100 80GB HBM3; T=65536 C=768 hidden=3072 vocab=50304 head chunk=16384
+
+the MLP's activation inside its products (gemm/epilogue_relu2.cuh) against cuBLASLt (tuned) + relu2.cuh:
+product                             apart ms   TFLOP/s   ms/step |  fused ms   TFLOP/s   ms/step | saved/step  rel diff
+r = relu(h Wfc)^2                     0.67{r}7     461.1     64.39 |    0.42{r}2     727.3     40.82 |     23.57   0.0e+00
+du = 2 sqrt(r) (dx Wproj^T)           0.78{r}1     394.9     75.17 |    0.53{r}7     580.5     51.14 |     24.04   0.0e+00
+"""
+SRC = {"old": "0a" * 32, "new": "0b" * 32}
+
+
+def bench_tree(tmp):
+    """A repository-shaped tree with one bench_matmul record (builds old and new, 3 repetitions
+    each) and a page quoting it."""
+    rec = os.path.join(tmp, "results", "records", "2026-01-01_bench_matmul_test")
+    os.makedirs(os.path.join(rec, "logs"))
+    json.dump({"kind": "bench_matmul", "question": "test"}, open(os.path.join(rec, "record.json"), "w"))
+    open(os.path.join(rec, "command.sh"), "w").write("bench_matmul --mlp-only\n")
+    for label in ("old", "new"):
+        for rep in (1, 2, 3):  # repetition r's times carry r (old) or r + 3 (new) as a digit
+            r = rep + (3 if label == "new" else 0)
+            open(os.path.join(rec, "logs", f"{label}_{rep}.txt"), "w").write(BENCH.format(commit=head, source=SRC[label], r=r))
+    os.makedirs(os.path.join(tmp, "results", "matmul"))
+    open(os.path.join(tmp, "results", "matmul", "README.md"), "w").write(
+        "# Matmul\n\n<!-- figures: 2026-01-01_bench_matmul_test -->\n<!-- /figures -->\n")
+    return rec
+
+
+tmp = tempfile.mkdtemp(prefix="records_bench_test_")
+try:
+    rec = bench_tree(tmp)
+    root = os.path.join(tmp, "results", "records")
+    rc1, out1 = tool(rec)
+    rc2, out2 = tool("--pages", root)
+    rc3, out3 = tool("--check", root)
+    check("bench_matmul: figures written, the page's quote written, and --check passes", rc1 == rc2 == rc3 == 0, out1 + out2 + out3)
+    fig = json.load(open(os.path.join(rec, "figures.json")))
+    old, new = fig["labels"]["old"], fig["labels"]["new"]
+    mlp = "r = relu(h Wfc)^2"
+    check("bench_matmul figures: the card, each label's build, every repetition's fused and apart ms, their least and greatest",
+          fig["card"] == "NVIDIA H100 80GB HBM3" and list(fig["labels"]) == ["new", "old"]
+          and old["commit"] == new["commit"] == head and old["source"] == "0a" * 32 and new["source"] == "0b" * 32
+          and old["repetitions"] == [1, 2, 3] and list(old["products"]) == [mlp, "du = 2 sqrt(r) (dx Wproj^T)"]
+          and old["products"][mlp]["fused_ms"] == [0.4212, 0.4222, 0.4232] and old["products"][mlp]["apart_ms"] == [0.6717, 0.6727, 0.6737]
+          and new["products"][mlp]["fused_ms_min"] == 0.4242 and new["products"][mlp]["fused_ms_max"] == 0.4262
+          and new["products"]["du = 2 sqrt(r) (dx Wproj^T)"]["apart_ms_max"] == 0.7861, json.dumps(fig)[:1500])
+    page_path = os.path.join(tmp, "results", "matmul", "README.md")
+    page = open(page_path).read()
+    check("the page quotes each label's fused ms range a product",
+          f"| old | {head} | {mlp} | 0.4212 to 0.4232 | 3 |" in page and f"| new | {head} | du = 2 sqrt(r) (dx Wproj^T) | 0.5347 to 0.5367 | 3 |" in page,
+          page)
+
+    def caught(what, path, old, new, expect, args=("--check", root)):
+        text = open(path).read()
+        assert old in text, (path, old)
+        open(path, "w").write(text.replace(old, new, 1))
+        rc, out = tool(*args)
+        open(path, "w").write(text)
+        check(f"bench_matmul: {what}", rc == 1 and expect in out and "Traceback" not in out, out[-800:])
+
+    log = os.path.join(rec, "logs", "old_2.txt")
+    caught("a log edited by one digit", log, "0.4222", "0.4223", "2026-01-01_bench_matmul_test/figures.json: does not recompute")
+    caught("a page's quote edited by hand", page_path, "0.4212 to", "0.4211 to", "the quoted figures of 2026-01-01_bench_matmul_test differ")
+    caught("a dirty stamp is refused", log, f"bench_matmul {head} ", f"bench_matmul {head}-dirty ", "old_2.txt:1: commit")
+    caught("an unknown commit is refused", log, f"bench_matmul {head} ", "bench_matmul unknown ", "is not a clean commit")
+    caught("a log without its stamp is refused", log, f"bench_matmul {head} source:{'0a' * 32}\n", "",
+           "old_2.txt:1: not a stamped bench_matmul log")
+    caught("a malformed number is refused, naming the file and line", log, "0.4222", "0.42x2",
+           f"old_2.txt:6: the fused ms of {mlp!r} '0.42x2' is not a number")
+    caught("a row cut short is refused, naming the file and line", log, "    0.4222     727.3     40.82 |", "    0.4222 |",
+           "old_2.txt:6: not a row of the fused-vs-apart table")
+    caught("two builds under one label are refused", log, "0a" * 32, "0c" * 32, "label old's logs name 2 builds")
+    caught("a repetition without one of its label's products is refused", log, "du = 2 sqrt(r)", "du = 3 sqrt(r)",
+           "old_2.txt: products")
+    caught("two cards in one record are refused", log, "H100 80GB HBM3", "H200", "the logs name 2 cards")
+    caught("a log without a table is refused", log, "product    ", "products   ", "old_2.txt: no row of a fused-vs-apart table", args=(rec,))
+    # the quoted table rewritten by --pages after a hand edit
+    text = open(page_path).read()
+    open(page_path, "w").write(text.replace("0.4212 to", "0.4211 to"))
+    rc, out = tool("--pages", root)
+    check("bench_matmul: --pages rewrites a quote edited by hand to the figures", rc == 0 and open(page_path).read() == text, out)
+    for name in ("old_x.txt", "old.txt"):
+        open(os.path.join(rec, "logs", name), "w").write("")
+        rc, out = tool(rec)
+        check(f"bench_matmul: a log not named LABEL_REP.txt ({name}) is refused", rc == 1 and f"{name}: not a log's name" in out, out)
+        os.remove(os.path.join(rec, "logs", name))
+
+    # scripts/record_bench_matmul.sh, with a stand-in for bench_matmul that prints a stamped log
+    os.makedirs(os.path.join(tmp, "scripts"))
+    for f in ("record_bench_matmul.sh", "record_figures.py", "tool_errors.py"):
+        shutil.copy2(os.path.join(ROOT, "scripts", f), os.path.join(tmp, "scripts", f))
+    fake = os.path.join(tmp, "fake_bench")
+    open(fake, "w").write("#!/bin/sh\necho \"$*\" >> %s.args\ncat <<'END'\n%sEND\n" % (fake, BENCH.format(commit=head, source="0d" * 32, r=5)))
+    os.chmod(fake, 0o755)
+    script = [os.path.join(tmp, "scripts", "record_bench_matmul.sh")]
+
+    def record(*args):
+        r = subprocess.run(script + list(args), capture_output=True, text=True, timeout=120)
+        return r.returncode, r.stdout + r.stderr
+
+    rc, out = record("2", "t1", f"a={fake}", f"b={fake}", "--", "--mlp-only")
+    made = glob.glob(os.path.join(root, "*_bench_matmul_t1"))
+    logs = sorted(os.listdir(os.path.join(made[0], "logs"))) if made else []
+    check("record_bench_matmul.sh runs each build R times with the flags into a new record with its figures",
+          rc == 0 and len(made) == 1 and logs == ["a_1.err", "a_1.txt", "a_2.err", "a_2.txt", "b_1.err", "b_1.txt", "b_2.err", "b_2.txt"]
+          and open(fake + ".args").read() == "--mlp-only\n" * 4 and os.path.exists(os.path.join(made[0], "figures.json"))
+          and json.load(open(os.path.join(made[0], "record.json")))["kind"] == "bench_matmul", out + str(logs))
+    if made:
+        before = {f: open(os.path.join(made[0], "logs", f)).read() for f in logs}
+        rc, out = record("1", "t1", f"a={fake}")
+        check("record_bench_matmul.sh never edits an existing record", rc == 1 and "exists" in out
+              and {f: open(os.path.join(made[0], "logs", f)).read() for f in logs} == before, out)
+    rc, out = record("1", "t2", "a=/bin/true")
+    check("record_bench_matmul.sh stops at a log without the stamp", rc == 1 and "a_1.txt: its first line is not" in out, out)
+    for args, expect in ((("0", "t3", f"a={fake}"), "R must be 1 to 100"), (("1", "t3", f"a={fake}", f"a={fake}"), "given twice"),
+                         (("1", "t3", f"a_b={fake}"), "is not LABEL=BINARY"), (("1", "t 3", f"a={fake}"), "TAG must be")):
+        rc, out = record(*args)
+        check(f"record_bench_matmul.sh refuses {' '.join(args[:2])} ...: {expect}", rc == 2 and expect in out, out)
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 finish("records")

@@ -40,11 +40,12 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from shard_format import HEADER_BYTES, MAGIC, read_header  # noqa: E402,F401 (MAGIC: the tests write shards with it)
 from tool_errors import ToolError, require, run  # noqa: E402
 require("numpy")  # a message, not a traceback, without numpy (PyTorch is checked where it is first needed)
 import numpy as np  # noqa: E402
 
-HEADER_INTS, MAGIC, VERSION, BOS = 256, 20240520, 1, 50256
+BOS = 50256
 BLOCK = 128  # FlexAttention's block and the window's unit
 
 
@@ -69,18 +70,15 @@ LAUNCHED = process_start_time()
 
 # ------------------------------------------------------------------------------ data
 def read_shard(path, vocab):
-    """A shard's tokens (docs/formats.md: 256 int32 header, then uint16 ids), checked whole."""
+    """A shard's tokens (docs/formats.md: 256 int32 header, then uint16 ids), checked whole: the
+    header as train_gpt checks it (scripts/shard_format.py), then every id."""
+    n = read_header(path)
     try:
-        size = os.path.getsize(path)
-        header = np.fromfile(path, dtype="<i4", count=HEADER_INTS)
+        tokens = np.fromfile(path, dtype="<u2", count=n, offset=HEADER_BYTES)
     except OSError as e:
         raise PeerError(f"{path}: cannot read the shard: {e.strerror}")
-    if header.size < HEADER_INTS or header[0] != MAGIC or header[1] != VERSION:
-        raise PeerError(f"{path}: not a token shard (magic {MAGIC}, version {VERSION})")
-    n = int(header[2])
-    if n < 0 or size != HEADER_INTS * 4 + 2 * n:
-        raise PeerError(f"{path}: header says {n} tokens but the file has {size} bytes")
-    tokens = np.fromfile(path, dtype="<u2", offset=HEADER_INTS * 4)
+    if tokens.size != n:
+        raise PeerError(f"{path}: {tokens.size} of its {n} tokens read (the file changed while it was read)")
     if n and int(tokens.max()) >= vocab:
         raise PeerError(f"{path}: token id {int(tokens.max())} out of range (vocabulary {vocab})")
     return tokens
@@ -96,8 +94,8 @@ class TokenStream:
             raise PeerError(f"{flag} {pattern}: no shard matches")
         self.T, self.vocab, self.cycle = T, vocab, cycle
         self.prefix = [0]
-        for f in self.files:
-            n = (os.path.getsize(f) - HEADER_INTS * 4) // 2
+        for f in self.files:  # every header checked here, before any training: a bad shard is named at once
+            n = read_header(f)
             self.prefix.append(self.prefix[-1] + ((n - 1) // T if n >= T + 1 else 0))
         if self.prefix[-1] == 0:
             raise PeerError(f"{flag} {pattern}: no shard holds a whole sequence of {T + 1} tokens")

@@ -21,6 +21,9 @@ A variant whose runs would train on their validation data is refused before anyt
 written: the same --train-data and --val-data pattern (exit 2), or a shard of the same SHA-256
 under both (exit 1, naming both files), unless its flags hold --allow-train-on-val; a pattern
 its flags do not give is train_gpt's default: its recipe's (--recipe FILE, or --preset NAME's).
+Every shard's header is checked as train_gpt checks it (scripts/shard_format.py), and a shard that
+fails is refused (exit 1, naming the file and the fault): so a validation shard copied in with a
+header word changed, whose file's SHA-256 is another, is refused, not trained on as other data.
 It records the plan too ("plan": the variants, GPU counts and seeds, this command's and those of
 the record it extends), so that scripts/ab_report.py can say what was planned, what ran and what
 is missing. Every count has a bound, checked before any command is built (exit 2 naming the flag):
@@ -69,6 +72,7 @@ import tomllib
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import campaign_record  # noqa: E402
 import removals  # noqa: E402
+import shard_format  # noqa: E402
 import speedrun_logs  # noqa: E402
 from campaign_record import MAX_GPU_COUNTS, MAX_GPUS, MAX_PLANNED, MAX_RUNS, MAX_SEED, MAX_VARIANTS  # noqa: E402
 from tool_errors import ToolError, run as run_tool  # noqa: E402
@@ -95,12 +99,19 @@ def recipe_data(path):
     return patterns if all(isinstance(p, str) for p in patterns) else (None, None)
 
 
-def file_sha256(path):
-    """The SHA-256 of a file's contents, read in pieces of 4 MiB."""
+def shard_sha256(path):
+    """The SHA-256 of a shard's whole file, read in pieces of 4 MiB, its header checked on the way
+    as train_gpt checks it (scripts/shard_format.py: ShardError naming the file and the word). A run
+    of a shard that fails it would be refused when it starts; and with every header good the header
+    follows from the tokens, so equal digests are equal tokens: a copy of a validation shard with a
+    header word changed is refused here, not taken for other data by the digests compared below."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        for piece in iter(lambda: f.read(4 << 20), b""):
+        piece = f.read(4 << 20)
+        shard_format.check_header(path, piece[:shard_format.HEADER_BYTES], os.fstat(f.fileno()).st_size)
+        while piece:
             h.update(piece)
+            piece = f.read(4 << 20)
     return h.hexdigest()
 
 
@@ -115,7 +126,7 @@ def data_fingerprint(flags):
             pattern = value if eq else flags[i + 1]
             files = sorted(glob.glob(pattern))
             try:
-                entry = [[os.path.basename(f), os.path.getsize(f), file_sha256(f)] for f in files if os.path.isfile(f)]
+                entry = [[os.path.basename(f), os.path.getsize(f), shard_sha256(f)] for f in files if os.path.isfile(f)]
             except OSError as e:
                 raise ToolError(f"{name} {pattern}: cannot read {e.filename}: {e.strerror}")
             for folder in sorted({os.path.dirname(f) for f in files}):

@@ -3,9 +3,10 @@
 shard fineweb_val_000000.bin and the first N train shards fineweb_train_000001.bin ... (100M
 tokens, about 200 MB each). An interrupted download resumes where it stopped (HTTP Range, into
 NAME.part); each finished download's header is checked (magic, version, token count against the
-size) before it is renamed into place, and shards already present and good are skipped. A local
-shard that is bad stays where it is until its replacement has arrived and passed the check; a
-download that fails the check is kept as NAME.bad and installs nothing.
+size, words 3 to 255 zero: scripts/shard_format.py) before it is renamed into place, and shards
+already present and good are skipped. A local shard that is bad stays where it is until its
+replacement has arrived and passed the check; a download that fails the check is kept as NAME.bad
+and installs nothing.
 
     python3 scripts/fetch_fineweb.py 8                 # val + 8 train shards (the speedrun's 1480 steps)
     python3 scripts/fetch_fineweb.py 1 --out-dir DIR --base-url URL
@@ -13,38 +14,22 @@ download that fails the check is kept as NAME.bad and installs nothing.
 import argparse
 import math
 import os
-import struct
 import sys
 import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tool_errors import ToolError, run as run_tool  # noqa: E402
+import shard_format  # noqa: E402
+from shard_format import ShardError  # noqa: E402
+from tool_errors import run as run_tool  # noqa: E402
 
 DEFAULT_URL = "https://huggingface.co/datasets/kjj0/fineweb10B-gpt2/resolve/main"
-MAGIC, VERSION, HEADER_BYTES = 20240520, 1, 1024
-
-
-class ShardError(ToolError):
-    pass
 
 
 def check_shard(path):
-    """Returns the token count, or raises ShardError naming the file and the fault."""
-    if not os.path.isfile(path):
-        raise ShardError(f"{path}: not a regular file")
-    size = os.path.getsize(path)
-    if size < HEADER_BYTES:
-        raise ShardError(f"{path}: {size} bytes, shorter than the {HEADER_BYTES}-byte header")
-    with open(path, "rb") as f:
-        magic, version, n = struct.unpack("<3i", f.read(12))
-    if magic != MAGIC:
-        raise ShardError(f"{path}: bad magic {magic} (expected {MAGIC}): not a token shard")
-    if version != VERSION:
-        raise ShardError(f"{path}: unsupported version {version}")
-    if n < 0 or size != HEADER_BYTES + 2 * n:
-        raise ShardError(f"{path}: header says {n} tokens but the file holds {size - HEADER_BYTES} bytes after the header")
-    return n
+    """Returns the token count, or raises ShardError naming the file and the fault (the header
+    checked whole, as train_gpt checks it: scripts/shard_format.py)."""
+    return shard_format.read_header(path)
 
 
 def part_size(part):

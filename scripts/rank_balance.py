@@ -40,26 +40,21 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tool_errors import ToolError, regular_file, require, run  # noqa: E402
+from shard_format import HEADER_BYTES, read_header  # noqa: E402
+from tool_errors import ToolError, require, run  # noqa: E402
 require("numpy")  # a message, not a traceback, without numpy
 import numpy as np  # noqa: E402
 
-MAGIC, VERSION, HEADER_INTS, BOS, VOCAB = 20240520, 1, 256, 50256, 50257
+BOS, VOCAB = 50256, 50257
 MAX_SEQS_PER_STEP = 16  # the best split is searched exhaustively
 
 
 def read_shard(path):
-    """A shard's tokens (docs/formats.md: 256 little-endian int32 of header, then uint16 ids)."""
-    regular_file(path, "shard")
-    size = os.path.getsize(path)
-    header = np.fromfile(path, dtype="<i4", count=HEADER_INTS)
-    if header.size < HEADER_INTS or header[0] != MAGIC or header[1] != VERSION:
-        raise ToolError(f"{path}: not a token shard (magic {MAGIC}, version {VERSION})")
-    n = int(header[2])
-    if n < 0 or size != HEADER_INTS * 4 + 2 * n:
-        raise ToolError(f"{path}: the header says {n} tokens but the file has {size} bytes")
+    """A shard's tokens (docs/formats.md: 256 little-endian int32 of header, then uint16 ids), its
+    header checked whole as train_gpt checks it (scripts/shard_format.py)."""
+    n = read_header(path)
     # mapped, not read into memory: the id check streams through it, the steps then page in their sequences
-    tokens = np.memmap(path, dtype="<u2", mode="r", offset=HEADER_INTS * 4, shape=(n,)) if n else np.zeros(0, np.uint16)
+    tokens = np.memmap(path, dtype="<u2", mode="r", offset=HEADER_BYTES, shape=(n,)) if n else np.zeros(0, np.uint16)
     if n and int(tokens.max()) >= VOCAB:
         raise ToolError(f"{path}: token id {int(tokens.max())} out of range (vocabulary {VOCAB})")
     return tokens

@@ -21,11 +21,12 @@ import stat
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from shard_format import header_bytes  # noqa: E402
 from tool_errors import ToolError, require, run  # noqa: E402
 require("numpy")  # a message, not a traceback, without numpy
 import numpy as np  # noqa: E402
 
-MAGIC, VERSION, BOS, VOCAB = 20240520, 1, 50256, 50257
+BOS, VOCAB = 50256, 50257
 MAX_SHARD, MAX_TOTAL, MAX_SHARDS = 200_000_000, 20_000_000_000, 10_000  # tokens in a shard (built in memory), in all; shards
 
 
@@ -41,9 +42,7 @@ def documents(rng, n, mean_doc):
 
 
 def write_shard(path, tokens):
-    header = np.zeros(256, dtype="<i4")
-    header[:3] = (MAGIC, VERSION, tokens.size)
-    data = header.tobytes() + tokens.astype("<u2").tobytes()
+    data = header_bytes(int(tokens.size)) + tokens.astype("<u2").tobytes()
     try:
         with open(path, "xb") as f:
             f.write(data)

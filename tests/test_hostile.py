@@ -250,6 +250,24 @@ for name, (p, _, msg) in shards.items():
          [os.path.basename(p), msg])
     case(f"train_gpt training on a shard {name}", [TRAIN, "--train-data", p, "--val-data", GOOD_VAL, "--seq-len", "64",
                                                   "--val-tokens", "64"], 1, [os.path.basename(p)])
+# the Python tools that read shards refuse every shard train_gpt refuses, in its words
+# (scripts/shard_format.py), naming the file: a header word 3 to 255 that is not 0 included
+PEER = [PY, os.path.join(ROOT, "peer", "torch_peer.py")]
+RB = [PY, os.path.join(S, "rank_balance.py")]
+FF = [PY, os.path.join(S, "fetch_fineweb.py")]
+FF_BAD = path("ff_bad")  # a folder of one local FineWeb shard: the bad one, which stays until a good one arrives
+for name, (p, _, msg) in shards.items():
+    case(f"torch_peer training on a shard {name}", PEER + ["--train-data", p, "--val-data", GOOD_VAL, "--seq-len", "128",
+                                                          "--val-tokens", "128"], 1, [os.path.basename(p), msg])
+    case(f"rank_balance on a shard {name}", RB + [p], 1, [os.path.basename(p), msg])
+    if name == "id out of range":  # (fetch_fineweb checks the header only: the ids are train_gpt's to check)
+        continue
+    shutil.rmtree(FF_BAD, ignore_errors=True)
+    os.makedirs(FF_BAD)
+    local = shutil.copy(p, os.path.join(FF_BAD, "fineweb_val_000000.bin"))
+    case(f"fetch_fineweb with a local shard {name}: named, kept until its replacement arrives",
+         FF + ["0", "--out-dir", FF_BAD, "--base-url", "http://127.0.0.1:9/none", "--timeout", "5"], 1,
+         [os.path.basename(local), msg, "offline"], keep=[local])
 case("train_gpt --check-data, a FIFO among the shards", [TRAIN, "--check-data", "--train-data", path("bad", "pipe*.bin"),
                                                          "--val-data", GOOD_VAL], 1, ["pipe.bin", "FIFO"])
 case("train_gpt training, a FIFO as the shard", [TRAIN, "--train-data", FIFO_SHARD, "--val-data", GOOD_VAL], 1, ["pipe.bin"])
@@ -504,7 +522,6 @@ for name, flags, rc, named in [
      "no_trainer"),
 ]:
     case(f"ab_run {name}", RUN + flags, rc, [named])
-FF = [PY, os.path.join(S, "fetch_fineweb.py")]
 for name, flags, named in [
     ("-1 shards", ["-1"], "train_shards"),
     ("500 shards", ["500"], "train_shards"),

@@ -28,6 +28,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from harness import check, digest_tree, finish, outcome_problems  # noqa: E402
+from shard_format import header_bytes  # noqa: E402
 from tool_errors import _missing  # noqa: E402
 
 PY = sys.executable
@@ -372,8 +373,16 @@ for c in committed:
 CAMP = path("camp")
 DATA = path("shards")
 os.makedirs(DATA)
-for k in (1, 2):
-    open(os.path.join(DATA, f"x_train_00000{k}.bin"), "wb").write(b"\0" * 1024 * k)
+
+
+def shard(p, n, fill):
+    """Writes a shard of n tokens, each `fill` (docs/formats.md), to p; returns its bytes."""
+    data = header_bytes(n) + struct.pack(f"<{n}H", *([fill] * n))
+    open(p, "wb").write(data)
+    return data
+
+
+SHARD_BYTES = [shard(os.path.join(DATA, f"x_train_00000{k}.bin"), 512 * k, 0) for k in (1, 2)]
 RUNB_FLAGS = RUN + ["--campaign", CAMP, "--runs", "3", "--trainer", FAKE, "--variant", "uni=--window-mask uni", "--variant",
                     "bi=--window-mask bi"]
 RUNB_COMMON = ["--", "--causal", "1", "--train-data", os.path.join(DATA, "x_train_*.bin")]
@@ -381,14 +390,13 @@ RUNB = RUNB_FLAGS + RUNB_COMMON
 env_fail = dict(os.environ, FAKE_FAIL_SEED="1001")
 case("ab_run: a campaign stopped by a failing run", RUNB, 1, ["uni_g1_r1.txt", "failed"], env=env_fail)
 check("ab_run: campaign.json records the data (shard names, sizes and SHA-256)",
-      [["x_train_000001.bin", 1024, hashlib.sha256(b"\0" * 1024).hexdigest()],
-       ["x_train_000002.bin", 2048, hashlib.sha256(b"\0" * 2048).hexdigest()]]
+      [[f"x_train_00000{k}.bin", len(b), hashlib.sha256(b).hexdigest()] for k, b in enumerate(SHARD_BYTES, 1)]
       in json.load(open(os.path.join(CAMP, "campaign.json"))).get("data", {}).values())
-open(os.path.join(DATA, "x_train_000002.bin"), "wb").write(b"\1" + b"\0" * 2047)
+shard(os.path.join(DATA, "x_train_000002.bin"), 1024, 1)  # other tokens, the same size
 case("ab_run: resumed after a shard was changed in place at the same size: refused, nothing touched", RUNB, 1,
      ["data", "x_train_000002.bin", "--start-over"], keep=[CAMP])
-open(os.path.join(DATA, "x_train_000002.bin"), "wb").write(b"\0" * 2048)
-open(os.path.join(DATA, "x_train_000003.bin"), "wb").write(b"\0" * 512)
+open(os.path.join(DATA, "x_train_000002.bin"), "wb").write(SHARD_BYTES[1])
+shard(os.path.join(DATA, "x_train_000003.bin"), 256, 0)
 case("ab_run: resumed after a shard was added under --train-data: refused, nothing touched", RUNB, 1, ["data", "--start-over"],
      keep=[CAMP])
 os.remove(os.path.join(DATA, "x_train_000003.bin"))
@@ -450,8 +458,8 @@ report("the diverging campaign's report: the diverged runs counted, named with t
 # anything is written, naming both files; the same pattern for both is a flag error
 VALD = path("val_shards")
 os.makedirs(VALD)
-open(os.path.join(VALD, "x_val_000001.bin"), "wb").write(b"\0" * 1024)  # the bytes of x_train_000001.bin
-open(os.path.join(VALD, "x_val_000002.bin"), "wb").write(b"\2" * 1024)
+shard(os.path.join(VALD, "x_val_000001.bin"), 512, 0)  # the bytes of x_train_000001.bin
+shard(os.path.join(VALD, "x_val_000002.bin"), 512, 2)
 TOV = RUN + ["--campaign", path("camp_tov"), "--runs", "1", "--trainer", FAKE]
 TRAIN_PAT, VAL_PAT = os.path.join(DATA, "x_train_*.bin"), os.path.join(VALD, "x_val_*.bin")
 case("ab_run: a validation shard of the same bytes as a training shard: refused naming both, nothing written",
@@ -463,6 +471,22 @@ case("ab_run: one variant's --val-data a training shard: refused naming the vari
      TOV + ["--variant", "a=--causal 1", "--variant", f"b=--val-data={os.path.join(DATA, 'x_train_000002.bin')}", "--",
             "--train-data", TRAIN_PAT, "--val-data", os.path.join(VALD, "x_val_000002.bin")], 1,
      ["variant b", "x_train_000002.bin"])
+# a validation shard copied in with a header word changed (3 or 255: words train_gpt requires to be 0)
+# holds the validation tokens under another file SHA-256: refused as train_gpt refuses it, naming the
+# file and the word, with or without --allow-train-on-val, nothing written
+for word, value in ((3, 1), (255, -7)):
+    REW = path(f"reworded_{word}")
+    shutil.copytree(DATA, REW)
+    victim = shutil.copy(os.path.join(VALD, "x_val_000001.bin"), os.path.join(REW, "x_train_000009.bin"))
+    with open(victim, "r+b") as f:
+        f.seek(4 * word)
+        f.write(struct.pack("<i", value))
+    for extra in ([], ["--allow-train-on-val"]):
+        for dry in ([], ["--dry-run"]):
+            case(f"ab_run{' --dry-run' if dry else ''}: a validation shard copied into --train-data with header word {word} changed"
+                 f"{' (' + extra[0] + ')' if extra else ''}: refused naming it and the word, nothing written",
+                 TOV + dry + ["--variant", "a=--causal 1", "--", "--train-data", os.path.join(REW, "x_train_*.bin"), "--val-data", VAL_PAT,
+                              *extra], 1, ["x_train_000009.bin", f"header word {word} is {value}"], keep=[REW, VALD])
 check("ab_run: the refused campaigns left nothing behind", not os.path.exists(path("camp_tov")))
 case("ab_run: --allow-train-on-val among the flags lets it through (dry run)",
      TOV + ["--dry-run", "--variant", "a=--causal 1", "--", "--train-data", TRAIN_PAT, "--val-data", VAL_PAT, "--allow-train-on-val"], 0,
@@ -486,8 +510,8 @@ for flags, want in [([], GCIDE), (["--preset", "tiny"], GCIDE), (["--preset=spee
           f"{ab_run.data_patterns(flags)} where {want}")
 DFL = path("default_data")
 os.makedirs(os.path.join(DFL, "data", "gcide"))
-open(os.path.join(DFL, "data", "gcide", "gcide_train_000001.bin"), "wb").write(b"\3" * 1024)
-open(os.path.join(DFL, "data", "gcide", "gcide_val_000001.bin"), "wb").write(b"\4" * 1024)
+shard(os.path.join(DFL, "data", "gcide", "gcide_train_000001.bin"), 512, 3)
+shard(os.path.join(DFL, "data", "gcide", "gcide_val_000001.bin"), 512, 4)
 TOV_D = RUN + ["--campaign", path("camp_tov_d"), "--runs", "1", "--trainer", FAKE]
 for name, flags, rc in [("--train-data the default --val-data", ["--train-data", "data/gcide/gcide_val_*.bin"], 2),
                         ("--val-data the default --train-data", ["--val-data", "data/gcide/gcide_train_*.bin"], 2),

@@ -258,7 +258,7 @@ with tempfile.TemporaryDirectory() as tmp:
     flags = ["--seq-len", "128", "--val-tokens", "128", "--val-data", os.path.join(good, "g_val_*.bin")]
     badm = os.path.join(tmp, "badmagic_000001.bin")
     write_shard(badm, np.arange(600), magic=123)
-    refused("a shard with the wrong magic", ["--train-data", badm] + flags, f"{badm}: not a token shard")
+    refused("a shard with the wrong magic", ["--train-data", badm] + flags, f"{badm}: bad magic 123")
     badn = os.path.join(tmp, "badcount_000001.bin")
     write_shard(badn, np.arange(600), count=700)
     refused("a shard shorter than its header says", ["--train-data", badn] + flags, f"{badn}: header says 700 tokens")
@@ -306,7 +306,7 @@ with tempfile.TemporaryDirectory() as tmp:
     bad_train = ["--train-data", badm] + flags
     r0, r1 = ranked(bad_train, 0, 2), ranked(bad_train, 1, 2)
     check("a bad shard on 2 ranks: rank 0 names it (exit 1), rank 1 exits 1 without a message",
-          r0.returncode == 1 and f"{badm}: not a token shard" in r0.stderr and "Traceback" not in r0.stderr
+          r0.returncode == 1 and f"{badm}: bad magic 123" in r0.stderr and "Traceback" not in r0.stderr
           and r1.returncode == 1 and r1.stderr == "", f"rank 0: {r0.stderr[-200:]} rank 1: {r1.stderr[-200:]}")
     r0 = ranked(["--train-data", os.path.join(good, "g_train_*.bin"), "--log-file", log] + flags, 0, 2)
     check("an existing log on 2 ranks: refused before any GPU work, the log left as it was",

@@ -148,15 +148,8 @@ def from_file(path):
     """The removals of a campaign file (the docstring's form): [(where, name or None, [(key,
     value or None)])], values as TOML typed them."""
     try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except FileNotFoundError:
-        raise Refusal(f"--removals {path}: no such file")
-    except IsADirectoryError:
-        raise Refusal(f"--removals {path}: a folder, not a campaign file")
-    except OSError as e:
-        raise Refusal(f"--removals {path}: cannot read it: {e.strerror}")
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        doc = tomllib.loads(utf8_text(path, "--removals", "campaign file"))
+    except tomllib.TOMLDecodeError as e:
         raise Refusal(f"--removals {path}: not a TOML file: {e}")
     extra = sorted(set(doc) - {"removal"})
     if extra:
@@ -277,21 +270,27 @@ def same(a, b):
 
 
 # ------------------------------------------------------------------------------------ the recipes
-def recipe_text(path):
-    """The recipe file's text, or Refusal naming it (missing, a folder, not UTF-8)."""
+def utf8_text(path, flag, what):
+    """The text of the file a flag names, or Refusal naming the flag and file (missing, a folder,
+    unreadable, not UTF-8)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
-        raise Refusal(f"--recipe {path}: no such file")
+        raise Refusal(f"{flag} {path}: no such file")
     except IsADirectoryError:
-        raise Refusal(f"--recipe {path}: a folder, not a recipe file")
+        raise Refusal(f"{flag} {path}: a folder, not a {what}")
     except OSError as e:
-        raise Refusal(f"--recipe {path}: cannot read it: {e.strerror}")
+        raise Refusal(f"{flag} {path}: cannot read it: {e.strerror}")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise Refusal(f"--recipe {path}: not UTF-8 text, not a recipe")
+        raise Refusal(f"{flag} {path}: not UTF-8 text, not a {what}")
+
+
+def recipe_text(path):
+    """The recipe file's text, or Refusal naming it (missing, a folder, not UTF-8)."""
+    return utf8_text(path, "--recipe", "recipe file")
 
 
 def leg_text(text, recipe, leg):

@@ -98,7 +98,7 @@ struct Relu2Backward {
   // which never read it. No warp skips a phase (gemm/config.cuh, the rules): the other's slot is
   // waited for before the entry four on (the same barrier), which comes no sooner than the next
   // tile's third entry, and its stage cannot be refilled before this release. (A wait right
-  // after the store keeps the rules too, and measured no slower.)
+  // after the store keeps the rules too; results/matmul/README.md compares the two.)
   __device__ __forceinline__ void at_first_slice(const Consumer& x, bool prev, int it0, int per_tile, int nk, int, int) {
     if (!prev) return;
     const int slots = it0 - per_tile + nk;

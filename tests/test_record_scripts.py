@@ -35,7 +35,7 @@ def run(clone, script, *args, gpu=False):
     # children (its own process group), and fails the check
     p = subprocess.Popen(["bash", os.path.join(clone, "scripts", script)] + list(args), stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True, cwd=clone, env=env, stdin=subprocess.DEVNULL,
-                         start_new_session=True)
+                         process_group=0)
     try:
         out, _ = p.communicate(timeout=30)
     except subprocess.TimeoutExpired:

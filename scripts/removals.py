@@ -272,7 +272,9 @@ def same(a, b):
 # ------------------------------------------------------------------------------------ the recipes
 def utf8_text(path, flag, what):
     """The text of the file a flag names, or Refusal naming the flag and file (missing, a folder,
-    unreadable, not UTF-8)."""
+    unreadable, a FIFO or device, not UTF-8)."""
+    if os.path.exists(path) and not os.path.isdir(path) and not os.path.isfile(path):  # a FIFO would hang the read
+        raise Refusal(f"{flag} {path}: not a regular file (a FIFO, device or socket), not a {what}")
     try:
         with open(path, "rb") as f:
             data = f.read()

@@ -213,7 +213,10 @@ CASES = [
     ("--recipe among the common flags", ["--recipe", RECIPE, "--remove", "attention.doc_mask", "--", "--recipe", RECIPE],
      "--recipe among the common flags"),
     ("a campaign file that does not exist", ["--recipe", RECIPE, "--removals", os.path.join(TMP, "nope.toml")], "no such file"),
+    ("a recipe that is a FIFO", ["--recipe", os.path.join(TMP, "pipe.toml"), "--remove", "attention.doc_mask"], "not a regular file"),
+    ("a campaign file that is a FIFO", ["--recipe", RECIPE, "--removals", os.path.join(TMP, "pipe.toml")], "not a regular file"),
 ]
+os.mkfifo(os.path.join(TMP, "pipe.toml"))
 for body, what in (("", "no [[removal]] tables"), ("[[removal]]\n", "no keys"), ("[[removal]]\nkeys = ['a']\nvalue = 1\n", "unknown key value"),
                    ("x = 1\n", "unknown key x"), ("[[removal]\n", "not a TOML file"),
                    ("[[removal]]\nset = { 'attention.doc_mask' = 'off' }\n", "attention.doc_mask wants an integer"),

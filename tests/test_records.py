@@ -117,9 +117,50 @@ try:
     caught("two commits in one record", os.path.join(rec, "logs", "run_02.txt"), "train_gpt 0123abc", "train_gpt 4567def",
            "the runs name 2 commits")
     caught("two source digests in one record", os.path.join(rec, "logs", "run_02.txt"), "source:" + "0a" * 32, "source:" + "0b" * 32,
-           "the runs name 2 source digests")
+           "the logs name 2 source digests")
     caught("a run without the source digest beside runs with it", os.path.join(rec, "logs", "run_02.txt"), " source:" + "0a" * 32, "",
-           "the runs name 2 source digests")
+           "the logs name 2 source digests")
+    # a record dated after the build stamped its source digest names one; one dated before may not
+    late = rec.replace("2026-01-01_", "2026-12-08_")
+    shutil.copytree(rec, late)
+    os.remove(os.path.join(late, "logs", "run_03.txt"))  # (the crash's log names a digest)
+    for i in (1, 2):
+        log = os.path.join(late, "logs", f"run_{i:02d}.txt")
+        text = open(log).read()
+        open(log, "w").write(text.replace(" source:" + "0a" * 32, ""))
+    rc, out = tool(late)
+    check("a record dated after 2026-12-07 whose logs name no source digest is refused",
+          rc == 1 and "name no source digest: a record dated after 2026-12-07" in out, out)
+    early = rec.replace("2026-01-01_", "2026-11-30_")
+    os.rename(late, early)
+    rc, out = tool(early)
+    shown = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import record_figures as r; "
+                            "print(r.table('x', r.compute(sys.argv[2])))", os.path.join(ROOT, "scripts"), early],
+                           capture_output=True, text=True, timeout=60)
+    check("a record dated before it names the commit alone, and its page's table says so",
+          rc == 0 and '"source"' not in open(os.path.join(early, "figures.json")).read()
+          and "no source digest: built before the build stamped one" in shown.stdout, out + shown.stdout + shown.stderr)
+    shutil.rmtree(early)
+    # a commit that the repository holding the record does not have
+    subprocess.run(["git", "init", "-q", tmp], check=True, timeout=60)
+    subprocess.run(["git", "-C", tmp, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "t"],
+                   check=True, timeout=60)
+    rc, out = tool(rec)
+    check("in a full clone, a commit that is not the repository's is refused",
+          rc == 1 and "commit 0123abc is not a commit of this repository" in out, out)
+    real = subprocess.run(["git", "-C", tmp, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=60).stdout.strip()
+    for i in (1, 2, 3):
+        log = os.path.join(rec, "logs", f"run_{i:02d}.txt")
+        text = open(log).read()
+        open(log, "w").write(text.replace("train_gpt 0123abc", f"train_gpt {real}"))
+    rc, out = tool(rec)
+    check("and one of its commits is taken", rc == 0, out)
+    shutil.rmtree(os.path.join(tmp, ".git"))
+    for i in (1, 2, 3):
+        log = os.path.join(rec, "logs", f"run_{i:02d}.txt")
+        text = open(log).read()
+        open(log, "w").write(text.replace(f"train_gpt {real}", "train_gpt 0123abc"))
+    tool(rec)
     caught("a page quoting no record", os.path.join(tmp, "results", "topic", "README.md"), "figures: 2026-01-01_default_job_test",
            "figures: 2026-01-01_nothing", "quotes record 2026-01-01_nothing")
     caught("an unknown kind", os.path.join(rec, "record.json"), "default_job", "defaultjob", "is not one of")
@@ -291,6 +332,8 @@ try:
     os.makedirs(os.path.join(tmp, "scripts"))
     for f in ("record_bench_matmul.sh", "record_figures.py", "tool_errors.py"):
         shutil.copy2(os.path.join(ROOT, "scripts", f), os.path.join(tmp, "scripts", f))
+    shutil.copytree(os.path.join(ROOT, "scripts", "record_kinds"), os.path.join(tmp, "scripts", "record_kinds"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
     fake = os.path.join(tmp, "fake_bench")
     open(fake, "w").write("#!/bin/sh\necho \"$*\" >> %s.args\ncat <<'END'\n%sEND\n" % (fake, BENCH.format(commit=head, source="0d" * 32, r=5)))
     os.chmod(fake, 0o755)

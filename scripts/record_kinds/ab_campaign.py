@@ -12,14 +12,14 @@ statistics are scripts/ab_stats.py's. record.json, beside "kind" and "question":
   "provenance"  optional: {VARIANT: words} for a variant whose logs name no clean commit (what
                 code they ran, as far as is known), printed beside its figures.
 Figures: the card; per group (variant and GPU count) its code (commit and source digest, or its
-provenance), runs, runs used (a diverged run is named and left out), seeds, whether its mask
-leaks targets, the final validation loss's mean and standard deviation, the step average's (not
+provenance), runs, seeds, whether its mask leaks targets, the final validation loss's mean and standard deviation, the step average's (not
 with loss_only), and each validation step's; per comparison at each GPU count the differences of
 the means with Welch's two-sided p, at the end and at every validation step, and for a paired one
 the pairs, the paired t-test (mean and standard deviation of the differences, two-sided p) and
 how many pairs' loss sequences are identical to the bit.
+A run that diverged, stopped early or holds a figure that is no plain finite decimal is refused,
+named (scripts/ab_report.py would leave it out of its report and say so; a record holds none).
 """
-import glob
 import math
 import os
 import re
@@ -30,6 +30,22 @@ from record_kinds.common import checked_source, known_commit, read_text
 
 KIND = "ab_campaign"
 FIRST_LINE = re.compile(r"run_id:(\S+) (\S+)(?: (\S+))?(?: source:(\S+))?$")
+STEP_LINE = re.compile(r"step:\d+/\d+ ")
+PLAIN = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:ms)?")
+
+
+def _plain_numbers(path):
+    """ToolError, naming the line, where a step line's figure is no plain decimal: a value that is
+    not finite, an exponent, a typed word (the step average reads nanms before it is defined)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for n, line in enumerate(f, 1):
+            if not STEP_LINE.match(line):
+                continue
+            for word in line.split()[1:]:
+                key, _, value = word.partition(":")
+                if key in ("val_loss", "train_loss", "train_time", "step_avg") and not PLAIN.fullmatch(value) and \
+                        not (key == "step_avg" and value == "nanms"):
+                    raise ToolError(f"{path}:{n}: {key} {value[:40]!r} is not a plain finite decimal")
 
 
 def _modules():
@@ -124,6 +140,12 @@ def compute(rec, meta):
         for r in rs:
             if not r.config:
                 raise ToolError(f"{r.path}: no JSON lines beside it: its seed, card and commit are not known")
+            if r.seed is None:
+                raise ToolError(f"{r.json_path}:1: no seed in its configuration: runs are paired and named by seed")
+            _plain_numbers(r.path)
+            why = ab_report.why_left_out(r, loss_only)
+            if why:
+                raise ToolError(f"{r.path}: {why}: a record's runs all complete, their figures finite")
     variants = list(dict.fromkeys(v for v, _ in runs))
     by_variant = {}
     for (v, _), rs in runs.items():
@@ -150,12 +172,9 @@ def compute(rec, meta):
         metrics.append(("step_avg_ms", lambda r: r.step_avg_ms, 3))
     used, fig["groups"] = {}, []
     for (v, gpus), rs in runs.items():
-        done = [r for r in rs if ab_report.why_left_out(r, loss_only) is None]
-        used[(v, gpus)] = done
-        leak = ab_report.leak_status(rs)[0]
-        g = {"variant": v, "gpus": gpus, "runs": len(rs), "used": len(done), "seeds": sorted(r.seed for r in rs),
-             "leaks_targets": leak,
-             "left_out": [f"{os.path.basename(r.path)}: {ab_report.why_left_out(r, loss_only)}" for r in rs if r not in done]}
+        done = used[(v, gpus)] = rs  # every run (the others are refused above)
+        g = {"variant": v, "gpus": gpus, "runs": len(rs), "seeds": sorted(r.seed for r in rs),
+             "leaks_targets": ab_report.leak_status(rs)[0]}
         for name, get, d in metrics:
             xs = [get(r) for r in done]
             g[name] = {"mean": _r(st.mean(xs), d) if xs else None, "std": _r(st.std(xs), d + 1) if len(xs) > 1 else None,
@@ -219,18 +238,15 @@ def table(rec_name, fig):
     head += code_text(next(iter(codes.values()))) if same else "; ".join(f"{v}: {code_text(c)}" for v, c in codes.items())
     head += f"; data: {fig['data']}" + (f"; campaign {fig['campaign']}" if "campaign" in fig else "") + "):"
     timed = "step_avg_ms" in fig["groups"][0]
-    rows = [head, "", "| variant | GPUs | runs (used) | seeds | final val loss, mean +- std |" + (" step avg ms, mean +- std |" if timed else ""),
+    rows = [head, "", "| variant | GPUs | runs | seeds | final val loss, mean +- std |" + (" step avg ms, mean +- std |" if timed else ""),
             "| --- | --- | --- | --- | --- |" + (" --- |" if timed else "")]
     for g in fig["groups"]:
         seeds = g["seeds"]
         seeds_text = f"{seeds[0]}-{seeds[-1]}" if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[0] + len(seeds))) \
             else ", ".join(map(str, seeds))
         name = g["variant"] + (" (leaks targets)" if g["leaks_targets"] else "")
-        rows.append(f"| {name} | {g['gpus']} | {g['runs']} ({g['used']}) | {seeds_text} | {_pm(g['final_val_loss'], 4)} |" +
+        rows.append(f"| {name} | {g['gpus']} | {g['runs']} | {seeds_text} | {_pm(g['final_val_loss'], 4)} |" +
                     (f" {_pm(g['step_avg_ms'], 2)} |" if timed else ""))
-    left = [x for g in fig["groups"] for x in g["left_out"]]
-    if left:
-        rows += ["", "Left out: " + "; ".join(left) + "."]
     if fig["comparisons"]:
         rows += ["", "| variant - baseline | GPUs | final val loss difference (Welch p) |" + (" step avg difference, ms (Welch p) |" if timed else "") +
                  " paired by seed: pairs, mean +- std of differences (p) | loss sequences identical to the bit |",

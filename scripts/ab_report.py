@@ -570,7 +570,9 @@ def _first_per_variant(settings):
     return out
 
 
-def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False, record=None, allow=(), target=None):
+def load(groups, record=None, allow=()):
+    """Every group's logs parsed and checked (the refusals of the docstring): (runs, varying,
+    settings) as check_runs gives them; ToolError, every log at fault named, when any is refused."""
     problems = Problems()
     runs = OrderedDict()
     for key, paths in groups.items():
@@ -583,6 +585,33 @@ def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False, recor
     problems.stop_if_any()
     varying, settings = check_runs(runs, record, set(allow), problems)
     problems.stop_if_any()
+    return runs, varying, settings
+
+
+def why_left_out(r, loss_only=False):
+    """Why a run is left out of the statistics: it diverged (a loss logged as diverged), or its
+    final loss or (unless loss_only) its times are not finite; None for a run that is used."""
+    bad = [(n, v) for n, v in (("final val loss", r.final_val_loss), ("train time", r.train_time_ms),
+                               ("step avg", r.step_avg_ms))[:1 if loss_only else 3] if not math.isfinite(v)]
+    if r.diverged:  # the trainer stopped at a loss that is not finite
+        return f"diverged (seed {r.seed}: {r.state()[1]})"
+    if bad:
+        return "not finite (" + ", ".join(f"{n} {'NaN' if math.isnan(v) else v}" for n, v in bad) + ")"
+    return None
+
+
+def identical(a, b):
+    """Whether two runs' loss sequences are identical to the bit: "yes", "no", or "not known (...)"
+    where both are equal as printed but a run has no losses in JSON lines (4 decimals alone)."""
+    seq_a, seq_b = a.loss_sequence(), b.loss_sequence()
+    same = seq_a == seq_b and bool(seq_a)  # the JSON lines' values as written, each to the bit
+    if same and not (a.exact_losses and b.exact_losses):
+        return "not known (equal as printed, to 4 decimals: no losses in JSON lines)"
+    return "yes" if same else "no"
+
+
+def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False, record=None, allow=(), target=None):
+    runs, varying, settings = load(groups, record, allow)
 
     metrics = [("final val loss", lambda r: r.final_val_loss, 4), ("train time (s)", lambda r: r.train_time_ms / 1e3, 2),
                ("step avg (ms)", lambda r: r.step_avg_ms, 2)]
@@ -604,13 +633,8 @@ def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False, recor
         done = []
         left[(variant, gpus)] = []
         for r in rs:
-            bad = [(n, v) for n, v in (("final val loss", r.final_val_loss), ("train time", r.train_time_ms),
-                                       ("step avg", r.step_avg_ms))[:1 if loss_only else 3] if not math.isfinite(v)]
-            if r.diverged:  # the trainer stopped at a loss that is not finite
-                why = f"diverged (seed {r.seed}: {r.state()[1]})"
-            elif bad:
-                why = "not finite (" + ", ".join(f"{n} {'NaN' if math.isnan(v) else v}" for n, v in bad) + ")"
-            else:
+            why = why_left_out(r, loss_only)
+            if why is None:
                 done.append(r)
                 continue
             left_out.append(f"| {md(variant)} | {gpus} | {md(r.path)} | {why} |")
@@ -682,12 +706,7 @@ def build(groups, out_dir, title, differences=(0.2, 0.4), loss_only=False, recor
                 paired_rows.append(f"| {gpus} | {md(other)} | {md(base)} | {len(both)} | n/a (fewer than 2 pairs) | n/a | n/a | "
                                    "n/a |")
             for s in both:
-                seq_a, seq_b = a[s].loss_sequence(), b[s].loss_sequence()
-                same = seq_a == seq_b and bool(seq_a)  # the JSON lines' values as written, each to the bit
-                if same and not (a[s].exact_losses and b[s].exact_losses):
-                    verdict = "not known (equal as printed, to 4 decimals: no losses in JSON lines)"
-                else:
-                    verdict = "yes" if same else "no"
+                verdict = identical(a[s], b[s])
                 identical_rows.append(f"| {gpus} | {md(base)} vs {md(other)} | {s} | {md(a[s].run_id or '-')}, "
                                       f"{md(b[s].run_id or '-')} | {verdict} |")
     lines += ["", "Final validation loss paired by seed (from the runs' configurations; a fair pairing only where one "

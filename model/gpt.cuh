@@ -222,7 +222,7 @@ class Model {
   void set_host_wait(HostWait wait) { host_wait_ = std::move(wait); }
   // Called by each forward before it reads a stage's weights, on the host as it enqueues them:
   // stage -1 before the embedding, i before layer i, L before the head. A data-parallel trainer
-  // makes the compute stream wait there for those weights to arrive from their ranks (train_gpt.cu),
+  // makes the compute stream wait there for those weights to arrive from their ranks (train/trainer.cuh),
   // so that the next step's forward starts while the later layers' weights are still on the wire.
   // Empty: no call.
   void set_before_stage(std::function<void(int stage)> f) { before_stage_ = std::move(f); }

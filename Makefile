@@ -49,6 +49,9 @@ CPU_TESTS := $(BUILD)/tests/test_data $(BUILD)/tests/test_attention_cpu $(BUILD)
 MODEL_OBJS := $(BUILD)/model/config.o $(BUILD)/model/batch.o
 # the options and the shipped recipes built into the binary (recipes/*.toml)
 OPTIONS_OBJS := $(BUILD)/train/options.o $(BUILD)/recipes.o
+# the pieces of a run that need no GPU (train/): its data, what its options make of the model, the
+# data checks, the fault injection
+RUN_OBJS := $(BUILD)/train/run_data.o $(BUILD)/train/run_config.o $(BUILD)/train/data_check.o $(BUILD)/train/fault_injection.o
 MODEL_REF_OBJS := $(MODEL_OBJS) $(BUILD)/model/reference_model.o $(BUILD)/model/optimizer_reference.o $(BUILD)/attention/reference.o
 # one test binary a layer (tests/layers/NAME.cu)
 LAYER_TESTS := $(patsubst tests/layers/%.cu,$(BUILD)/tests/layers/%,$(wildcard tests/layers/*.cu))
@@ -65,7 +68,7 @@ setup:
 
 # ---------------------------------------------------------------------------- binaries
 train_gpt: $(BUILD)/train_gpt.o $(ATTN_OBJS) $(BUILD)/data/dataloader.o $(BUILD)/train/run_log.o $(OPTIONS_OBJS) $(BUILD)/train/checkpoint.o \
-           $(BUILD)/train/dist.o $(BUILD)/train/start_gate.o $(MODEL_OBJS) $(BUILD)/version.o
+           $(BUILD)/train/dist.o $(BUILD)/train/start_gate.o $(RUN_OBJS) $(MODEL_OBJS) $(BUILD)/version.o
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(MPI_LIBS) $(CRYPTO_LIBS) -Xcompiler -fopenmp -lgomp
 
 # The commit the binary was built from, for its logs: rewritten only when it changes, so that a

@@ -222,7 +222,7 @@ class Model {
   void set_host_wait(HostWait wait) { host_wait_ = std::move(wait); }
   // Called by each forward before it reads a stage's weights, on the host as it enqueues them:
   // stage -1 before the embedding, i before layer i, L before the head. A data-parallel trainer
-  // makes the compute stream wait there for those weights to arrive from their ranks (train_gpt.cu),
+  // makes the compute stream wait there for those weights to arrive from their ranks (train/trainer.cuh),
   // so that the next step's forward starts while the later layers' weights are still on the wire.
   // Empty: no call.
   void set_before_stage(std::function<void(int stage)> f) { before_stage_ = std::move(f); }
@@ -248,143 +248,22 @@ class Model {
   // copies of two forwards ago are done); the per-position losses come back into a pinned buffer
   // of their own, summed on the host as they land.
   void enqueue_forward(const model::Batch& batch, float grad_scale = 0.f, std::vector<float>* z_out = nullptr) {
-    const int T = T_, C = cfg_.width, H = cfg_.heads, Dh = cfg_.head_dim(), L = cfg_.layers, F = cfg_.hidden, V = cfg_.vocab;
-    const std::vector<int>& tokens = batch.tokens;
-    if (batch.T() != T || (int)batch.targets.size() != T || (int)batch.doc_ids.size() != T)
-      throw std::invalid_argument("forward: want a batch of T tokens");
-    if (batch.window != cfg_.mask.window)
-      throw std::invalid_argument("forward: the batch was built for window " + std::to_string(batch.window) + ", the model is at " +
-                                  std::to_string(cfg_.mask.window) + " (set_window)");
-    const size_t TC = (size_t)T * C;
-    for (int t = 0; t < T; t++)
-      if (tokens[t] < 0 || tokens[t] >= V) throw std::invalid_argument("forward: token id " + std::to_string(tokens[t]) + " outside the vocabulary");
-    for (int t = 0; t < T; t++)
-      if (batch.targets[t] != model::kIgnoreTarget && (batch.targets[t] < 0 || batch.targets[t] >= V))
-        throw std::invalid_argument("forward: target id " + std::to_string(batch.targets[t]) + " outside the vocabulary");
-    const layers::TokenIndex& ix = batch.token_index;
-    if (ix.positions.size() != (size_t)T) throw std::invalid_argument("forward: the batch has no token index (Batch::build)");
-    const std::vector<int> packed = ix.packed();
-    if (packed.size() > layers::TokenIndex::max_packed(T)) throw std::logic_error("forward: token index larger than its bound");
-    Staging& up = staging_[staged_++ % 2];
-    if (up.used) wait_host(up.copied, "upload buffers");  // its copies of two forwards ago
-    std::copy(tokens.begin(), tokens.end(), up.tokens);
-    std::copy(batch.targets.begin(), batch.targets.end(), up.targets);
-    std::copy(batch.doc_ids.begin(), batch.doc_ids.end(), up.doc);
-    std::copy(packed.begin(), packed.end(), up.packed);
-    cuda_check(cudaMemcpyAsync(tokens_, up.tokens, T * sizeof(int), cudaMemcpyHostToDevice, 0), "tokens");
-    cuda_check(cudaMemcpyAsync(targets_, up.targets, T * sizeof(int), cudaMemcpyHostToDevice, 0), "targets");
-    cuda_check(cudaMemcpyAsync(doc_, up.doc, T * sizeof(int), cudaMemcpyHostToDevice, 0), "doc ids");
-    cuda_check(cudaMemcpyAsync(ix_buf_, up.packed, packed.size() * sizeof(int), cudaMemcpyHostToDevice, 0), "token index");
-    cuda_check(cudaEventRecord(up.copied, 0), "upload buffers");
-    up.used = true;
-    ok(attn::doc_spans(doc_, doc_spans_, T));  // once per sequence: every layer's attention reads them
-    ixv_ = layers::TokenIndexView(ix, ix_buf_, ix_partial_);
-    cuda_check(cudaMemsetAsync(bad_, 0, sizeof(int), 0), "flag");
-    const float eps = (float)cfg_.eps;
-
+    upload(batch);
     if (before_stage_) before_stage_(-1);
-    prof_.mark(Profiler::kEmbed, "embedding");
-    ok(layers::embedding_forward(W(at_.embed), tokens_, emb_, T, C));
-    prof_.mark(Profiler::kNormMix, "norm of the embedding");
-    ok(layers::rmsnorm_forward(emb_, x0_, rstd_e_, T, C, eps));
+    forward_embedding();
     // The residual stream is written by the matmuls' adds (D = C + AB) straight into the tensor
     // that keeps it, never copied: layer i < L/2 writes its output into pushed_[i] (the U-net
     // skip source, and layer i+1's input); later layers write x_, which the next layer's skip
     // add reads into its own x_in.
     const bf16* x = x0_;  // the stream entering layer i
-    for (int i = 0; i < L; i++) {
-      const LayerParams& lp = at_.layer[i];
-      Acts& a = acts_[i];
+    for (int i = 0; i < cfg_.layers; i++) {
       if (before_stage_) before_stage_(i);
-      // layers i >= L/2: x_in = x + s pushed_[L - 1 - i] (the U-net skip), made in the same pass
-      a.x_in = i >= L / 2 ? a.x_in_own : x;
-      const layers::SkipAdd skip = i >= L / 2 ? layers::SkipAdd{pushed_[L - 1 - i], S(at_.skip), i - L / 2, a.x_in_own} : layers::SkipAdd{};
-      prof_.mark(Profiler::kNormMix, i >= L / 2 ? "U-net skip + lambda mix + norm" : "lambda mix + norm");
-      ok(layers::mix_rmsnorm_forward(x, x0_, S(lp.lambda), a.x_mix, a.h, a.rstd_h, T, C, eps, skip));
-      // Wq, Wk, Wv: one after another (resolve)
-      if (fused_qkv_) {
-        prof_.mark(Profiler::kMatmul, "q, k, v = h W, q, k normed (fused)");
-        ok(gemm::qkv_norm_rotary(a.h, W(lp.wq), a.qn, a.rstd_q, rot16_, T, C, Dh, eps));
-      } else {
-        prof_.mark(Profiler::kMatmul, "q, k, v = h W (3 x C x C)");
-        mm_.xW_batched(a.h, W(lp.wq), (long long)C * C, a.qn, (long long)TC, 3, T, C, C);
-        prof_.mark(Profiler::kNormMix, "q, k norm + rotary");
-        ok(layers::qk_norm_rotary_forward({a.qn, a.kn}, {a.qn, a.kn}, {a.rstd_q, a.rstd_k}, rot_, T, H, Dh, eps));  // in place
-      }
-      prof_.mark(Profiler::kNormMix, "value embedding mix");
-      ok(layers::value_embed_mix(a.v_lin, W(lp.value_embed), tokens_, a.v, S(lp.attn_lambda), T, C));
-      prof_.mark(Profiler::kAttnFwd);
-      ok(attn::attention_forward(a.qn, a.kn, a.v, a.y, a.lse, T, H, Dh, mask()));
-      prof_.mark(Profiler::kMatmul, "x + y Wo (C x C)");
-      mm_.xW_plus(a.y, W(lp.wo), a.x_mix, a.x_attn, T, C, C);  // x_attn = x_mix + y Wo
-      prof_.mark(Profiler::kNormMix, "norm before the MLP");
-      ok(layers::rmsnorm_forward(a.x_attn, a.h2, a.rstd_h2, T, C, eps));
-      if (fused_mlp_) {
-        prof_.mark(Profiler::kMatmul, "r = relu(h Wfc)^2 (C x 4C, fused)");
-        ok(gemm::mlp_up_relu2(a.h2, W(lp.wfc), a.r, T, C, F));
-      } else {
-        prof_.mark(Profiler::kMatmul, "u = h Wfc (C x 4C)");
-        mm_.xW(a.h2, W(lp.wfc), dr_, T, C, F);  // u: dr_ is free until the backward
-        prof_.mark(Profiler::kNormMix, "ReLU^2");
-        ok(layers::relu2_forward(dr_, a.r, (size_t)T * F));  // only r is kept
-      }
-      prof_.mark(Profiler::kMatmul, "x + r Wproj (4C x C)");
-      bf16* out = i < L / 2 ? pushed_[i] : x_;
-      mm_.xW_plus(a.r, W(lp.wproj), a.x_attn, out, T, F, C);  // x_attn + r Wproj
-      x = out;
+      forward_attention(i, x);
+      x = forward_mlp(i);
     }
-    if (before_stage_) before_stage_(L);
-    prof_.mark(Profiler::kNormMix, "final norm");
-    ok(layers::rmsnorm_forward(x, hf_, rstd_f_, T, C, eps));  // x is x_ (L is even, at least 2)
-    if (z_out) z_out->resize((size_t)T * V);
-    head_scaled_ = fused_head_ && !z_out;
-    for (int r0 = 0; r0 < T && head_scaled_; r0 += chunk_) {
-      const int rows = std::min(chunk_, T - r0);
-      const bf16* h = hf_ + (size_t)r0 * C;
-      const bool grad = grad_scale != 0.f;
-      prof_.mark(Profiler::kHead, "g = CE'(h Whead), fused");
-      ok(gemm::head_ce_forward(h, W(at_.head), targets_ + r0, z_, head_scratch_, rows, C, V));
-      prof_.mark(Profiler::kHead, "cross-entropy: loss, row scales");
-      ok(gemm::head_ce_finalize(head_scratch_, targets_ + r0, h, grad ? z_ : nullptr, grad ? hs_ : nullptr,
-                                  grad ? row_scale_ + r0 : nullptr, loss_ + r0, rows, C, V, grad_scale, bad_));
-      if (grad) {  // the head's backward for this chunk on g; dh's rows are scaled in backward()
-        prof_.mark(Profiler::kHead, "head dX");
-        mm_.dX(z_, W(at_.head), dhf_ + (size_t)r0 * C, rows, C, V);
-        prof_.mark(Profiler::kHead, "head dW");
-        mm_.dW(hs_, z_, G(at_.head), rows, C, V);
-      }
-    }
-    for (int r0 = 0; r0 < T && !head_scaled_; r0 += chunk_) {
-      const int rows = std::min(chunk_, T - r0);
-      prof_.mark(Profiler::kHead, "z = h Whead");
-      mm_.xW(hf_ + (size_t)r0 * C, W(at_.head), z_, rows, C, V);
-      if (z_out) {
-        std::vector<bf16> zh((size_t)rows * V);
-        cuda_check(cudaMemcpy(zh.data(), z_, zh.size() * sizeof(bf16), cudaMemcpyDeviceToHost), "z");
-        for (size_t i = 0; i < zh.size(); i++) (*z_out)[(size_t)r0 * V + i] = __bfloat162float(zh[i]);
-      }
-      prof_.mark(Profiler::kHead, "softcapped cross-entropy");
-      ok(layers::softcap_ce(z_, targets_ + r0, grad_scale != 0.f ? z_ : nullptr, loss_ + r0, rows, V, grad_scale, bad_));
-      if (grad_scale != 0.f) {  // the head's backward for this chunk; z_ now holds dz
-        prof_.mark(Profiler::kHead, "head dX");
-        mm_.dX(z_, W(at_.head), dhf_ + (size_t)r0 * C, rows, C, V);
-        prof_.mark(Profiler::kHead, "head dW");
-        mm_.dW(hf_ + (size_t)r0 * C, z_, G(at_.head), rows, C, V);
-      }
-    }
-    // the losses and the flag back into a pinned buffer: summed once they land (finish_losses)
-    // forward i's buffer is readback_[i % kMaxPending], free once forward i - kMaxPending is summed
-    finish_losses(kMaxPending - 1);  // the oldest waits only when kMaxPending are on their way
-    if (readback_.size() < kMaxPending) {
-      readback_.push_back({pinned<float>(T), pinned<int>(1), new_event()});
-      events_.push_back(readback_.back().landed);
-    }
-    Readback* rb = &readback_[issued_++ % kMaxPending];
-    rb->kept = batch.kept_targets;
-    cuda_check(cudaMemcpyAsync(rb->loss, loss_, T * sizeof(float), cudaMemcpyDeviceToHost, 0), "loss");
-    cuda_check(cudaMemcpyAsync(rb->bad, bad_, sizeof(int), cudaMemcpyDeviceToHost, 0), "flag");
-    cuda_check(cudaEventRecord(rb->landed, 0), "loss");
-    prof_.mark(Profiler::kHost);
+    if (before_stage_) before_stage_(cfg_.layers);
+    forward_head(x, grad_scale, z_out);
+    read_back_losses(batch.kept_targets);
   }
   // The mean losses of the forwards enqueued since the last call, in order (waits for the GPU to
   // finish them). Throws if one of them met a target id outside the vocabulary.
@@ -567,6 +446,168 @@ class Model {
     else cuda_check(cudaEventSynchronize(e), what);
   }
   attn::MaskDesc mask() const { return model::attention_mask(cfg_.mask, cfg_.mask.window, doc_, doc_spans_); }
+  // enqueue_forward()'s steps, each enqueued on the compute stream in the order it calls them.
+  // The batch checked (sizes, window, token and target ids, its token index) and uploaded through
+  // the next set of pinned buffers; then the document spans every layer's attention reads, the
+  // token index's view and the flag of a target outside the vocabulary cleared.
+  void upload(const model::Batch& batch) {
+    const int T = T_, V = cfg_.vocab;
+    const std::vector<int>& tokens = batch.tokens;
+    if (batch.T() != T || (int)batch.targets.size() != T || (int)batch.doc_ids.size() != T)
+      throw std::invalid_argument("forward: want a batch of T tokens");
+    if (batch.window != cfg_.mask.window)
+      throw std::invalid_argument("forward: the batch was built for window " + std::to_string(batch.window) + ", the model is at " +
+                                  std::to_string(cfg_.mask.window) + " (set_window)");
+    for (int t = 0; t < T; t++)
+      if (tokens[t] < 0 || tokens[t] >= V) throw std::invalid_argument("forward: token id " + std::to_string(tokens[t]) + " outside the vocabulary");
+    for (int t = 0; t < T; t++)
+      if (batch.targets[t] != model::kIgnoreTarget && (batch.targets[t] < 0 || batch.targets[t] >= V))
+        throw std::invalid_argument("forward: target id " + std::to_string(batch.targets[t]) + " outside the vocabulary");
+    const layers::TokenIndex& ix = batch.token_index;
+    if (ix.positions.size() != (size_t)T) throw std::invalid_argument("forward: the batch has no token index (Batch::build)");
+    const std::vector<int> packed = ix.packed();
+    if (packed.size() > layers::TokenIndex::max_packed(T)) throw std::logic_error("forward: token index larger than its bound");
+    Staging& up = staging_[staged_++ % 2];
+    if (up.used) wait_host(up.copied, "upload buffers");  // its copies of two forwards ago
+    std::copy(tokens.begin(), tokens.end(), up.tokens);
+    std::copy(batch.targets.begin(), batch.targets.end(), up.targets);
+    std::copy(batch.doc_ids.begin(), batch.doc_ids.end(), up.doc);
+    std::copy(packed.begin(), packed.end(), up.packed);
+    cuda_check(cudaMemcpyAsync(tokens_, up.tokens, T * sizeof(int), cudaMemcpyHostToDevice, 0), "tokens");
+    cuda_check(cudaMemcpyAsync(targets_, up.targets, T * sizeof(int), cudaMemcpyHostToDevice, 0), "targets");
+    cuda_check(cudaMemcpyAsync(doc_, up.doc, T * sizeof(int), cudaMemcpyHostToDevice, 0), "doc ids");
+    cuda_check(cudaMemcpyAsync(ix_buf_, up.packed, packed.size() * sizeof(int), cudaMemcpyHostToDevice, 0), "token index");
+    cuda_check(cudaEventRecord(up.copied, 0), "upload buffers");
+    up.used = true;
+    ok(attn::doc_spans(doc_, doc_spans_, T));  // once per sequence: every layer's attention reads them
+    ixv_ = layers::TokenIndexView(ix, ix_buf_, ix_partial_);
+    cuda_check(cudaMemsetAsync(bad_, 0, sizeof(int), 0), "flag");
+  }
+  // x0 = norm(E[tok]).
+  void forward_embedding() {
+    const int T = T_, C = cfg_.width;
+    const float eps = (float)cfg_.eps;
+    prof_.mark(Profiler::kEmbed, "embedding");
+    ok(layers::embedding_forward(W(at_.embed), tokens_, emb_, T, C));
+    prof_.mark(Profiler::kNormMix, "norm of the embedding");
+    ok(layers::rmsnorm_forward(emb_, x0_, rstd_e_, T, C, eps));
+  }
+  // Layer i's attention on the stream x entering it: the U-net skip (layers i >= L/2), lambda mix
+  // and norm, q, k, v with q and k's norm + rotary, the value embedding's mix, the attention, and
+  // x_attn = x_mix + y Wo.
+  void forward_attention(int i, const bf16* x) {
+    const int T = T_, C = cfg_.width, H = cfg_.heads, Dh = cfg_.head_dim(), L = cfg_.layers;
+    const size_t TC = (size_t)T * C;
+    const float eps = (float)cfg_.eps;
+    const LayerParams& lp = at_.layer[i];
+    Acts& a = acts_[i];
+    // layers i >= L/2: x_in = x + s pushed_[L - 1 - i] (the U-net skip), made in the same pass
+    a.x_in = i >= L / 2 ? a.x_in_own : x;
+    const layers::SkipAdd skip = i >= L / 2 ? layers::SkipAdd{pushed_[L - 1 - i], S(at_.skip), i - L / 2, a.x_in_own} : layers::SkipAdd{};
+    prof_.mark(Profiler::kNormMix, i >= L / 2 ? "U-net skip + lambda mix + norm" : "lambda mix + norm");
+    ok(layers::mix_rmsnorm_forward(x, x0_, S(lp.lambda), a.x_mix, a.h, a.rstd_h, T, C, eps, skip));
+    // Wq, Wk, Wv: one after another (resolve)
+    if (fused_qkv_) {
+      prof_.mark(Profiler::kMatmul, "q, k, v = h W, q, k normed (fused)");
+      ok(gemm::qkv_norm_rotary(a.h, W(lp.wq), a.qn, a.rstd_q, rot16_, T, C, Dh, eps));
+    } else {
+      prof_.mark(Profiler::kMatmul, "q, k, v = h W (3 x C x C)");
+      mm_.xW_batched(a.h, W(lp.wq), (long long)C * C, a.qn, (long long)TC, 3, T, C, C);
+      prof_.mark(Profiler::kNormMix, "q, k norm + rotary");
+      ok(layers::qk_norm_rotary_forward({a.qn, a.kn}, {a.qn, a.kn}, {a.rstd_q, a.rstd_k}, rot_, T, H, Dh, eps));  // in place
+    }
+    prof_.mark(Profiler::kNormMix, "value embedding mix");
+    ok(layers::value_embed_mix(a.v_lin, W(lp.value_embed), tokens_, a.v, S(lp.attn_lambda), T, C));
+    prof_.mark(Profiler::kAttnFwd);
+    ok(attn::attention_forward(a.qn, a.kn, a.v, a.y, a.lse, T, H, Dh, mask()));
+    prof_.mark(Profiler::kMatmul, "x + y Wo (C x C)");
+    mm_.xW_plus(a.y, W(lp.wo), a.x_mix, a.x_attn, T, C, C);  // x_attn = x_mix + y Wo
+  }
+  // Layer i's MLP on its x_attn: norm, r = relu(h2 Wfc)^2, and the layer's output x_attn + r Wproj,
+  // written where the next layer reads it (returned).
+  const bf16* forward_mlp(int i) {
+    const int T = T_, C = cfg_.width, L = cfg_.layers, F = cfg_.hidden;
+    const float eps = (float)cfg_.eps;
+    const LayerParams& lp = at_.layer[i];
+    Acts& a = acts_[i];
+    prof_.mark(Profiler::kNormMix, "norm before the MLP");
+    ok(layers::rmsnorm_forward(a.x_attn, a.h2, a.rstd_h2, T, C, eps));
+    if (fused_mlp_) {
+      prof_.mark(Profiler::kMatmul, "r = relu(h Wfc)^2 (C x 4C, fused)");
+      ok(gemm::mlp_up_relu2(a.h2, W(lp.wfc), a.r, T, C, F));
+    } else {
+      prof_.mark(Profiler::kMatmul, "u = h Wfc (C x 4C)");
+      mm_.xW(a.h2, W(lp.wfc), dr_, T, C, F);  // u: dr_ is free until the backward
+      prof_.mark(Profiler::kNormMix, "ReLU^2");
+      ok(layers::relu2_forward(dr_, a.r, (size_t)T * F));  // only r is kept
+    }
+    prof_.mark(Profiler::kMatmul, "x + r Wproj (4C x C)");
+    bf16* out = i < L / 2 ? pushed_[i] : x_;
+    mm_.xW_plus(a.r, W(lp.wproj), a.x_attn, out, T, F, C);  // x_attn + r Wproj
+    return out;
+  }
+  // The final norm of the last layer's output x and the lm head, chunk by chunk (fused: the
+  // cross-entropy's first pass in the product's epilogue; else z, then softcap_ce.cuh), with
+  // each chunk's backward when grad_scale != 0; z_out as forward()'s.
+  void forward_head(const bf16* x, float grad_scale, std::vector<float>* z_out) {
+    const int T = T_, C = cfg_.width, V = cfg_.vocab;
+    const float eps = (float)cfg_.eps;
+    prof_.mark(Profiler::kNormMix, "final norm");
+    ok(layers::rmsnorm_forward(x, hf_, rstd_f_, T, C, eps));  // x is x_ (L is even, at least 2)
+    if (z_out) z_out->resize((size_t)T * V);
+    head_scaled_ = fused_head_ && !z_out;
+    for (int r0 = 0; r0 < T && head_scaled_; r0 += chunk_) {
+      const int rows = std::min(chunk_, T - r0);
+      const bf16* h = hf_ + (size_t)r0 * C;
+      const bool grad = grad_scale != 0.f;
+      prof_.mark(Profiler::kHead, "g = CE'(h Whead), fused");
+      ok(gemm::head_ce_forward(h, W(at_.head), targets_ + r0, z_, head_scratch_, rows, C, V));
+      prof_.mark(Profiler::kHead, "cross-entropy: loss, row scales");
+      ok(gemm::head_ce_finalize(head_scratch_, targets_ + r0, h, grad ? z_ : nullptr, grad ? hs_ : nullptr,
+                                  grad ? row_scale_ + r0 : nullptr, loss_ + r0, rows, C, V, grad_scale, bad_));
+      if (grad) {  // the head's backward for this chunk on g; dh's rows are scaled in backward()
+        prof_.mark(Profiler::kHead, "head dX");
+        mm_.dX(z_, W(at_.head), dhf_ + (size_t)r0 * C, rows, C, V);
+        prof_.mark(Profiler::kHead, "head dW");
+        mm_.dW(hs_, z_, G(at_.head), rows, C, V);
+      }
+    }
+    for (int r0 = 0; r0 < T && !head_scaled_; r0 += chunk_) {
+      const int rows = std::min(chunk_, T - r0);
+      prof_.mark(Profiler::kHead, "z = h Whead");
+      mm_.xW(hf_ + (size_t)r0 * C, W(at_.head), z_, rows, C, V);
+      if (z_out) {
+        std::vector<bf16> zh((size_t)rows * V);
+        cuda_check(cudaMemcpy(zh.data(), z_, zh.size() * sizeof(bf16), cudaMemcpyDeviceToHost), "z");
+        for (size_t i = 0; i < zh.size(); i++) (*z_out)[(size_t)r0 * V + i] = __bfloat162float(zh[i]);
+      }
+      prof_.mark(Profiler::kHead, "softcapped cross-entropy");
+      ok(layers::softcap_ce(z_, targets_ + r0, grad_scale != 0.f ? z_ : nullptr, loss_ + r0, rows, V, grad_scale, bad_));
+      if (grad_scale != 0.f) {  // the head's backward for this chunk; z_ now holds dz
+        prof_.mark(Profiler::kHead, "head dX");
+        mm_.dX(z_, W(at_.head), dhf_ + (size_t)r0 * C, rows, C, V);
+        prof_.mark(Profiler::kHead, "head dW");
+        mm_.dW(hf_ + (size_t)r0 * C, z_, G(at_.head), rows, C, V);
+      }
+    }
+  }
+  // The forward's losses (kept: its batch's kept targets) on their way back to the host.
+  void read_back_losses(int kept) {
+    const int T = T_;
+    // the losses and the flag back into a pinned buffer: summed once they land (finish_losses)
+    // forward i's buffer is readback_[i % kMaxPending], free once forward i - kMaxPending is summed
+    finish_losses(kMaxPending - 1);  // the oldest waits only when kMaxPending are on their way
+    if (readback_.size() < kMaxPending) {
+      readback_.push_back({pinned<float>(T), pinned<int>(1), new_event()});
+      events_.push_back(readback_.back().landed);
+    }
+    Readback* rb = &readback_[issued_++ % kMaxPending];
+    rb->kept = kept;
+    cuda_check(cudaMemcpyAsync(rb->loss, loss_, T * sizeof(float), cudaMemcpyDeviceToHost, 0), "loss");
+    cuda_check(cudaMemcpyAsync(rb->bad, bad_, sizeof(int), cudaMemcpyDeviceToHost, 0), "flag");
+    cuda_check(cudaEventRecord(rb->landed, 0), "loss");
+    prof_.mark(Profiler::kHost);
+  }
   // Where each parameter starts in the flat layout, looked up by name once (in the constructor),
   // so that a step finds its tensors by offset. W: the bf16 weights, S: the fp32 masters (the
   // scalars are read from them), G: the fp32 gradients.

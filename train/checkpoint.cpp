@@ -213,6 +213,24 @@ std::string unwritable_checkpoint_dir(const std::string& dir) {
   return "";
 }
 
+std::string used_checkpoint_dir(const std::string& dir, const std::string& resume) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return "";
+  if (!fs::is_directory(dir, ec)) return dir + " exists and is not a folder";
+  int found = 0;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    found += n.rfind("ckpt_", 0) == 0 && n.size() > 9 && n.compare(n.size() - 4, 4, ".bin") == 0;
+  }
+  if (ec) return dir + ": cannot list the folder: " + ec.message();
+  if (!found) return "";
+  if (!resume.empty() && fs::equivalent(fs::path(resume).parent_path().empty() ? "." : fs::path(resume).parent_path(), dir, ec))
+    return "";
+  return dir + " holds " + std::to_string(found) + " checkpoint(s) of another run, which this run would overwrite; name a new folder, "
+         "or --resume from one of them to continue that run";
+}
+
 std::vector<std::string> make_checkpoint_dir(const std::string& dir) {
   std::vector<std::string> made;
   std::filesystem::path p = folder_path(dir), sofar;

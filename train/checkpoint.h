@@ -47,6 +47,9 @@ void check_same_data(const Checkpoint& c, const std::string& data, const std::st
 // exist yet the nearest folder above it that does, must be a folder in which a file can be made
 // (tried with a probe file, removed at once: a read-only mount shows even to root). Leaves nothing.
 std::string unwritable_checkpoint_dir(const std::string& dir);
+// Why a run may not write checkpoints into dir, or "" when it may: a folder holding checkpoints
+// is another run's, unless this run resumes from one of them (continuing that run).
+std::string used_checkpoint_dir(const std::string& dir, const std::string& resume);
 // Makes dir and any missing folders above it; returns the folders it made, outermost first
 // (empty when dir existed). Throws CheckpointError naming dir.
 std::vector<std::string> make_checkpoint_dir(const std::string& dir);

@@ -66,6 +66,7 @@ run source-digest "$PYTHON" tests/test_source_digest.py
 run records "$PYTHON" tests/test_records.py
 run record-ab-campaign "$PYTHON" tests/test_record_ab_campaign.py
 run record-scripts "$PYTHON" tests/test_record_scripts.py
+run page-figures "$PYTHON" tests/test_page_figures.py
 run gemm-ring-model "$PYTHON" tests/test_gemm_ring_model.py
 run hostile "$PYTHON" tests/test_hostile.py "$BUILD"
 run hostile-ab "$PYTHON" tests/test_hostile_ab.py

@@ -67,6 +67,7 @@ run records "$PYTHON" tests/test_records.py
 run record-ab-campaign "$PYTHON" tests/test_record_ab_campaign.py
 run record-scripts "$PYTHON" tests/test_record_scripts.py
 run page-figures "$PYTHON" tests/test_page_figures.py
+run log-commits "$PYTHON" tests/test_log_commits.py
 run gemm-ring-model "$PYTHON" tests/test_gemm_ring_model.py
 run hostile "$PYTHON" tests/test_hostile.py "$BUILD"
 run hostile-ab "$PYTHON" tests/test_hostile_ab.py

@@ -51,12 +51,8 @@ int Config::value_table(int layer) const {
   if (layer >= layers - n) return value_embeds_repeated ? layer - (layers - n) : layers - 1 - layer;
   return -1;
 }
-bool Config::has_attention(int layer) const {
-  return std::find(no_attention.begin(), no_attention.end(), layer) == no_attention.end();
-}
-bool Config::has_short_window(int layer) const {
-  return std::find(short_window.begin(), short_window.end(), layer) != short_window.end();
-}
+bool Config::has_attention(int layer) const { return std::find(no_attention.begin(), no_attention.end(), layer) == no_attention.end(); }
+bool Config::has_short_window(int layer) const { return std::find(short_window.begin(), short_window.end(), layer) != short_window.end(); }
 
 const Tensor& Layout::t(const std::string& name) const {
   for (auto& x : tensors)

@@ -261,16 +261,14 @@ int main(int argc, char** argv) {
     }
     CHECK(keys.size() == 56 && std::set<std::string>(keys.begin(), keys.end()).size() == keys.size(),
           "%zu keys in the schema (56 in recipes/default.toml), some twice?", keys.size());
-    const std::vector<std::string> want{"attention.doc_mask=0", "attention.prefix_tokens=0",
-                                        "optimizer.muon.momentum_start={\"same_as\":\"optimizer.muon.momentum_end\"}",
-                                        "schedule.lr_cooldown=1", "schedule.window_start={\"same_as\":\"schedule.window_end\"}",
-                                        // the 2025-08-23 record's pieces, each back to the 2024-12-10 model's
-                                        "model.value_embeds=0", "model.value_embed_layers=\"mirrored\"", "model.skip_attention=\"none\"",
-                                        "model.init_bound=1.0", "model.logit_softcap=\"tanh\"", "model.head_fp8=0", "attention.scale=0.0",
-                                        "attention.gate_dims=0", "attention.rotary=\"full\"", "attention.rotary_base=10000.0",
-                                        "attention.long_window_layers=\"all\"", "batch.align_to_bos=0", "batch.loss_reduction=\"mean\"",
-                                        "optimizer.adam.eps_form=\"torch\"", "optimizer.muon.fan_scale=1", "schedule.lr_cooldown_frac=0.0",
-                                        "schedule.lr_floor=0.0"};
+    const std::vector<std::string> want{
+        "attention.doc_mask=0", "attention.prefix_tokens=0", "optimizer.muon.momentum_start={\"same_as\":\"optimizer.muon.momentum_end\"}",
+        "schedule.lr_cooldown=1", "schedule.window_start={\"same_as\":\"schedule.window_end\"}",
+        // the 2025-08-23 record's pieces, each back to the 2024-12-10 model's
+        "model.value_embeds=0", "model.value_embed_layers=\"mirrored\"", "model.skip_attention=\"none\"", "model.init_bound=1.0",
+        "model.logit_softcap=\"tanh\"", "model.head_fp8=0", "attention.scale=0.0", "attention.gate_dims=0", "attention.rotary=\"full\"",
+        "attention.rotary_base=10000.0", "attention.long_window_layers=\"all\"", "batch.align_to_bos=0", "batch.loss_reduction=\"mean\"",
+        "optimizer.adam.eps_form=\"torch\"", "optimizer.muon.fan_scale=1", "schedule.lr_cooldown_frac=0.0", "schedule.lr_floor=0.0"};
     std::string got;
     for (const auto& r : removable) got += r + " ";
     CHECK(removable == want, "the removable keys: %s", got.c_str());
@@ -286,12 +284,22 @@ int main(int argc, char** argv) {
     train::Options o;
     std::string why;
     const int rc = parse({"--preset", "2025-08-23"}, &o, &why);
-    const char* unimplemented[] = {"model.value_embeds = 3", "model.value_embed_layers = 'repeated'", "model.skip_attention = '7'",
-                                   "model.init_bound = 0.8660254037844386", "model.logit_softcap = 'sigmoid'", "model.head_fp8 = 1",
-                                   "attention.scale = 0.12", "attention.gate_dims = 12", "attention.rotary = 'half-truncated'",
-                                   "attention.rotary_base = 1024.0", "attention.long_window_layers = '0,4,7,11'",
-                                   "batch.align_to_bos = 1", "batch.loss_reduction = 'sequence_sum'",
-                                   "optimizer.adam.eps_form = 'scaled'", "optimizer.muon.fan_scale = 0", "validation.seq_len = 262144"};
+    const char* unimplemented[] = {"model.value_embeds = 3",
+                                   "model.value_embed_layers = 'repeated'",
+                                   "model.skip_attention = '7'",
+                                   "model.init_bound = 0.8660254037844386",
+                                   "model.logit_softcap = 'sigmoid'",
+                                   "model.head_fp8 = 1",
+                                   "attention.scale = 0.12",
+                                   "attention.gate_dims = 12",
+                                   "attention.rotary = 'half-truncated'",
+                                   "attention.rotary_base = 1024.0",
+                                   "attention.long_window_layers = '0,4,7,11'",
+                                   "batch.align_to_bos = 1",
+                                   "batch.loss_reduction = 'sequence_sum'",
+                                   "optimizer.adam.eps_form = 'scaled'",
+                                   "optimizer.muon.fan_scale = 0",
+                                   "validation.seq_len = 262144"};
     int named = 0;
     for (const char* k : unimplemented) named += why.find(k) != std::string::npos;  // (TOML's strings as the resolved recipe writes them)
     CHECK(rc == 2 && named == 16 && why.find("schedule.") == std::string::npos && why.find("optimizer.adam.eps =") == std::string::npos,
@@ -304,7 +312,8 @@ int main(int argc, char** argv) {
     CHECK(parse({"--preset", "2025-08-23", "--print-recipe"}, &p, &why) == 0, "--print-recipe of the 2025-08-23 recipe: %s", why.c_str());
     train::Options c;
     why.clear();
-    CHECK(parse({"--preset", "2025-08-23", "--check-data"}, &c, &why) == -1, "--check-data of the 2025-08-23 recipe refused: %s", why.c_str());
+    CHECK(parse({"--preset", "2025-08-23", "--check-data"}, &c, &why) == -1, "--check-data of the 2025-08-23 recipe refused: %s",
+          why.c_str());
     // the record's get_lr (cooldown_frac 0.45, floor 0.1) and window (next multiple of 128 of
     // 1728 x, in blocks), written out from its code; momentum as before
     const model::Schedule sched = train::schedule(o);
@@ -324,10 +333,12 @@ int main(int argc, char** argv) {
       const double f = std::min((double)step / 300, 1.0);
       mom += sched.muon_momentum(step) != (1 - f) * 0.85 + f * 0.95;
     }
-    CHECK(lr == 0 && win == 0 && mom == 0, "the 2025-08-23 schedules: %d lr, %d window, %d momentum steps off the record's (exact)", lr, win,
-          mom);
-    CHECK(sched.lr_multiplier(932) == 1.0 && sched.lr_multiplier(933) < 1.0 && std::fabs(sched.lr_multiplier(1694) - 0.10117994100294984) < 1e-15,
-          "the 2025-08-23 lr: 1 up to step 932, then below (at 1694: %.17g, want 0.10117994100294984 within 1e-15)", sched.lr_multiplier(1694));
+    CHECK(lr == 0 && win == 0 && mom == 0, "the 2025-08-23 schedules: %d lr, %d window, %d momentum steps off the record's (exact)", lr,
+          win, mom);
+    CHECK(sched.lr_multiplier(932) == 1.0 && sched.lr_multiplier(933) < 1.0 &&
+              std::fabs(sched.lr_multiplier(1694) - 0.10117994100294984) < 1e-15,
+          "the 2025-08-23 lr: 1 up to step 932, then below (at 1694: %.17g, want 0.10117994100294984 within 1e-15)",
+          sched.lr_multiplier(1694));
     // the model's keys as a Config: tables, layers without attention, short windows
     model::Config cfg;
     cfg.layers = 12, cfg.width = 768, cfg.heads = 6;

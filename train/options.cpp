@@ -4,8 +4,9 @@
 // fingerprint and the log's configuration are made. A new flag or recipe key is one new row.
 #include "train/options.h"
 
-#include <CLI/CLI.hpp>
+#include <toml++/toml.h>
 
+#include <CLI/CLI.hpp>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -17,7 +18,6 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
-#include <toml++/toml.h>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -166,8 +166,7 @@ std::string layer_list(const std::string& text, const std::string& all_word, std
   while (true) {
     const size_t end = std::min(text.find(',', at), text.size());
     const std::string item = text.substr(at, end - at);
-    if (item.empty() || item.size() > 6 || item.find_first_not_of("0123456789") != std::string::npos)
-      return want + ", got '" + text + "'";
+    if (item.empty() || item.size() > 6 || item.find_first_not_of("0123456789") != std::string::npos) return want + ", got '" + text + "'";
     const int layer = std::stoi(item);
     if (std::find(out->begin(), out->end(), layer) != out->end()) return "layer " + item + " is named twice in '" + text + "'";
     out->push_back(layer);
@@ -200,7 +199,8 @@ std::vector<Row> table(Options& o) {
            "(the speedrun record: docs/model.md), speedrun (the same), 2025-08-23 (a later record, whose model the GPU trainer "
            "does not compute yet: docs/recipes.md); the flags override its values"),
       text("--recipe", o.recipe, log, "a recipe file (TOML: docs/recipes.md) instead of --preset; the flags override its values"),
-      flag("--print-recipe", o.print_recipe, local, "print the resolved recipe (the recipe, then the flags) as TOML and exit; needs no GPU"),
+      flag("--print-recipe", o.print_recipe, local,
+           "print the resolved recipe (the recipe, then the flags) as TOML and exit; needs no GPU"),
       flag("--print-schema", o.print_schema, local,
            "print the recipe keys (key, type, range, flag, log name, whether it defines the run, neutral value, what that "
            "turns off) as JSON and exit; needs no GPU (scripts/ab_run.py --remove reads it)"),
@@ -210,8 +210,9 @@ std::vector<Row> table(Options& o) {
            "train on shards that are validation shards too (the same pattern, or a shard of the same bytes): refused without it, "
            "since the validation loss would measure memory; the log notes the shards shared"),
       integer("--vocab-size", o.vocab_size, 1, 65536, log, "token ids in the shards must be below this").in("data.vocab_size"),
-      flag("--check-data", o.check_data, local,
-           "check every shard (header, size, token ids, manifest) and that no training shard is a validation shard, and exit; needs no GPU"),
+      flag(
+          "--check-data", o.check_data, local,
+          "check every shard (header, size, token ids, manifest) and that no training shard is a validation shard, and exit; needs no GPU"),
       text("--log-file", o.log_file, log, "write the step lines here (and JSON lines beside it); must not exist yet"),
       integer("--layers", o.layers, 2, 256, run, "transformer blocks (even)").in("model.layers"),
       integer("--width", o.width, 8, 16384, run, "model width").in("model.width"),
@@ -268,8 +269,9 @@ std::vector<Row> table(Options& o) {
       integer("lr_cooldown_steps", o.lr_cooldown_steps, 1, 1000000, Role::kDefinesRunIfSet,
               "the learning rates fall linearly to 0 over the run's last this many steps (scaled)")
           .in("schedule.lr_cooldown")
-          .removable("1", "the learning-rate cooldown: multiplier 1 at every step (in a run of up to 1.5 reference_steps; a "
-                          "longer one keeps round(steps / reference_steps) steps of it)"),
+          .removable("1",
+                     "the learning-rate cooldown: multiplier 1 at every step (in a run of up to 1.5 reference_steps; a "
+                     "longer one keeps round(steps / reference_steps) steps of it)"),
       integer("momentum_warmup_steps", o.momentum_warmup_steps, 1, 1000000, Role::kDefinesRunIfSet,
               "Muon's momentum goes from momentum_start to momentum_end over the run's first this many steps (scaled)")
           .in("schedule.momentum_warmup"),
@@ -300,8 +302,8 @@ std::vector<Row> table(Options& o) {
            "Wq, Wk, Wv and Wfc start uniform in +-init_bound / sqrt(fan_in)")
           .in("model.init_bound")
           .removable("1.0", "the narrower initialisation: +-1 / sqrt(fan_in)"),
-      text("logit_softcap", o.logit_softcap, Role::kDefinesRunIfSet, "the logits of the head's output z: tanh: 30 tanh(z / 30); sigmoid: 30 sigmoid(z / 7.5)",
-           {"tanh", "sigmoid"})
+      text("logit_softcap", o.logit_softcap, Role::kDefinesRunIfSet,
+           "the logits of the head's output z: tanh: 30 tanh(z / 30); sigmoid: 30 sigmoid(z / 7.5)", {"tanh", "sigmoid"})
           .in("model.logit_softcap")
           .removable("\"tanh\"", "the sigmoid logits: 30 tanh(z / 30)"),
       integer("head_fp8", o.head_fp8, 0, 1, Role::kDefinesRunIfSet,
@@ -309,9 +311,11 @@ std::vector<Row> table(Options& o) {
               "e5m2); validation in bf16")
           .in("model.head_fp8")
           .removable("0", "the head's FP8 products: bf16"),
-      real("head_fp8_x_scale", o.head_fp8_x_scale, 1e-30, 1e30, Role::kDefinesRunIfSet, "the head's input is divided by this before e4m3 (head_fp8 1)")
+      real("head_fp8_x_scale", o.head_fp8_x_scale, 1e-30, 1e30, Role::kDefinesRunIfSet,
+           "the head's input is divided by this before e4m3 (head_fp8 1)")
           .in("model.head_fp8_x_scale"),
-      real("head_fp8_w_scale", o.head_fp8_w_scale, 1e-30, 1e30, Role::kDefinesRunIfSet, "the head's weight is divided by this before e4m3 (head_fp8 1)")
+      real("head_fp8_w_scale", o.head_fp8_w_scale, 1e-30, 1e30, Role::kDefinesRunIfSet,
+           "the head's weight is divided by this before e4m3 (head_fp8 1)")
           .in("model.head_fp8_w_scale"),
       real("head_fp8_grad_scale", o.head_fp8_grad_scale, 1e-30, 1e30, Role::kDefinesRunIfSet,
            "the logits' gradient is divided by this before e5m2 (head_fp8 1)")
@@ -385,7 +389,8 @@ std::vector<Row> table(Options& o) {
            "(each layer's during the backward, which on one host slows the backward more than it saves)",
            {"end", "embeddings", "overlap"}),
       text("--grad-exchange", o.grad_exchange, Role::kDefinesRunIfSet,
-           "several GPUs: the gradients' type on the wire: fp32, or bf16 (half the bytes; bf16 sums change the numerics)", {"fp32", "bf16"}),
+           "several GPUs: the gradients' type on the wire: fp32, or bf16 (half the bytes; bf16 sums change the numerics)",
+           {"fp32", "bf16"}),
       text("--gather-wait", o.gather_wait, log,
            "several GPUs: layer (the step ends once the optimiser's update is done, and the next step's forward waits for each "
            "layer's gathered weights just before that layer, so that the last all-gathers run beside it) or step (every "
@@ -521,8 +526,9 @@ void check_combinations(const Options& o, int world) {
   }
   // the 2025-08-23 record's pieces: the layers a list names exist, the tables and the gate fit
   std::vector<int> listed;
-  for (const auto& [key, text, word] : {std::tuple<const char*, const std::string&, const char*>{"model.skip_attention", o.skip_attention, "none"},
-                                        {"attention.long_window_layers", o.long_window_layers, "all"}}) {
+  for (const auto& [key, text, word] :
+       {std::tuple<const char*, const std::string&, const char*>{"model.skip_attention", o.skip_attention, "none"},
+        {"attention.long_window_layers", o.long_window_layers, "all"}}) {
     const std::string why = layer_list(text, word, &listed);
     if (!why.empty()) throw CLI::ValidationError(key, why);
     for (int layer : listed)
@@ -534,7 +540,8 @@ void check_combinations(const Options& o, int world) {
     throw CLI::ValidationError("model.value_embeds", std::to_string(o.value_embeds) + " tables is more than layers / 2 = " +
                                                          std::to_string(o.layers / 2) + " (the first and the last N layers use them)");
   if (o.attn_gate_dims > o.width)
-    throw CLI::ValidationError("attention.gate_dims", std::to_string(o.attn_gate_dims) + " is more than the model's width " + std::to_string(o.width));
+    throw CLI::ValidationError("attention.gate_dims",
+                               std::to_string(o.attn_gate_dims) + " is more than the model's width " + std::to_string(o.width));
   if (o.window_rule == "nearest" && o.window_start < 64)
     throw CLI::ValidationError("schedule.window_start", std::to_string(o.window_start) +
                                                             " tokens gives a window of 0 blocks at the first step under "
@@ -678,10 +685,12 @@ std::vector<std::string> unimplemented_on_gpu(const Options& o) {
       o.muon_fan_scale == neutral.muon_fan_scale,
       o.val_seq_len == neutral.val_seq_len || o.val_seq_len == o.seq_len,
   };
-  const char* keys[] = {"model.value_embeds", "model.value_embed_layers", "model.skip_attention", "model.init_bound",
-                        "model.logit_softcap", "model.head_fp8", "attention.scale", "attention.gate_dims",
-                        "attention.rotary", "attention.rotary_base", "attention.long_window_layers", "batch.align_to_bos",
-                        "batch.loss_reduction", "optimizer.adam.eps_form", "optimizer.muon.fan_scale", "validation.seq_len"};
+  const char* keys[] = {"model.value_embeds",    "model.value_embed_layers",     "model.skip_attention",
+                        "model.init_bound",      "model.logit_softcap",          "model.head_fp8",
+                        "attention.scale",       "attention.gate_dims",          "attention.rotary",
+                        "attention.rotary_base", "attention.long_window_layers", "batch.align_to_bos",
+                        "batch.loss_reduction",  "optimizer.adam.eps_form",      "optimizer.muon.fan_scale",
+                        "validation.seq_len"};
   static_assert(sizeof(same) / sizeof(same[0]) == sizeof(keys) / sizeof(keys[0]), "one verdict a key");
   const std::vector<Row> rows = table(copy);
   for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {

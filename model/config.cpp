@@ -141,7 +141,7 @@ std::vector<double> init_values(const Layout& layout, uint64_t seed, bool zero_i
 }
 
 double Schedule::lr_multiplier(int step) const {
-  if (cooldown_frac > 0) {  // the 2025-08-23 record's form, its operations in its order
+  if (cooldown_frac > 0) {  // the SparseAttnGate record's form, its operations in its order
     const double x = (double)step / steps;
     if (x < 1 - cooldown_frac) return 1.0;
     const double w = (1 - x) / cooldown_frac;
@@ -157,7 +157,7 @@ double Schedule::muon_momentum(int step) const {
 }
 int Schedule::window_blocks(int step) const {
   const double f = (double)step / steps;
-  if (window_ceil)  // the 2025-08-23 record: the next multiple of 128 tokens, at least 128
+  if (window_ceil)  // the SparseAttnGate record: the next multiple of 128 tokens, at least 128
     return std::max(1, (int)std::ceil(((1 - f) * window_start + f * window_end) / 128));
   return (int)std::floor(((1 - f) * window_start + f * window_end + 64) / 128);
 }

@@ -27,8 +27,8 @@ struct Config {
   int vocab = 64, width = 16, heads = 2, layers = 4, hidden = 64;
   double eps = 1.0 / 128.0;  // the norms' eps: 2^-7, PyTorch's default on bf16 tensors
   MaskConfig mask;
-  // The pieces of the 2025-08-23 record's model (docs/recipes.md, "The 2025-08-23 recipe"), each
-  // a recipe key; the initial values are the 2024-12-10 model's, which they leave as it was.
+  // The pieces of the SparseAttnGate record's model (docs/recipes.md, its recipe's section), each
+  // a recipe key; the initial values are the speedrun preset's model, which they leave as it was.
   int value_embeds = 0;                // value-embedding tables; 0: layers / 2 (every layer has one)
   bool value_embeds_repeated = false;  // the last value_embeds layers use tables 0, 1, ... (else L - 1 - i)
   std::vector<int> no_attention;       // layers whose block is its MLP alone (no attention, no Wq..Wo)
@@ -80,7 +80,7 @@ ParamGroup group_of(const Tensor& t);
 struct OptimizerHyper {
   double lr_embed = 0.6, lr_head = 0.008, lr_scalar = 0.04, lr_muon = 0.05;
   double beta1 = 0.8, beta2 = 0.95, adam_eps = 1e-8;
-  // The 2025-08-23 record's forms (false / true: the ones before it):
+  // The SparseAttnGate record's forms (false / true: the ones before it):
   //   adam_eps_scaled: w -= lr sqrt(bc2) / bc1 * m / (sqrt(v) + eps), else lr (m / bc1) / (sqrt(v / bc2) + eps);
   //   muon_fan_scale: Muon's lr times sqrt(max(1, fan_out / fan_in)), else times 1.
   bool adam_eps_scaled = false, muon_fan_scale = true;
@@ -96,7 +96,7 @@ struct Schedule {
   int steps = 1480, cooldown = 600, momentum_warmup = 300;
   double momentum_start = 0.85, momentum_end = 0.95;
   int window_start = 64, window_end = 1792;
-  // The 2025-08-23 record's forms (their zero / false values leave the ones above):
+  // The SparseAttnGate record's forms (their zero / false values leave the ones above):
   //   cooldown_frac > 0: lr multiplier 1 while x = s / steps < 1 - cooldown_frac, then
   //   w + (1 - w) lr_floor with w = (1 - x) / cooldown_frac (cooldown unused);
   //   lr_floor > 0 with cooldown_frac 0: w + (1 - w) lr_floor with w = (steps - s) / cooldown;

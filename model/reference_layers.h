@@ -57,7 +57,7 @@ inline void rotary_with(const double* x, double* y, int T, int H, int Dh, double
       }
 }
 
-// The 2024-12-10 model's rotary: base 10000, every dim pair.
+// The speedrun preset's rotary: base 10000, every dim pair.
 inline void rotary(const double* x, double* y, int T, int H, int Dh, double sign) { rotary_with(x, y, T, H, Dh, sign, 10000.0, false); }
 
 inline void relu2(const double* u, double* r, size_t n) {

@@ -301,7 +301,7 @@ int main() {
       }
     CHECK(bad == 0, "prefix 30: %d of %d gradient entries differ from finite differences", bad, n);
   }
-  // The 2025-08-23 record's pieces (model::Config; docs/recipes.md, "The 2025-08-23 recipe"):
+  // The SparseAttnGate record's pieces (model::Config; docs/recipes.md, its recipe's section):
   // each against a model it must equal, then all at once against finite differences.
   {
     auto copy_by_name = [](const model_ref::Params& from, model_ref::Params& to) {  // the tensors both have

@@ -96,7 +96,7 @@ int main() {
       err = std::max(err, std::fabs(p.data[t.offset + k] - (before.data[t.offset + k] - 0.05 * scale * u2[k])));
     CHECK(err < 1e-15, "Muon lr scale of %s (%zu x %zu stored, want %g): %g", name, t.rows, t.cols, scale, err);
   }
-  // the 2025-08-23 record's forms (model::OptimizerHyper): Adam's eps outside the bias
+  // the SparseAttnGate record's forms (model::OptimizerHyper): Adam's eps outside the bias
   // correction, lr sqrt(bc2) / bc1 m / (sqrt(v) + eps): at the first step lr g / (|g| + eps /
   // sqrt(1 - beta2)); Muon's factor 1 for every matrix (Wfc moves as far as Wproj's scale 1)
   {
@@ -119,7 +119,7 @@ int main() {
     for (size_t k = 0; k < u3.size(); k++) err = std::max(err, std::fabs(q.data[t.offset + k] - (before.data[t.offset + k] - 0.05 * u3[k])));
     CHECK(err < 1e-15, "Muon without the fan scale: Wfc moves lr times the orthogonalised update (1e-15): %g", err);
   }
-  // the 2025-08-23 record's lr (cooldown over the last 0.45 of the run to 0.1) and window
+  // the SparseAttnGate record's lr (cooldown over the last 0.45 of the run to 0.1) and window
   // (the next multiple of 128 of 1728 f, at least 128), at 1695 steps
   {
     Schedule r;

@@ -210,7 +210,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < prints.size(); i++)
       for (size_t j = i + 1; j < prints.size(); j++) CHECK(prints[i] != prints[j], "fingerprints %zu and %zu agree: %s", i, j, prints[i].c_str());
     CHECK(prints.size() == 6, "%zu fingerprints (default, tiny, speedrun, two changes of it, 2025-08-23)", prints.size());
-    // the keys added for 2025-08-23 are in a fingerprint only away from their neutral values,
+    // the keys added for the SparseAttnGate record are in a fingerprint only away from their neutral values,
     // so that the checkpoints made before them still resume
     CHECK(prints[2].find("attn_scale") == std::string::npos && prints[5].find("attn_scale=0.12") != std::string::npos,
           "the new keys in the fingerprints only where set: %s / %s", prints[2].c_str(), prints[5].c_str());
@@ -264,7 +264,7 @@ int main(int argc, char** argv) {
     const std::vector<std::string> want{
         "attention.doc_mask=0", "attention.prefix_tokens=0", "optimizer.muon.momentum_start={\"same_as\":\"optimizer.muon.momentum_end\"}",
         "schedule.lr_cooldown=1", "schedule.window_start={\"same_as\":\"schedule.window_end\"}",
-        // the 2025-08-23 record's pieces, each back to the 2024-12-10 model's
+        // the SparseAttnGate record's pieces, each back to the speedrun preset's model
         "model.value_embeds=0", "model.value_embed_layers=\"mirrored\"", "model.skip_attention=\"none\"", "model.init_bound=1.0",
         "model.logit_softcap=\"tanh\"", "model.head_fp8=0", "attention.scale=0.0", "attention.gate_dims=0", "attention.rotary=\"full\"",
         "attention.rotary_base=10000.0", "attention.long_window_layers=\"all\"", "batch.align_to_bos=0", "batch.loss_reduction=\"mean\"",
@@ -277,7 +277,7 @@ int main(int argc, char** argv) {
       CHECK(e.at("defines_run") == !data, "%s: defines_run %s", e.at("key").get<std::string>().c_str(), e.at("defines_run").dump().c_str());
     }
   }
-  // the 2025-08-23 recipe (docs/recipes.md, "The 2025-08-23 recipe"): its values resolve and
+  // the SparseAttnGate record's recipe (docs/recipes.md, its section): its values resolve and
   // print; a run is refused naming each key the GPU trainer does not implement, and only those;
   // its schedules are the record's, step for step
   {
@@ -363,7 +363,7 @@ int main(int argc, char** argv) {
               !old_cfg.rotary_half && !old_cfg.logit_sigmoid && old_cfg.attn_scale == 0 && old_cfg.init_bound == 1.0,
           "the 2024-12-10 Config: tables %s", tables.c_str());
   }
-  // one key of the record over the 2024-12-10 recipe: refused naming it alone; a schedule's key runs
+  // one key of the record over the speedrun recipe: refused naming it alone; a schedule's key runs
   {
     const std::string path = "/tmp/test_recipes_one_" + std::to_string(::getpid()) + ".toml";
     auto with = [&](const std::string& from, const std::string& to) {

@@ -283,8 +283,8 @@ std::vector<Row> table(Options& o) {
       integer("window_end", o.window_end, 64, 1 << 20, Role::kDefinesRunIfSet,
               "the attention window at the end, in tokens (linear in between)")
           .in("schedule.window_end"),
-      // the 2025-08-23 record's pieces (docs/recipes.md, "The 2025-08-23 recipe"): each neutral
-      // value is the 2024-12-10 model's, so that removing a key puts that piece back as it was
+      // the SparseAttnGate record's pieces (docs/recipes.md, its recipe's section): each neutral
+      // value is the speedrun preset's model, so that removing a key puts that piece back as it was
       integer("value_embeds", o.value_embeds, 0, 128, Role::kDefinesRunIfSet,
               "value-embedding tables N, at most layers / 2 (0: layers / 2): layers i < N use table i, layers i >= L - N one "
               "as model.value_embed_layers says, the layers between none (v = a0 v)")
@@ -524,7 +524,7 @@ void check_combinations(const Options& o, int world) {
     throw CLI::ValidationError("--seqs-per-step", "the global batch of " + std::to_string(o.seqs_per_step) + " sequences does not split over " +
                                                       std::to_string(world) + " GPUs; GPU counts that work: " + ok);
   }
-  // the 2025-08-23 record's pieces: the layers a list names exist, the tables and the gate fit
+  // the SparseAttnGate record's pieces: the layers a list names exist, the tables and the gate fit
   std::vector<int> listed;
   for (const auto& [key, text, word] :
        {std::tuple<const char*, const std::string&, const char*>{"model.skip_attention", o.skip_attention, "none"},

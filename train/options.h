@@ -45,8 +45,8 @@ struct Options {
   // the schedules' step counts are of a run of schedule_steps steps, and scale with --steps
   int schedule_steps = 1480, lr_cooldown_steps = 600, momentum_warmup_steps = 300;
   int window_start = 64, window_end = 1792;  // the attention window's schedule, in tokens (when window_blocks is 0)
-  // The 2025-08-23 record's pieces (docs/recipes.md, "The 2025-08-23 recipe"): each a recipe key
-  // whose initial value here is its neutral one, the 2024-12-10 model's.
+  // The SparseAttnGate record's pieces (docs/recipes.md, its recipe's section): each a recipe key
+  // whose initial value here is its neutral one, the speedrun preset's model.
   int value_embeds = 0;                         // value-embedding tables; 0: layers / 2
   std::string value_embed_layers = "mirrored";  // mirrored (layer i >= L - N: table L - 1 - i) or repeated (i - (L - N))
   std::string skip_attention = "none";          // "none", or the layers without attention ("7", "3,7")
@@ -94,7 +94,7 @@ int parse_options(int argc, char** argv, int world, int rank, Options* o, std::s
 model::OptimizerHyper optimizer_hyper(const Options& o);
 model::Schedule schedule(const Options& o);
 
-// The model's pieces of the 2025-08-23 recipe's keys, set in *cfg (the fields the Config
+// The model's pieces of the SparseAttnGate recipe's keys, set in *cfg (the fields the Config
 // declares after its mask; the shape and the mask are the caller's to set). The keys have been
 // checked: every layer a list names exists.
 void set_model_keys(const Options& o, model::Config* cfg);

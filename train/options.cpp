@@ -4,9 +4,8 @@
 // fingerprint and the log's configuration are made. A new flag or recipe key is one new row.
 #include "train/options.h"
 
-#include <toml++/toml.h>
-
 #include <CLI/CLI.hpp>
+
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -18,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
+#include <toml++/toml.h>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -199,8 +199,7 @@ std::vector<Row> table(Options& o) {
            "(the speedrun record: docs/model.md), speedrun (the same), 2025-08-23 (a later record, whose model the GPU trainer "
            "does not compute yet: docs/recipes.md); the flags override its values"),
       text("--recipe", o.recipe, log, "a recipe file (TOML: docs/recipes.md) instead of --preset; the flags override its values"),
-      flag("--print-recipe", o.print_recipe, local,
-           "print the resolved recipe (the recipe, then the flags) as TOML and exit; needs no GPU"),
+      flag("--print-recipe", o.print_recipe, local, "print the resolved recipe (the recipe, then the flags) as TOML and exit; needs no GPU"),
       flag("--print-schema", o.print_schema, local,
            "print the recipe keys (key, type, range, flag, log name, whether it defines the run, neutral value, what that "
            "turns off) as JSON and exit; needs no GPU (scripts/ab_run.py --remove reads it)"),
@@ -210,9 +209,8 @@ std::vector<Row> table(Options& o) {
            "train on shards that are validation shards too (the same pattern, or a shard of the same bytes): refused without it, "
            "since the validation loss would measure memory; the log notes the shards shared"),
       integer("--vocab-size", o.vocab_size, 1, 65536, log, "token ids in the shards must be below this").in("data.vocab_size"),
-      flag(
-          "--check-data", o.check_data, local,
-          "check every shard (header, size, token ids, manifest) and that no training shard is a validation shard, and exit; needs no GPU"),
+      flag("--check-data", o.check_data, local,
+           "check every shard (header, size, token ids, manifest) and that no training shard is a validation shard, and exit; needs no GPU"),
       text("--log-file", o.log_file, log, "write the step lines here (and JSON lines beside it); must not exist yet"),
       integer("--layers", o.layers, 2, 256, run, "transformer blocks (even)").in("model.layers"),
       integer("--width", o.width, 8, 16384, run, "model width").in("model.width"),
@@ -269,9 +267,8 @@ std::vector<Row> table(Options& o) {
       integer("lr_cooldown_steps", o.lr_cooldown_steps, 1, 1000000, Role::kDefinesRunIfSet,
               "the learning rates fall linearly to 0 over the run's last this many steps (scaled)")
           .in("schedule.lr_cooldown")
-          .removable("1",
-                     "the learning-rate cooldown: multiplier 1 at every step (in a run of up to 1.5 reference_steps; a "
-                     "longer one keeps round(steps / reference_steps) steps of it)"),
+          .removable("1", "the learning-rate cooldown: multiplier 1 at every step (in a run of up to 1.5 reference_steps; a "
+                          "longer one keeps round(steps / reference_steps) steps of it)"),
       integer("momentum_warmup_steps", o.momentum_warmup_steps, 1, 1000000, Role::kDefinesRunIfSet,
               "Muon's momentum goes from momentum_start to momentum_end over the run's first this many steps (scaled)")
           .in("schedule.momentum_warmup"),
@@ -389,8 +386,7 @@ std::vector<Row> table(Options& o) {
            "(each layer's during the backward, which on one host slows the backward more than it saves)",
            {"end", "embeddings", "overlap"}),
       text("--grad-exchange", o.grad_exchange, Role::kDefinesRunIfSet,
-           "several GPUs: the gradients' type on the wire: fp32, or bf16 (half the bytes; bf16 sums change the numerics)",
-           {"fp32", "bf16"}),
+           "several GPUs: the gradients' type on the wire: fp32, or bf16 (half the bytes; bf16 sums change the numerics)", {"fp32", "bf16"}),
       text("--gather-wait", o.gather_wait, log,
            "several GPUs: layer (the step ends once the optimiser's update is done, and the next step's forward waits for each "
            "layer's gathered weights just before that layer, so that the last all-gathers run beside it) or step (every "

@@ -19,14 +19,22 @@ Layout::Layout(const Config& c) : cfg(c) {
     off += r * cols;
   };
   const int V = c.vocab, C = c.width, L = c.layers, F = c.hidden;
+  if (c.value_embeds < 0 || c.value_embeds > L / 2) throw std::invalid_argument("value_embeds must be from 0 to layers / 2");
+  if (c.gate_dims < 0 || c.gate_dims > C) throw std::invalid_argument("gate_dims must be from 0 to the width");
+  for (const std::vector<int>* list : {&c.no_attention, &c.short_window})
+    for (int i : *list)
+      if (i < 0 || i >= L) throw std::invalid_argument("a layer list names layer " + std::to_string(i) + " of " + std::to_string(L));
   add("embed", V, C);
-  for (int j = 0; j < L / 2; j++) add("value_embed." + std::to_string(j), V, C);
+  for (int j = 0; j < c.value_tables(); j++) add("value_embed." + std::to_string(j), V, C);
   for (int i = 0; i < L; i++) {
     const std::string p = "layer" + std::to_string(i) + ".";
-    add(p + "wq", C, C);
-    add(p + "wk", C, C);
-    add(p + "wv", C, C);
-    add(p + "wo", C, C);
+    if (c.has_attention(i)) {
+      add(p + "wq", C, C);
+      add(p + "wk", C, C);
+      add(p + "wv", C, C);
+      add(p + "wo", C, C);
+      if (c.gate_dims > 0) add(p + "gate", c.gate_dims, c.heads);
+    }
     add(p + "wfc", C, F);
     add(p + "wproj", F, C);
     add(p + "lambda", 1, 2);
@@ -36,6 +44,15 @@ Layout::Layout(const Config& c) : cfg(c) {
   add("head", C, V);
   size_ = off;
 }
+
+int Config::value_table(int layer) const {
+  const int n = value_tables();
+  if (layer < n) return layer;
+  if (layer >= layers - n) return value_embeds_repeated ? layer - (layers - n) : layers - 1 - layer;
+  return -1;
+}
+bool Config::has_attention(int layer) const { return std::find(no_attention.begin(), no_attention.end(), layer) == no_attention.end(); }
+bool Config::has_short_window(int layer) const { return std::find(short_window.begin(), short_window.end(), layer) != short_window.end(); }
 
 const Tensor& Layout::t(const std::string& name) const {
   for (auto& x : tensors)
@@ -98,9 +115,10 @@ std::vector<double> init_values(const Layout& layout, uint64_t seed, bool zero_i
         for (size_t i = 0; i < x.size(); i++) d[i] = 1.0;
         continue;
       }
-      if (zero_init_outputs && (ends(".wo") || ends(".wproj") || n == "head")) continue;  // zero
+      if (zero_init_outputs && (ends(".wo") || ends(".wproj") || ends(".gate") || n == "head")) continue;  // zero
     }
-    for (size_t c = 0; c * kInitChunk < x.size(); c++) chunks.push_back({j, c, normal, 1.0 / std::sqrt((double)x.rows)});
+    const double bound = layout.cfg.init_bound / std::sqrt((double)x.rows);  // (init_bound 1: 1 / sqrt(fan_in), to the bit)
+    for (size_t c = 0; c * kInitChunk < x.size(); c++) chunks.push_back({j, c, normal, bound});
   }
 #pragma omp parallel for schedule(dynamic, 4)
   for (size_t k = 0; k < chunks.size(); k++) {
@@ -123,7 +141,15 @@ std::vector<double> init_values(const Layout& layout, uint64_t seed, bool zero_i
 }
 
 double Schedule::lr_multiplier(int step) const {
-  return step < steps - cooldown ? 1.0 : (double)(steps - step) / cooldown;
+  if (cooldown_frac > 0) {  // the SparseAttnGate record's form, its operations in its order
+    const double x = (double)step / steps;
+    if (x < 1 - cooldown_frac) return 1.0;
+    const double w = (1 - x) / cooldown_frac;
+    return w * 1.0 + (1 - w) * lr_floor;
+  }
+  if (step < steps - cooldown) return 1.0;
+  const double w = (double)(steps - step) / cooldown;
+  return lr_floor > 0 ? w * 1.0 + (1 - w) * lr_floor : w;
 }
 double Schedule::muon_momentum(int step) const {
   const double f = std::min(1.0, (double)step / momentum_warmup);
@@ -131,6 +157,8 @@ double Schedule::muon_momentum(int step) const {
 }
 int Schedule::window_blocks(int step) const {
   const double f = (double)step / steps;
+  if (window_ceil)  // the SparseAttnGate record: the next multiple of 128 tokens, at least 128
+    return std::max(1, (int)std::ceil(((1 - f) * window_start + f * window_end) / 128));
   return (int)std::floor(((1 - f) * window_start + f * window_end + 64) / 128);
 }
 

@@ -62,7 +62,10 @@ void optimizer_step(Params& p, const std::vector<double>& grad, OptimizerState& 
       for (size_t i = 0; i < t.size(); i++) {
         m[i] = hp.beta1 * m[i] + (1 - hp.beta1) * g[i];
         v[i] = hp.beta2 * v[i] + (1 - hp.beta2) * g[i] * g[i];
-        w[i] -= lr * (m[i] / bc1) / (std::sqrt(v[i] / bc2) + hp.adam_eps);
+        if (hp.adam_eps_scaled)  // the SparseAttnGate record's DistAdam: eps outside the bias correction
+          w[i] -= m[i] / (std::sqrt(v[i]) + hp.adam_eps) * (lr * (std::sqrt(bc2) / bc1));
+        else
+          w[i] -= lr * (m[i] / bc1) / (std::sqrt(v[i] / bc2) + hp.adam_eps);
       }
       continue;
     }
@@ -74,7 +77,8 @@ void optimizer_step(Params& p, const std::vector<double>& grad, OptimizerState& 
     }
     newton_schulz5(u, (int)t.rows, (int)t.cols);
     // the record's max(1, rows/cols)^0.5 of PyTorch's [out][in] weight; W here is [in][out]
-    const double lr = mult * hp.lr_muon * std::sqrt(std::max(1.0, (double)t.cols / t.rows));
+    // (hp.muon_fan_scale false: the SparseAttnGate record, whose matrices all have the factor 1)
+    const double lr = mult * hp.lr_muon * (hp.muon_fan_scale ? std::sqrt(std::max(1.0, (double)t.cols / t.rows)) : 1.0);
     for (size_t i = 0; i < t.size(); i++) w[i] -= lr * u[i];
   }
 }

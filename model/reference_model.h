@@ -12,6 +12,11 @@
 //   logits = 30 tanh(norm(x) Whead / 30);  loss = mean cross-entropy against targets
 // table(i) = i for i < L/2 and L - 1 - i after: [0,1,2,3,4,5,5,4,3,2,1,0] for L = 12.
 // Linear layers act on row vectors: y = x W with W stored [in][out].
+// The SparseAttnGate record's pieces, each a field of Config (docs/recipes.md, its recipe's
+// section): N value tables (cfg.value_table(i), -1: v = a0 v); layers without attention (the
+// block is x = l0 x + l1 x0, then the MLP); short windows (floor(W / 2), at least 1); the
+// attention scale; the gate (head h's output times sigmoid(h[:G] Wg[:, h]) before Wo); the
+// rotary's base and half-truncated form; logits 30 sigmoid(z / 7.5).
 #pragma once
 #include <cstdint>
 #include <string>

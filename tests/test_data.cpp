@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 
+#include "data/bos_align.h"
 #include "data/shard.h"
 #include "tests/check.h"
 
@@ -176,5 +177,39 @@ int main() {
     CHECK(!std::filesystem::exists(dir + "/full.bin") && !std::filesystem::exists(dir + "/full.bin.tmp"), "half shard left behind");
   }
   std::filesystem::remove_all(dir);
+  // BOS-aligned sequences (data/bos_align.h) on a worked example: seq_len 4, 2 sequences a step
+  // (windows of 16 tokens), a shard of 40 tokens. Step 0, window [0, 16): BOS at 0, 3, 5, 9, 12;
+  // 0 -> 5 (3 is too near), 5 -> 9, pos 9. Step 1, window [9, 25): BOS at 9, 12, 20, 22, 24;
+  // 9 -> 20, 20 -> 24, pos 24. Then 24 + 16 + 1 >= 40: the shard is done. Without the BOS at 24
+  // step 1 finds one sequence, and the loader stops there, naming the step.
+  {
+    std::vector<uint16_t> toks(40, 7);
+    for (int at : {0, 3, 5, 9, 12, 20, 22, 24, 30, 33, 39}) toks[at] = shard::kBos;
+    std::vector<std::vector<size_t>> steps;
+    std::string why;
+    const bool ok = data::bos_aligned_steps(toks.data(), toks.size(), 4, 2, &steps, &why);
+    CHECK(ok && steps == std::vector<std::vector<size_t>>({{0, 5}, {9, 20}}), "BOS-aligned steps of the worked example (%s)", why.c_str());
+    toks[24] = 7;
+    why.clear();
+    CHECK(!data::bos_aligned_steps(toks.data(), toks.size(), 4, 2, &steps, &why) && why.find("step 1") != std::string::npos &&
+              why.find("[9, 25)") != std::string::npos,
+          "BOS-aligned steps: too few BOS tokens in step 1's window refused, naming it: %s", why.c_str());
+    // every sequence starts at a BOS, reads seq_len + 1 tokens inside the shard, and the next
+    // one starts at or after the seq_len tokens of the one before, on a random shard
+    std::mt19937 r(5);
+    std::vector<uint16_t> big(200000);
+    for (auto& t : big) t = r() % 8 == 0 ? shard::kBos : 11;  // (documents of 8 tokens on average: every window holds its 8 sequences)
+    CHECK(data::bos_aligned_steps(big.data(), big.size(), 64, 8, &steps, &why) && steps.size() > 100, "BOS-aligned steps of a random shard: %zu (%s)",
+          steps.size(), why.c_str());
+    int bad = 0;
+    size_t last = 0;
+    bool first = true;
+    for (const auto& st : steps)
+      for (size_t s0 : st) {
+        bad += big[s0] != shard::kBos || s0 + 64 + 1 > big.size() || (!first && s0 < last + 64);
+        last = s0, first = false;
+      }
+    CHECK(bad == 0, "BOS-aligned steps of a random shard: %d sequences off a BOS, past the shard or overlapping", bad);
+  }
   return test_summary("shards");
 }

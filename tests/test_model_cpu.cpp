@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "model/batch.h"
+#include "model/reference_layers.h"
 #include "model/reference_model.h"
 #include "tests/check.h"
 
@@ -299,6 +300,201 @@ int main() {
         bad += std::fabs(central_difference(p2, i, tokens, targets) - g2[i]) > 1e-7 * std::max(1.0, std::fabs(g2[i]));
       }
     CHECK(bad == 0, "prefix 30: %d of %d gradient entries differ from finite differences", bad, n);
+  }
+  // The SparseAttnGate record's pieces (model::Config; docs/recipes.md, its recipe's section):
+  // each against a model it must equal, then all at once against finite differences.
+  {
+    auto copy_by_name = [](const model_ref::Params& from, model_ref::Params& to) {  // the tensors both have
+      for (const auto& t : to.tensors)
+        for (const auto& f : from.tensors)
+          if (f.name == t.name)
+            std::copy(from.data.begin() + f.offset, from.data.begin() + f.offset + f.size(), to.data.begin() + t.offset);
+    };
+    auto slice = [](const model_ref::Params& q, const std::vector<double>& v, const std::string& name) {
+      const auto& t = q.t(name);
+      return std::vector<double>(v.begin() + t.offset, v.begin() + t.offset + t.size());
+    };
+    std::vector<double> base_grad, base_logits;
+    // the gate at W = 0 is exactly 0.5 times each head's output: the model with Wo halved (exact:
+    // halving is exact in binary floating point)
+    {
+      model_ref::Config cg = cfg;
+      cg.gate_dims = 4;
+      model_ref::Params pg(cg);
+      copy_by_name(p, pg);
+      model_ref::Params half = p;
+      for (int i = 0; i < cfg.layers; i++) {
+        const auto& t = half.t("layer" + std::to_string(i) + ".wo");
+        for (size_t k = 0; k < t.size(); k++) half.data[t.offset + k] *= 0.5;
+      }
+      std::vector<double> gg, lg, gh, lh;
+      const double l_gate = model_ref::forward_backward(pg, tokens, targets, &gg, &lg);
+      const double l_half = model_ref::forward_backward(half, tokens, targets, &gh, &lh);
+      double gate_grad = 0;
+      for (double v : slice(pg, gg, "layer1.gate")) gate_grad += std::fabs(v);
+      CHECK(l_gate == l_half && lg == lh && pg.t("layer1.gate").rows == 4 && pg.t("layer1.gate").cols == 2 && gate_grad > 0,
+            "gate at W = 0: loss %.17g, the model with Wo halved %.17g (exact), gate gradient %g (want > 0)", l_gate, l_half, gate_grad);
+    }
+    // a layer without attention is its block's MLP path alone: the model whose layer 1 has Wo = 0,
+    // to the bit, gradients of every tensor both have included
+    {
+      model_ref::Config cn = cfg;
+      cn.no_attention = {1};
+      model_ref::Params pn(cn);
+      copy_by_name(p, pn);
+      model_ref::Params zero = p;
+      const auto& wo = zero.t("layer1.wo");
+      std::fill(zero.data.begin() + wo.offset, zero.data.begin() + wo.offset + wo.size(), 0.0);
+      std::vector<double> gn, ln, gz, lz;
+      const double l_none = model_ref::forward_backward(pn, tokens, targets, &gn, &ln);
+      const double l_zero = model_ref::forward_backward(zero, tokens, targets, &gz, &lz);
+      int differ = 0;
+      for (const auto& t : pn.tensors) differ += slice(pn, gn, t.name) != slice(zero, gz, t.name);
+      bool threw = false;
+      try {
+        pn.t("layer1.wq");
+      } catch (const std::invalid_argument&) {
+        threw = true;
+      }
+      CHECK(l_none == l_zero && ln == lz && differ == 0 && threw && l_none != loss,
+            "layer 1 without attention: loss %.17g, with its Wo zero %.17g (exact), %d tensors' gradients differ, no layer1.wq: %d",
+            l_none, l_zero, differ, threw);
+    }
+    // the short window: floor(W / 2) blocks, at least 1: every layer short at W = 2 is W = 1
+    // (the test's window) to the bit; one short layer at W = 2 is neither
+    {
+      model_ref::Config c2 = cfg, c1 = cfg;
+      c2.mask.window = 2;
+      c2.short_window = {0, 1, 2, 3};
+      c1.short_window = {0, 1, 2, 3};  // floor(1 / 2) = 0, kept at 1
+      model_ref::Params p2(c2), p1(c1);
+      p2.data = p.data, p1.data = p.data;
+      const double l2 = model_ref::forward_backward(p2, tokens, targets, nullptr);
+      const double l1 = model_ref::forward_backward(p1, tokens, targets, nullptr);
+      model_ref::Config cw = cfg, cs = cfg;
+      cw.mask.window = 2;
+      cs.mask.window = 2;
+      cs.short_window = {2};
+      model_ref::Params pw(cw), ps(cs);
+      pw.data = p.data, ps.data = p.data;
+      const double lw = model_ref::forward_backward(pw, tokens, targets, nullptr);
+      const double ls = model_ref::forward_backward(ps, tokens, targets, nullptr);
+      CHECK(l2 == loss && l1 == loss && ls != lw && ls != loss,
+            "short windows: all short at 2 blocks %.17g and at 1 %.17g = 1 block %.17g (exact); one short %.17g differs from 2 blocks %.17g", l2,
+            l1, loss, ls, lw);
+    }
+    // the half-truncated rotary: dims [D/4, D/2) and [3D/4, D) pass unchanged (their frequency is
+    // 0), the others turn (t > 0); the frequencies run from 1 to exactly 1/base; sign -1 undoes it
+    {
+      const int Tt = 6, Hh = 2, D = 16;
+      std::vector<double> xr((size_t)Tt * Hh * D), yr(xr.size()), back(xr.size());
+      std::normal_distribution<double> nd(0, 1);
+      for (auto& v : xr) v = nd(rng);
+      model_ref::rotary_with(xr.data(), yr.data(), Tt, Hh, D, 1.0, 1024.0, true);
+      model_ref::rotary_with(yr.data(), back.data(), Tt, Hh, D, -1.0, 1024.0, true);
+      int kept = 0, turned = 0;
+      double undo = 0;
+      for (int t = 0; t < Tt; t++)
+        for (int h = 0; h < Hh; h++)
+          for (int d = 0; d < D; d++) {
+            const size_t k = ((size_t)t * Hh + h) * D + d;
+            const bool fixed = (d >= D / 4 && d < D / 2) || d >= 3 * D / 4;
+            kept += fixed && yr[k] == xr[k];
+            turned += !fixed && t > 0 && yr[k] != xr[k];
+            undo = std::max(undo, std::fabs(back[k] - xr[k]));
+          }
+      CHECK(kept == Tt * Hh * D / 2 && turned == (Tt - 1) * Hh * D / 2 && undo < 1e-14 &&
+                model_ref::rotary_frequency(0, D, 1024.0, true) == 1.0 && model_ref::rotary_frequency(3, D, 1024.0, true) == 1.0 / 1024 &&
+                model_ref::rotary_frequency(4, D, 1024.0, true) == 0.0,
+            "half-truncated rotary: %d of %d dims kept (exact), %d of %d turned, undone to %.2e (1e-14)", kept, Tt * Hh * D / 2, turned,
+            (Tt - 1) * Hh * D / 2, undo);
+    }
+    // the sigmoid logits 30 sigmoid(z / 7.5) lie in [0, 30] however large the head's output,
+    // and match z recovered from the tanh logits of the same parameters (1e-9)
+    {
+      model_ref::Config cl = cfg;
+      cl.logit_sigmoid = true;
+      model_ref::Params pl(cl);
+      pl.data = p.data;
+      const auto& hd = pl.t("head");
+      for (size_t k = 0; k < hd.size(); k++) pl.data[hd.offset + k] *= 40;
+      model_ref::Params pt = pl;
+      pt.cfg.logit_sigmoid = false;
+      std::vector<double> ls, lt;
+      model_ref::forward_backward(pl, tokens, targets, nullptr, &ls);
+      model_ref::forward_backward(pt, tokens, targets, nullptr, &lt);
+      const double lo = *std::min_element(ls.begin(), ls.end()), hi = *std::max_element(ls.begin(), ls.end());
+      double worst_z = 0;
+      for (size_t k = 0; k < ls.size(); k++)
+        if (std::fabs(lt[k]) < 29) {  // (z recoverable from the tanh logit)
+          const double z = 30 * std::atanh(lt[k] / 30);
+          worst_z = std::max(worst_z, std::fabs(ls[k] - 30 / (1 + std::exp(-z / 7.5))));
+        }
+      CHECK(lo >= 0 && hi <= 30 && lo < 3 && hi > 27 && worst_z < 1e-9,
+            "sigmoid logits in [%.4f, %.4f] (want within [0, 30], reaching below 3 and above 27), off 30 sigmoid(z / 7.5) by %.2e", lo, hi,
+            worst_z);
+    }
+    // the value tables: N of them, layers i < N use table i and the last N again (repeated) or
+    // mirrored; init_bound scales the uniform bound; the gate starts at zero
+    {
+      model_ref::Config cv = cfg;
+      cv.value_embeds = 1;
+      cv.value_embeds_repeated = true;
+      cv.init_bound = 0.5;
+      cv.gate_dims = 4;
+      model_ref::Params pv(cv);
+      pv.init(5);
+      bool one_table = true;
+      try {
+        pv.t("value_embed.1");
+        one_table = false;
+      } catch (const std::invalid_argument&) {
+      }
+      const auto& wq = pv.t("layer0.wq");
+      double big = 0, gate = 0;
+      for (size_t k = 0; k < wq.size(); k++) big = std::max(big, std::fabs(pv.data[wq.offset + k]));
+      for (double v : slice(pv, pv.data, "layer2.gate")) gate += std::fabs(v);
+      model_ref::Config cm = cv;
+      cm.value_embeds_repeated = false;
+      CHECK(one_table && cv.value_table(0) == 0 && cv.value_table(1) == -1 && cv.value_table(2) == -1 && cv.value_table(3) == 0 &&
+                cm.value_table(3) == 0 && big < 0.5 / std::sqrt(16.0) && big > 0.45 / std::sqrt(16.0) && gate == 0,
+            "value tables and init: one table %d, |Wq| up to %.4f (want below 0.5 / 4 and near it), gate %g (want 0)", one_table, big, gate);
+    }
+    // every piece at once: the gradient against central differences (tolerance as above)
+    {
+      model_ref::Config ca = cfg;
+      ca.value_embeds = 1;
+      ca.value_embeds_repeated = true;
+      ca.no_attention = {2};
+      ca.short_window = {1, 3};
+      ca.mask.window = 2;
+      ca.attn_scale = 0.12;
+      ca.gate_dims = 4;
+      ca.rotary_half = true;
+      ca.rotary_base = 1024;
+      ca.logit_sigmoid = true;
+      ca.init_bound = 0.8660254037844386;
+      model_ref::Params pa(ca);
+      pa.init(5, /*zero_init_outputs=*/false);
+      std::uniform_real_distribution<double> ul(-0.8, 1.2);
+      for (auto& t : pa.tensors)
+        if (t.name.find("lambda") != std::string::npos || t.name == "skip")
+          for (size_t k = 0; k < t.size(); k++) pa.data[t.offset + k] = ul(rng);
+      std::vector<double> ga;
+      const double la = model_ref::forward_backward(pa, tokens, targets, &ga);
+      int bad = 0, n = 0;
+      for (auto& t : pa.tensors)
+        for (int k = 0; k < 12; k++, n++) {
+          size_t i = t.offset + rng() % t.size();
+          if (t.name == "embed" || t.name.rfind("value_embed", 0) == 0) i = t.offset + (size_t)tokens[rng() % T] * t.cols + rng() % t.cols;
+          const double fd = central_difference(pa, i, tokens, targets);
+          if (std::fabs(fd - ga[i]) > 1e-7 * std::max(1.0, std::fabs(ga[i]))) {
+            bad++;
+            std::printf("  %s[%zu]: grad %.10e fd %.10e\n", t.name.c_str(), i - t.offset, ga[i], fd);
+          }
+        }
+      CHECK(std::isfinite(la) && bad == 0, "the 2025-08-23 pieces at once: %d of %d gradient entries differ from finite differences", bad, n);
+    }
   }
   return test_summary("model-cpu");
 }

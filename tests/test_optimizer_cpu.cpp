@@ -96,5 +96,45 @@ int main() {
       err = std::max(err, std::fabs(p.data[t.offset + k] - (before.data[t.offset + k] - 0.05 * scale * u2[k])));
     CHECK(err < 1e-15, "Muon lr scale of %s (%zu x %zu stored, want %g): %g", name, t.rows, t.cols, scale, err);
   }
+  // the SparseAttnGate record's forms (model::OptimizerHyper): Adam's eps outside the bias
+  // correction, lr sqrt(bc2) / bc1 m / (sqrt(v) + eps): at the first step lr g / (|g| + eps /
+  // sqrt(1 - beta2)); Muon's factor 1 for every matrix (Wfc moves as far as Wproj's scale 1)
+  {
+    OptimizerHyper hp;
+    hp.adam_eps = 0.5;  // (large, so that the two forms differ far beyond rounding)
+    hp.adam_eps_scaled = true, hp.muon_fan_scale = false;
+    Params q = before;
+    OptimizerState st2;
+    optimizer_step(q, g, st2, 0, s, hp);
+    const double want2 = before.data[i] - 0.008 * g[i] / (std::fabs(g[i]) + 0.5 / std::sqrt(1 - 0.95));
+    const double torch_form = before.data[i] - 0.008 * g[i] / (std::fabs(g[i]) + 0.5);
+    CHECK(std::fabs(q.data[i] - want2) < 1e-15 && std::fabs(q.data[i] - torch_form) > 1e-6,
+          "Adam's scaled eps, first step %.17g want %.17g (1e-15; the torch form's %.17g differs by more than 1e-6)", q.data[i], want2,
+          torch_form);
+    const Tensor& t = q.t("layer0.wfc");
+    std::vector<double> u3(g.begin() + t.offset, g.begin() + t.offset + t.size());
+    for (auto& v : u3) v *= (1 - 0.85) * (1 + 0.85);
+    newton_schulz5(u3, (int)t.rows, (int)t.cols);
+    err = 0;
+    for (size_t k = 0; k < u3.size(); k++) err = std::max(err, std::fabs(q.data[t.offset + k] - (before.data[t.offset + k] - 0.05 * u3[k])));
+    CHECK(err < 1e-15, "Muon without the fan scale: Wfc moves lr times the orthogonalised update (1e-15): %g", err);
+  }
+  // the SparseAttnGate record's lr (cooldown over the last 0.45 of the run to 0.1) and window
+  // (the next multiple of 128 of 1728 f, at least 128), at 1695 steps
+  {
+    Schedule r;
+    r.steps = 1695, r.cooldown_frac = 0.45, r.lr_floor = 0.1, r.window_start = 0, r.window_end = 1728, r.window_ceil = true;
+    CHECK(r.lr_multiplier(932) == 1.0 && std::fabs(r.lr_multiplier(933) - (0.1 + 0.9 * (1 - 933.0 / 1695) / 0.45)) < 1e-15 &&
+              std::fabs(r.lr_multiplier(1695) - 0.1) < 1e-15,
+          "record lr: 1 at step 932, 0.1 + 0.9 w after (1e-15): %.17g %.17g", r.lr_multiplier(933), r.lr_multiplier(1695));
+    CHECK(r.window_blocks(0) == 1 && r.window_blocks(1) == 1 && r.window_blocks(1695) == 14 && r.window_blocks(1130) == 9,
+          "record window: 1 at the start, 14 at the end, 9 at step 1130 (1728 x 2/3 = 1152 = 9 blocks): %d %d %d", r.window_blocks(0),
+          r.window_blocks(1695), r.window_blocks(1130));
+    // the floor in the steps form: w + (1 - w) floor
+    Schedule f;
+    f.lr_floor = 0.1;
+    CHECK(f.lr_multiplier(880) == 1.0 && std::fabs(f.lr_multiplier(1180) - 0.55) < 1e-15, "lr floor 0.1 in the steps form: %.17g",
+          f.lr_multiplier(1180));
+  }
   return test_summary("optimizer-cpu");
 }

@@ -190,7 +190,7 @@ int main(int argc, char** argv) {
   {
     std::vector<std::string> prints;
     for (const std::string& name : train::shipped_recipes()) {
-      if (name == "2024-12-10") continue;  // (speedrun below)
+      if (name == "2024-12-10" || name == "2025-08-23") continue;  // (below)
       train::Options o;
       std::string why;
       parse({"--preset", name}, &o, &why);
@@ -204,9 +204,16 @@ int main(int argc, char** argv) {
     prints.push_back(train::fingerprint(lr));
     lr = s, lr.lr_cooldown_steps = 601;
     prints.push_back(train::fingerprint(lr));
+    train::Options later;
+    parse({"--preset", "2025-08-23"}, &later, &why);  // (refused as a run: the fingerprint is of its values all the same)
+    prints.push_back(train::fingerprint(later));
     for (size_t i = 0; i < prints.size(); i++)
       for (size_t j = i + 1; j < prints.size(); j++) CHECK(prints[i] != prints[j], "fingerprints %zu and %zu agree: %s", i, j, prints[i].c_str());
-    CHECK(prints.size() == 5, "%zu fingerprints (default, tiny, speedrun and two changes of it)", prints.size());
+    CHECK(prints.size() == 6, "%zu fingerprints (default, tiny, speedrun, two changes of it, 2025-08-23)", prints.size());
+    // the keys added for the SparseAttnGate record are in a fingerprint only away from their neutral values,
+    // so that the checkpoints made before them still resume
+    CHECK(prints[2].find("attn_scale") == std::string::npos && prints[5].find("attn_scale=0.12") != std::string::npos,
+          "the new keys in the fingerprints only where set: %s / %s", prints[2].c_str(), prints[5].c_str());
     CHECK(prints[0] ==
               "layers=4 width=256 heads=2 hidden=1024 vocab=50304 seq_len=8192 seqs_per_step=8 steps=300 window_blocks=0 "
               "window_mask=uni window_granularity=block causal=1 doc_mask=1 seed=1337",
@@ -252,11 +259,16 @@ int main(int argc, char** argv) {
       keys.push_back(e.at("key"));
       if (!e.at("neutral").is_null()) removable.push_back(e.at("key").get<std::string>() + "=" + e.at("neutral").dump());
     }
-    CHECK(keys.size() == 34 && std::set<std::string>(keys.begin(), keys.end()).size() == keys.size(),
-          "%zu keys in the schema (34 in recipes/default.toml), some twice?", keys.size());
-    const std::vector<std::string> want{"attention.doc_mask=0", "attention.prefix_tokens=0",
-                                        "optimizer.muon.momentum_start={\"same_as\":\"optimizer.muon.momentum_end\"}",
-                                        "schedule.lr_cooldown=1", "schedule.window_start={\"same_as\":\"schedule.window_end\"}"};
+    CHECK(keys.size() == 56 && std::set<std::string>(keys.begin(), keys.end()).size() == keys.size(),
+          "%zu keys in the schema (56 in recipes/default.toml), some twice?", keys.size());
+    const std::vector<std::string> want{
+        "attention.doc_mask=0", "attention.prefix_tokens=0", "optimizer.muon.momentum_start={\"same_as\":\"optimizer.muon.momentum_end\"}",
+        "schedule.lr_cooldown=1", "schedule.window_start={\"same_as\":\"schedule.window_end\"}",
+        // the SparseAttnGate record's pieces, each back to the speedrun preset's model
+        "model.value_embeds=0", "model.value_embed_layers=\"mirrored\"", "model.skip_attention=\"none\"", "model.init_bound=1.0",
+        "model.logit_softcap=\"tanh\"", "model.head_fp8=0", "attention.scale=0.0", "attention.gate_dims=0", "attention.rotary=\"full\"",
+        "attention.rotary_base=10000.0", "attention.long_window_layers=\"all\"", "batch.align_to_bos=0", "batch.loss_reduction=\"mean\"",
+        "optimizer.adam.eps_form=\"torch\"", "optimizer.muon.fan_scale=1", "schedule.lr_cooldown_frac=0.0", "schedule.lr_floor=0.0"};
     std::string got;
     for (const auto& r : removable) got += r + " ";
     CHECK(removable == want, "the removable keys: %s", got.c_str());
@@ -264,6 +276,136 @@ int main(int argc, char** argv) {
       const bool data = e.at("key").get<std::string>().rfind("data.", 0) == 0 || e.at("key").get<std::string>().rfind("validation.", 0) == 0;
       CHECK(e.at("defines_run") == !data, "%s: defines_run %s", e.at("key").get<std::string>().c_str(), e.at("defines_run").dump().c_str());
     }
+  }
+  // the SparseAttnGate record's recipe (docs/recipes.md, its section): its values resolve and
+  // print; a run is refused naming each key the GPU trainer does not implement, and only those;
+  // its schedules are the record's, step for step
+  {
+    train::Options o;
+    std::string why;
+    const int rc = parse({"--preset", "2025-08-23"}, &o, &why);
+    const char* unimplemented[] = {"model.value_embeds = 3",
+                                   "model.value_embed_layers = 'repeated'",
+                                   "model.skip_attention = '7'",
+                                   "model.init_bound = 0.8660254037844386",
+                                   "model.logit_softcap = 'sigmoid'",
+                                   "model.head_fp8 = 1",
+                                   "attention.scale = 0.12",
+                                   "attention.gate_dims = 12",
+                                   "attention.rotary = 'half-truncated'",
+                                   "attention.rotary_base = 1024.0",
+                                   "attention.long_window_layers = '0,4,7,11'",
+                                   "batch.align_to_bos = 1",
+                                   "batch.loss_reduction = 'sequence_sum'",
+                                   "optimizer.adam.eps_form = 'scaled'",
+                                   "optimizer.muon.fan_scale = 0",
+                                   "validation.seq_len = 262144"};
+    int named = 0;
+    for (const char* k : unimplemented) named += why.find(k) != std::string::npos;  // (TOML's strings as the resolved recipe writes them)
+    CHECK(rc == 2 && named == 16 && why.find("schedule.") == std::string::npos && why.find("optimizer.adam.eps =") == std::string::npos,
+          "the 2025-08-23 recipe as a run: exit %d (want 2), %d of the 16 keys named, no schedule's key: %s", rc, named, why.c_str());
+    CHECK(o.steps == 1695 && o.seq_len == 49152 && o.val_seq_len == 262144 && o.adam_eps == 1e-10 && o.attn_gate_dims == 12 &&
+              o.rotary_base == 1024.0 && o.init_bound == std::sqrt(3.0) * 0.5 && o.head_fp8_x_scale == std::sqrt(768.0) / 448 &&
+              o.head_fp8_w_scale == std::ldexp(1.0, -9) && o.head_fp8_grad_scale == 1.0 / 448,
+          "the 2025-08-23 recipe's values");
+    train::Options p;
+    CHECK(parse({"--preset", "2025-08-23", "--print-recipe"}, &p, &why) == 0, "--print-recipe of the 2025-08-23 recipe: %s", why.c_str());
+    train::Options c;
+    why.clear();
+    CHECK(parse({"--preset", "2025-08-23", "--check-data"}, &c, &why) == -1, "--check-data of the 2025-08-23 recipe refused: %s",
+          why.c_str());
+    // the record's get_lr (cooldown_frac 0.45, floor 0.1) and window (next multiple of 128 of
+    // 1728 x, in blocks), written out from its code; momentum as before
+    const model::Schedule sched = train::schedule(o);
+    int lr = 0, win = 0, mom = 0;
+    for (int step = 0; step <= 1695; step++) {
+      const double x = (double)step / 1695;
+      double want = 1.0;
+      if (!(x < 1 - 0.45)) {
+        const double w = (1 - x) / 0.45;
+        want = w * 1.0 + (1 - w) * 0.1;
+      }
+      const double v = 1728 * x;
+      int m = 128;
+      while (m < v) m += 128;
+      lr += step < 1695 && sched.lr_multiplier(step) != want;
+      win += sched.window_blocks(step) != m / 128;
+      const double f = std::min((double)step / 300, 1.0);
+      mom += sched.muon_momentum(step) != (1 - f) * 0.85 + f * 0.95;
+    }
+    CHECK(lr == 0 && win == 0 && mom == 0, "the 2025-08-23 schedules: %d lr, %d window, %d momentum steps off the record's (exact)", lr,
+          win, mom);
+    CHECK(sched.lr_multiplier(932) == 1.0 && sched.lr_multiplier(933) < 1.0 &&
+              std::fabs(sched.lr_multiplier(1694) - 0.10117994100294984) < 1e-15,
+          "the 2025-08-23 lr: 1 up to step 932, then below (at 1694: %.17g, want 0.10117994100294984 within 1e-15)",
+          sched.lr_multiplier(1694));
+    // the model's keys as a Config: tables, layers without attention, short windows
+    model::Config cfg;
+    cfg.layers = 12, cfg.width = 768, cfg.heads = 6;
+    train::set_model_keys(o, &cfg);
+    std::string tables, attn, shorts;
+    for (int i = 0; i < 12; i++) {
+      tables += std::to_string(cfg.value_table(i)) + " ";
+      attn += cfg.has_attention(i) ? "a" : "-";
+      shorts += cfg.has_short_window(i) ? "s" : "L";
+    }
+    CHECK(tables == "0 1 2 -1 -1 -1 -1 -1 -1 0 1 2 " && attn == "aaaaaaa-aaaa" && shorts == "LsssLssLsssL" && cfg.gate_dims == 12 &&
+              cfg.rotary_half && cfg.logit_sigmoid && cfg.attn_scale == 0.12,
+          "the 2025-08-23 Config: tables %s, attention %s, windows %s", tables.c_str(), attn.c_str(), shorts.c_str());
+    train::Options s;
+    parse({"--preset", "speedrun"}, &s, &why);
+    model::Config old_cfg;
+    old_cfg.layers = 12;
+    train::set_model_keys(s, &old_cfg);
+    tables.clear();
+    for (int i = 0; i < 12; i++) tables += std::to_string(old_cfg.value_table(i)) + " ";
+    CHECK(tables == "0 1 2 3 4 5 5 4 3 2 1 0 " && old_cfg.no_attention.empty() && old_cfg.short_window.empty() && !old_cfg.gate_dims &&
+              !old_cfg.rotary_half && !old_cfg.logit_sigmoid && old_cfg.attn_scale == 0 && old_cfg.init_bound == 1.0,
+          "the 2024-12-10 Config: tables %s", tables.c_str());
+  }
+  // one key of the record over the speedrun recipe: refused naming it alone; a schedule's key runs
+  {
+    const std::string path = "/tmp/test_recipes_one_" + std::to_string(::getpid()) + ".toml";
+    auto with = [&](const std::string& from, const std::string& to) {
+      std::ifstream in("recipes/2024-12-10.toml");
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const size_t at = text.find(from);
+      if (at == std::string::npos) return false;
+      text.replace(at, from.size(), to);
+      std::ofstream(path) << text;
+      return true;
+    };
+    struct Case {
+      std::string from, to;
+      int rc;
+      std::string named;  // in the refusal
+    };
+    const std::vector<Case> cases{
+        {"scale = 0.0", "scale = 0.12", 2, "attention.scale = 0.12"},
+        {"gate_dims = 0", "gate_dims = 12", 2, "attention.gate_dims = 12"},
+        {"skip_attention = \"none\"", "skip_attention = \"7\"", 2, "model.skip_attention = '7'"},
+        {"lr_floor = 0.0", "lr_floor = 0.1", -1, ""},
+        {"window_rule = \"nearest\"", "window_rule = \"ceil\"", -1, ""},
+        {"skip_attention = \"none\"", "skip_attention = \"7,7\"", 2, "layer 7 is named twice"},
+        {"skip_attention = \"none\"", "skip_attention = \"12\"", 2, "layer 12 of '12' is not one of the model's 12 layers"},
+        {"long_window_layers = \"all\"", "long_window_layers = \"0;4\"", 2, "attention.long_window_layers"},
+        {"long_window_layers = \"all\"", "long_window_layers = \"0,1,2,3,4,5,6,7,8,9,10,11\"", -1, ""},
+        {"value_embeds = 0", "value_embeds = 7", 2, "more than layers / 2"},
+        {"value_embeds = 0", "value_embeds = 6", -1, ""},
+        {"gate_dims = 0", "gate_dims = 769", 2, "more than the model's width"},
+        {"window_start = 64", "window_start = 0", 2, "schedule.window_start"},
+    };
+    for (const Case& k : cases) {
+      CHECK(with(k.from, k.to), "recipes/2024-12-10.toml has no '%s' (run from the repository's root)", k.from.c_str());
+      train::Options o;
+      std::string why;
+      const int rc = parse({"--recipe", path}, &o, &why);
+      const bool others = why.find(" = ", why.find(k.named) + k.named.size()) != std::string::npos &&
+                          why.find("implement") != std::string::npos;  // (another key named after it)
+      CHECK(rc == k.rc && why.find(k.named) != std::string::npos && !others, "%s -> %s: exit %d (want %d), want '%s' alone in: %s",
+            k.from.c_str(), k.to.c_str(), rc, k.rc, k.named.c_str(), why.c_str());
+    }
+    std::remove(path.c_str());
   }
   return test_summary("recipes");
 }

@@ -112,7 +112,8 @@ rc2, out2, err2 = run("--recipe", printed, "--print-recipe")
 check("the printed recipe read back resolves to the same values", rc2 == 0 and values(out2) == values(out), out2 + err2)
 
 # the shipped recipes: built in (any working directory), the same as the files, speedrun = 2024-12-10
-for preset, name in (("default", "default"), ("tiny", "tiny"), ("speedrun", "2024-12-10"), ("2024-12-10", "2024-12-10")):
+for preset, name in (("default", "default"), ("tiny", "tiny"), ("speedrun", "2024-12-10"), ("2024-12-10", "2024-12-10"),
+                     ("2025-08-23", "2025-08-23")):
     rc, out, err = run("--preset", preset, "--print-recipe", cwd=TMP)
     rcf, outf, errf = run("--recipe", os.path.join(ROOT, "recipes", name + ".toml"), "--print-recipe", cwd="/")
     check(f"--preset {preset} from another folder = --recipe recipes/{name}.toml", rc == 0 and rcf == 0 and values(out) == values(outf),
@@ -121,6 +122,28 @@ for preset, name in (("default", "default"), ("tiny", "tiny"), ("speedrun", "202
     want = tomllib.load(open(os.path.join(ROOT, "recipes", name + ".toml"), "rb"))
     check(f"recipes/{name}.toml read by tomllib = the binary's values", rc == 0 and tomllib.loads(out) == want,
           f"{want}\n---\n{out}")
+# the 2025-08-23 recipe: a run is refused before any GPU work (exit 2), naming each key whose
+# value the GPU trainer does not compute yet (docs/recipes.md, "The 2025-08-23 recipe"), and no
+# schedule's key (model::Schedule, which it runs)
+LATER = os.path.join(ROOT, "recipes", "2025-08-23.toml")
+UNIMPLEMENTED = ["model.value_embeds", "model.value_embed_layers", "model.skip_attention", "model.init_bound", "model.logit_softcap",
+                 "model.head_fp8", "attention.scale", "attention.gate_dims", "attention.rotary", "attention.rotary_base",
+                 "attention.long_window_layers", "batch.align_to_bos", "batch.loss_reduction", "optimizer.adam.eps_form",
+                 "optimizer.muon.fan_scale", "validation.seq_len"]
+for flags in (["--recipe", LATER], ["--preset", "2025-08-23", "--steps", "3"]):
+    rc, out, err = run(*flags, cwd=TMP)
+    named = [k for k in UNIMPLEMENTED if k + " = " in err]
+    check(f"{' '.join(flags[:2])}: exit 2 naming the {len(UNIMPLEMENTED)} keys the GPU trainer lacks, no schedule's key, no traceback",
+          rc == 2 and len(named) == len(UNIMPLEMENTED) and "schedule." not in err and "Traceback" not in err
+          and "terminate" not in err, f"exit {rc}, named {len(named)}: {err}")
+# one of those keys over the 2024-12-10 recipe: refused naming it alone
+path = recipe_with("gate.toml", lambda t: t.replace("gate_dims = 0", "gate_dims = 12"))
+rc, out, err = run("--recipe", path, cwd=TMP)
+check("attention.gate_dims = 12 over 2024-12-10: exit 2 naming it alone", rc == 2 and "attention.gate_dims = 12" in err
+      and sum(k + " = " in err for k in UNIMPLEMENTED) == 1, f"exit {rc}: {err}")
+rc, out, err = run("--recipe", path, "--print-recipe", cwd=TMP)
+check("... and --print-recipe of it still prints", rc == 0 and tomllib.loads(out)["attention"]["gate_dims"] == 12, out + err)
+
 rc, out, err = run(cwd=TMP)
 check("no flag at all: the default recipe (no refusal before the data)", "recipe" not in err and "preset" not in err, err)
 

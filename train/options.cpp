@@ -18,6 +18,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <toml++/toml.h>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -154,6 +155,40 @@ Row flag(const char* name, bool& v, Role role, const char* help) {
   return {name, role, [name, &v, help](CLI::App& app) { app.add_flag(name, v, help); }, [&v] { return Json(v); }, help, "", "", "", nullptr, nullptr, "", ""};
 }
 
+// The layers a layer-list key names: `all_word` ("none", "all") for none listed, else layer
+// indices separated by commas ("7", "0,4,7,11"), each once. Returns why the text is not such a
+// list ("" when it is); the indices go to *out (empty for all_word).
+std::string layer_list(const std::string& text, const std::string& all_word, std::vector<int>* out) {
+  out->clear();
+  if (text == all_word) return "";
+  const std::string want = "want \"" + all_word + "\" or layer indices separated by commas (\"7\", \"0,4,7,11\")";
+  size_t at = 0;
+  while (true) {
+    const size_t end = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, end - at);
+    if (item.empty() || item.size() > 6 || item.find_first_not_of("0123456789") != std::string::npos) return want + ", got '" + text + "'";
+    const int layer = std::stoi(item);
+    if (std::find(out->begin(), out->end(), layer) != out->end()) return "layer " + item + " is named twice in '" + text + "'";
+    out->push_back(layer);
+    if (end == text.size()) return "";
+    at = end + 1;
+  }
+}
+Row layers_row(const char* name, std::string& v, const std::string& all_word, Role role, const char* help) {
+  Row r = text(name, v, role, help);
+  r.range = all_word + ", or layer indices (\"7\", \"0,4,7,11\")";
+  r.load = [&v, all_word](const toml::node& n) -> std::string {
+    const auto* x = n.as_string();
+    if (!x) return "want a string (\"" + all_word + "\" or layer indices such as \"0,4,7,11\"), got " + type_of(n);
+    std::vector<int> layers;
+    const std::string why = layer_list(x->get(), all_word, &layers);
+    if (!why.empty()) return why;
+    v = x->get();
+    return "";
+  };
+  return r;
+}
+
 // Every option, once. The rows that define the run keep the fingerprint's order of earlier
 // versions, so their checkpoints still resume.
 std::vector<Row> table(Options& o) {
@@ -161,7 +196,8 @@ std::vector<Row> table(Options& o) {
   return {
       text("--preset", o.preset, log,
            "a shipped recipe (recipes/NAME.toml, built into the binary): default (a short run on GCIDE), tiny, 2024-12-10 "
-           "(the speedrun record: docs/model.md), speedrun (the same); the flags override its values"),
+           "(the speedrun record: docs/model.md), speedrun (the same), 2025-08-23 (a later record, whose model the GPU trainer "
+           "does not compute yet: docs/recipes.md); the flags override its values"),
       text("--recipe", o.recipe, log, "a recipe file (TOML: docs/recipes.md) instead of --preset; the flags override its values"),
       flag("--print-recipe", o.print_recipe, local, "print the resolved recipe (the recipe, then the flags) as TOML and exit; needs no GPU"),
       flag("--print-schema", o.print_schema, local,
@@ -236,15 +272,109 @@ std::vector<Row> table(Options& o) {
       integer("momentum_warmup_steps", o.momentum_warmup_steps, 1, 1000000, Role::kDefinesRunIfSet,
               "Muon's momentum goes from momentum_start to momentum_end over the run's first this many steps (scaled)")
           .in("schedule.momentum_warmup"),
-      integer("window_start", o.window_start, 64, 1 << 20, Role::kDefinesRunIfSet,
-              "the attention window at the first step, in tokens (to the nearest block of 128; attention.window_blocks 0)")
+      integer("window_start", o.window_start, 0, 1 << 20, Role::kDefinesRunIfSet,
+              "the attention window at the first step, in tokens (to blocks of 128 by schedule.window_rule; 64 or more with its "
+              "nearest; attention.window_blocks 0)")
           .in("schedule.window_start")
           .removable("=schedule.window_end", "the window's warm-up: window_end's window from the first step"),
       integer("window_end", o.window_end, 64, 1 << 20, Role::kDefinesRunIfSet,
               "the attention window at the end, in tokens (linear in between)")
           .in("schedule.window_end"),
+      // the SparseAttnGate record's pieces (docs/recipes.md, its recipe's section): each neutral
+      // value is the speedrun preset's model, so that removing a key puts that piece back as it was
+      integer("value_embeds", o.value_embeds, 0, 128, Role::kDefinesRunIfSet,
+              "value-embedding tables N, at most layers / 2 (0: layers / 2): layers i < N use table i, layers i >= L - N one "
+              "as model.value_embed_layers says, the layers between none (v = a0 v)")
+          .in("model.value_embeds")
+          .removable("0", "the value embeddings' fewer tables: one for each layer (layers / 2 tables)"),
+      text("value_embed_layers", o.value_embed_layers, Role::kDefinesRunIfSet,
+           "mirrored: layer i >= L - N uses table L - 1 - i (..., 1, 0); repeated: table i - (L - N) (0, 1, ...)", {"mirrored", "repeated"})
+          .in("model.value_embed_layers")
+          .removable("\"mirrored\"", "the value tables' repeated order: the last layers use them mirrored"),
+      layers_row("skip_attention", o.skip_attention, "none", Role::kDefinesRunIfSet,
+                 "the layers without attention: their block is x = l0 x + l1 x0, then the MLP alone")
+          .in("model.skip_attention")
+          .removable("\"none\"", "the layers without attention: every layer has attention"),
+      real("init_bound", o.init_bound, 0.0, 100.0, Role::kDefinesRunIfSet,
+           "Wq, Wk, Wv and Wfc start uniform in +-init_bound / sqrt(fan_in)")
+          .in("model.init_bound")
+          .removable("1.0", "the narrower initialisation: +-1 / sqrt(fan_in)"),
+      text("logit_softcap", o.logit_softcap, Role::kDefinesRunIfSet,
+           "the logits of the head's output z: tanh: 30 tanh(z / 30); sigmoid: 30 sigmoid(z / 7.5)", {"tanh", "sigmoid"})
+          .in("model.logit_softcap")
+          .removable("\"tanh\"", "the sigmoid logits: 30 tanh(z / 30)"),
+      integer("head_fp8", o.head_fp8, 0, 1, Role::kDefinesRunIfSet,
+              "1: the head's training products in FP8 (x / x_scale and W / w_scale in e4m3, the logits' gradient / grad_scale in "
+              "e5m2); validation in bf16")
+          .in("model.head_fp8")
+          .removable("0", "the head's FP8 products: bf16"),
+      real("head_fp8_x_scale", o.head_fp8_x_scale, 1e-30, 1e30, Role::kDefinesRunIfSet,
+           "the head's input is divided by this before e4m3 (head_fp8 1)")
+          .in("model.head_fp8_x_scale"),
+      real("head_fp8_w_scale", o.head_fp8_w_scale, 1e-30, 1e30, Role::kDefinesRunIfSet,
+           "the head's weight is divided by this before e4m3 (head_fp8 1)")
+          .in("model.head_fp8_w_scale"),
+      real("head_fp8_grad_scale", o.head_fp8_grad_scale, 1e-30, 1e30, Role::kDefinesRunIfSet,
+           "the logits' gradient is divided by this before e5m2 (head_fp8 1)")
+          .in("model.head_fp8_grad_scale"),
+      real("attn_scale", o.attn_scale, 0.0, 100.0, Role::kDefinesRunIfSet, "the attention logits' scale (0: 1 / sqrt(head size))")
+          .in("attention.scale")
+          .removable("0.0", "the fixed attention scale: 1 / sqrt(head size)"),
+      integer("attn_gate_dims", o.attn_gate_dims, 0, 16384, Role::kDefinesRunIfSet,
+              "attention gate: each head's output times sigmoid(W x[:G]) over the first G dims of the attention's normed input, W "
+              "(heads x G) a Muon matrix starting at zero (0: no gate)")
+          .in("attention.gate_dims")
+          .removable("0", "the attention gate"),
+      text("rotary", o.rotary, Role::kDefinesRunIfSet,
+           "full: D/2 frequencies base^(-j/(D/2)); half-truncated: D/4 frequencies base^(-j/(D/4 - 1)) and D/4 dim pairs not rotated",
+           {"full", "half-truncated"})
+          .in("attention.rotary")
+          .removable("\"full\"", "the rotary's truncation: every dim pair rotated, frequencies base^(-j/(D/2))"),
+      real("rotary_base", o.rotary_base, 1.0, 1e9, Role::kDefinesRunIfSet, "the rotary frequencies' base")
+          .in("attention.rotary_base")
+          .removable("10000.0", "the rotary's lower base: 10000"),
+      layers_row("long_window_layers", o.long_window_layers, "all", Role::kDefinesRunIfSet,
+                 "the layers with the whole window; the others' window is floor(N / 2) of its N blocks (or tokens), at least 1")
+          .in("attention.long_window_layers")
+          .removable("\"all\"", "the short windows: every layer the whole window"),
+      integer("align_to_bos", o.align_to_bos, 0, 1, Role::kDefinesRunIfSet,
+              "1: each training sequence starts at a BOS token and ends before the first BOS seq_len or more tokens on (the rest of "
+              "that stretch skipped)")
+          .in("batch.align_to_bos")
+          .removable("0", "the BOS-aligned sequences: the training stream cut every seq_len tokens"),
+      text("loss_reduction", o.loss_reduction, Role::kDefinesRunIfSet,
+           "the loss the gradients are of: mean (over the step's tokens) or sequence_sum (each sequence's summed loss, averaged over the "
+           "step's sequences: seq_len times the mean's)",
+           {"mean", "sequence_sum"})
+          .in("batch.loss_reduction")
+          .removable("\"mean\"", "the summed loss: the gradient of the mean over the step's tokens"),
+      text("adam_eps_form", o.adam_eps_form, Role::kDefinesRunIfSet,
+           "torch: w -= lr (m / bc1) / (sqrt(v / bc2) + eps); scaled: w -= lr sqrt(bc2) / bc1 m / (sqrt(v) + eps)", {"torch", "scaled"})
+          .in("optimizer.adam.eps_form")
+          .removable("\"torch\"", "Adam's eps outside the bias correction: torch.optim.Adam's form"),
+      integer("muon_fan_scale", o.muon_fan_scale, 0, 1, Role::kDefinesRunIfSet,
+              "1: Muon's learning rate times sqrt(max(1, fan_out / fan_in)) (2 for Wfc at hidden = 4 width); 0: times 1")
+          .in("optimizer.muon.fan_scale")
+          .removable("1", "Muon's equal learning rates: Wfc's times 2 (sqrt(fan_out / fan_in))"),
+      real("lr_cooldown_frac", o.lr_cooldown_frac, 0.0, 1.0, Role::kDefinesRunIfSet,
+           "F > 0: the lr multiplier is 1 while x = step / steps < 1 - F, then w + (1 - w) lr_floor with w = (1 - x) / F "
+           "(schedule.lr_cooldown unused); 0: lr_cooldown's steps")
+          .in("schedule.lr_cooldown_frac")
+          .removable("0.0", "the cooldown as a fraction of the run: schedule.lr_cooldown's steps"),
+      real("lr_floor", o.lr_floor, 0.0, 1.0, Role::kDefinesRunIfSet,
+           "the lr multiplier falls to this at the end of the cooldown (w + (1 - w) lr_floor, w from 1 to 0)")
+          .in("schedule.lr_floor")
+          .removable("0.0", "the learning rate's floor: the cooldown ends at 0"),
+      text("window_rule", o.window_rule, Role::kDefinesRunIfSet,
+           "the window in blocks from W = (1 - f) window_start + f window_end tokens, f = step / steps: nearest: floor((W + 64) / 128); "
+           "ceil: max(1, ceil(W / 128))",
+           {"nearest", "ceil"})
+          .in("schedule.window_rule"),
       integer("--val-every", o.val_every, 1, 1000000, log, "validate every N steps (and at the end)").in("validation.every"),
       integer("--val-tokens", o.val_tokens, 1LL, 1LL << 40, log, "validation tokens").in("validation.tokens"),
+      integer("val_seq_len", o.val_seq_len, 0, 1 << 20, log,
+              "validation sequences' length (consecutive, not aligned to BOS; 0: batch.seq_len)")
+          .in("validation.seq_len"),
       text("--checkpoint-dir", o.checkpoint_dir, log,
            "write checkpoints here (every --checkpoint-every steps and at the end); a new or empty folder, or the one --resume reads from"),
       integer("--checkpoint-every", o.checkpoint_every, 0, 1000000, log, "steps between checkpoints (0: only at the end)"),
@@ -390,6 +520,28 @@ void check_combinations(const Options& o, int world) {
     throw CLI::ValidationError("--seqs-per-step", "the global batch of " + std::to_string(o.seqs_per_step) + " sequences does not split over " +
                                                       std::to_string(world) + " GPUs; GPU counts that work: " + ok);
   }
+  // the SparseAttnGate record's pieces: the layers a list names exist, the tables and the gate fit
+  std::vector<int> listed;
+  for (const auto& [key, text, word] :
+       {std::tuple<const char*, const std::string&, const char*>{"model.skip_attention", o.skip_attention, "none"},
+        {"attention.long_window_layers", o.long_window_layers, "all"}}) {
+    const std::string why = layer_list(text, word, &listed);
+    if (!why.empty()) throw CLI::ValidationError(key, why);
+    for (int layer : listed)
+      if (layer >= o.layers)
+        throw CLI::ValidationError(key, "layer " + std::to_string(layer) + " of '" + text + "' is not one of the model's " +
+                                            std::to_string(o.layers) + " layers (0 to " + std::to_string(o.layers - 1) + ")");
+  }
+  if (o.value_embeds > o.layers / 2)
+    throw CLI::ValidationError("model.value_embeds", std::to_string(o.value_embeds) + " tables is more than layers / 2 = " +
+                                                         std::to_string(o.layers / 2) + " (the first and the last N layers use them)");
+  if (o.attn_gate_dims > o.width)
+    throw CLI::ValidationError("attention.gate_dims",
+                               std::to_string(o.attn_gate_dims) + " is more than the model's width " + std::to_string(o.width));
+  if (o.window_rule == "nearest" && o.window_start < 64)
+    throw CLI::ValidationError("schedule.window_start", std::to_string(o.window_start) +
+                                                            " tokens gives a window of 0 blocks at the first step under "
+                                                            "schedule.window_rule \"nearest\" (floor((W + 64) / 128)): want 64 or more");
   if (!o.fault.empty()) {
     int rank, step;
     char kind[16] = {0};
@@ -449,6 +601,16 @@ int parse_options(int argc, char** argv, int world, int rank, Options* o, std::s
     if (rank == 0) std::fputs((schema_json() + "\n").c_str(), stdout);
     return 0;
   }
+  // a run of a model the GPU trainer does not compute yet is refused here, before any GPU
+  // work, rather than run as another model (--check-data reads the shards alone)
+  const std::vector<std::string> missing = o->check_data ? std::vector<std::string>() : unimplemented_on_gpu(*o);
+  if (!missing.empty()) {
+    std::string list;
+    for (const std::string& m : missing) list += (list.empty() ? "" : ", ") + m;
+    *refusal = std::string(world > 1 ? "" : "train_gpt: ") + "the GPU trainer does not implement these recipe values yet: " + list +
+               " (docs/recipes.md, \"The 2025-08-23 recipe\"; each key's neutral value there is today's model)\n";
+    return 2;
+  }
   return -1;
 }
 
@@ -456,6 +618,7 @@ model::OptimizerHyper optimizer_hyper(const Options& o) {
   model::OptimizerHyper h;
   h.lr_embed = o.lr_embed, h.lr_head = o.lr_head, h.lr_scalar = o.lr_scalar, h.lr_muon = o.lr_muon;
   h.beta1 = o.adam_beta1, h.beta2 = o.adam_beta2, h.adam_eps = o.adam_eps;
+  h.adam_eps_scaled = o.adam_eps_form == "scaled", h.muon_fan_scale = o.muon_fan_scale == 1;
   return h;
 }
 
@@ -468,7 +631,70 @@ model::Schedule schedule(const Options& o) {
   sched.momentum_warmup = std::max(1, (int)std::lround(o.steps * (double)o.momentum_warmup_steps / o.schedule_steps));
   sched.momentum_start = o.muon_momentum_start, sched.momentum_end = o.muon_momentum_end;
   sched.window_start = o.window_start, sched.window_end = o.window_end;
+  sched.cooldown_frac = o.lr_cooldown_frac, sched.lr_floor = o.lr_floor, sched.window_ceil = o.window_rule == "ceil";
   return sched;
+}
+
+void set_model_keys(const Options& o, model::Config* cfg) {
+  cfg->value_embeds = o.value_embeds;
+  cfg->value_embeds_repeated = o.value_embed_layers == "repeated";
+  layer_list(o.skip_attention, "none", &cfg->no_attention);
+  std::vector<int> long_layers;
+  layer_list(o.long_window_layers, "all", &long_layers);
+  cfg->short_window.clear();
+  if (o.long_window_layers != "all")
+    for (int i = 0; i < o.layers; i++)
+      if (std::find(long_layers.begin(), long_layers.end(), i) == long_layers.end()) cfg->short_window.push_back(i);
+  cfg->init_bound = o.init_bound;
+  cfg->attn_scale = o.attn_scale;
+  cfg->gate_dims = o.attn_gate_dims;
+  cfg->rotary_half = o.rotary == "half-truncated";
+  cfg->rotary_base = o.rotary_base;
+  cfg->logit_sigmoid = o.logit_softcap == "sigmoid";
+}
+
+std::vector<std::string> unimplemented_on_gpu(const Options& o) {
+  // what the GPU trainer computes today: each key at its neutral value, or at a value that
+  // gives the same model (value_embeds = layers / 2 mirrored; a long-window list of every
+  // layer; validation sequences of seq_len). The schedules' keys are model::Schedule's, which
+  // it runs. The FP8 head's scales matter only with head_fp8 1.
+  const Options neutral;
+  std::vector<std::string> out;
+  Options copy = o;
+  std::vector<int> long_layers;
+  layer_list(o.long_window_layers, "all", &long_layers);
+  const bool same[] = {
+      o.value_embeds == neutral.value_embeds || (o.value_embeds == o.layers / 2 && o.value_embed_layers == "mirrored"),
+      o.value_embed_layers == neutral.value_embed_layers,
+      o.skip_attention == neutral.skip_attention,
+      o.init_bound == neutral.init_bound,
+      o.logit_softcap == neutral.logit_softcap,
+      o.head_fp8 == neutral.head_fp8,
+      o.attn_scale == neutral.attn_scale,
+      o.attn_gate_dims == neutral.attn_gate_dims,
+      o.rotary == neutral.rotary,
+      o.rotary_base == neutral.rotary_base,
+      o.long_window_layers == neutral.long_window_layers || (int)long_layers.size() == o.layers,
+      o.align_to_bos == neutral.align_to_bos,
+      o.loss_reduction == neutral.loss_reduction,
+      o.adam_eps_form == neutral.adam_eps_form,
+      o.muon_fan_scale == neutral.muon_fan_scale,
+      o.val_seq_len == neutral.val_seq_len || o.val_seq_len == o.seq_len,
+  };
+  const char* keys[] = {"model.value_embeds",    "model.value_embed_layers",     "model.skip_attention",
+                        "model.init_bound",      "model.logit_softcap",          "model.head_fp8",
+                        "attention.scale",       "attention.gate_dims",          "attention.rotary",
+                        "attention.rotary_base", "attention.long_window_layers", "batch.align_to_bos",
+                        "batch.loss_reduction",  "optimizer.adam.eps_form",      "optimizer.muon.fan_scale",
+                        "validation.seq_len"};
+  static_assert(sizeof(same) / sizeof(same[0]) == sizeof(keys) / sizeof(keys[0]), "one verdict a key");
+  const std::vector<Row> rows = table(copy);
+  for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
+    if (same[k]) continue;
+    for (const Row& r : rows)
+      if (r.recipe == keys[k]) out.push_back(r.recipe + " = " + r.toml());
+  }
+  return out;
 }
 
 std::string recipe_toml(const Options& o) {

@@ -45,6 +45,27 @@ struct Options {
   // the schedules' step counts are of a run of schedule_steps steps, and scale with --steps
   int schedule_steps = 1480, lr_cooldown_steps = 600, momentum_warmup_steps = 300;
   int window_start = 64, window_end = 1792;  // the attention window's schedule, in tokens (when window_blocks is 0)
+  // The SparseAttnGate record's pieces (docs/recipes.md, its recipe's section): each a recipe key
+  // whose initial value here is its neutral one, the speedrun preset's model.
+  int value_embeds = 0;                         // value-embedding tables; 0: layers / 2
+  std::string value_embed_layers = "mirrored";  // mirrored (layer i >= L - N: table L - 1 - i) or repeated (i - (L - N))
+  std::string skip_attention = "none";          // "none", or the layers without attention ("7", "3,7")
+  double init_bound = 1.0;                      // Wq, Wk, Wv, Wfc uniform in +-init_bound / sqrt(fan_in)
+  std::string logit_softcap = "tanh";           // tanh: 30 tanh(z / 30); sigmoid: 30 sigmoid(z / 7.5)
+  int head_fp8 = 0;                             // 1: the head's training products in FP8 with the scales below
+  double head_fp8_x_scale = 1.0, head_fp8_w_scale = 1.0, head_fp8_grad_scale = 1.0;
+  double attn_scale = 0;                        // 0: 1 / sqrt(head_dim)
+  int attn_gate_dims = 0;                       // 0: no attention gate
+  std::string rotary = "full";                  // full, half-truncated
+  double rotary_base = 10000;
+  std::string long_window_layers = "all";       // "all", or the layers with the whole window (the others: half)
+  int align_to_bos = 0;                         // 1: each training sequence starts at a BOS token
+  std::string loss_reduction = "mean";          // mean (over the step's tokens) or sequence_sum
+  std::string adam_eps_form = "torch";          // torch: m^/(sqrt(v^) + eps); scaled: the record's DistAdam
+  int muon_fan_scale = 1;                       // 1: Muon's lr times sqrt(max(1, fan_out / fan_in)); 0: times 1
+  double lr_cooldown_frac = 0, lr_floor = 0;    // model::Schedule's cooldown_frac and lr_floor
+  std::string window_rule = "nearest";          // nearest (+64, floor) or ceil (model::Schedule)
+  int val_seq_len = 0;                          // validation sequences' length; 0: seq_len
   std::string checkpoint_dir;  // empty: no checkpoints
   int checkpoint_every = 0;    // 0: only at the end (when checkpoint_dir is set)
   std::string resume;          // a checkpoint file to continue from
@@ -72,6 +93,16 @@ int parse_options(int argc, char** argv, int world, int rank, Options* o, std::s
 // The optimiser's hyper-parameters and the schedules of a run of these options.
 model::OptimizerHyper optimizer_hyper(const Options& o);
 model::Schedule schedule(const Options& o);
+
+// The model's pieces of the SparseAttnGate recipe's keys, set in *cfg (the fields the Config
+// declares after its mask; the shape and the mask are the caller's to set). The keys have been
+// checked: every layer a list names exists.
+void set_model_keys(const Options& o, model::Config* cfg);
+
+// The recipe keys whose values the GPU trainer does not implement yet, each as "key = value"
+// (empty when it implements every value given). parse_options refuses a run (not --print-recipe,
+// --print-schema, --help or --check-data) that names any, before any GPU work.
+std::vector<std::string> unimplemented_on_gpu(const Options& o);
 
 // The resolved recipe (every recipe key's value in o) as a TOML recipe that --recipe reads back.
 std::string recipe_toml(const Options& o);

@@ -126,7 +126,8 @@ def parse(path):
             continue
         if line == HEADER:
             if header is not None or not dev:
-                raise ToolError(f"{where}: the table's header " + ("a second time" if header is not None else "before the Device line"))
+                raise ToolError(f"{where}: the table's header "
+                                + ("a second time" if header is not None else "before the Device line"))
             header = n
             if n >= total or not re.fullmatch(r"\|( --- \|){12}", lines[n]):
                 raise ToolError(f"{path}:{n + 1}: the table's header without its rule line")
@@ -274,9 +275,12 @@ def table(rec_name, fig):
            "cuDNN fwd, fwd+bwd ms | speed vs cuDNN fwd, fwd+bwd | ours TFLOP/s fwd, fwd+bwd |",
            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in fig["rows"]:
-        cd = (f"{r['cudnn_fwd_ms']:.3f}, {r['cudnn_fwdbwd_ms']:.3f}", f"{r['cudnn_speed_fwd']:.2f}x, {r['cudnn_speed_fwdbwd']:.2f}x") \
-            if "cudnn_fwd_ms" in r else ("-", "-")
-        out.append(f"| {r['T']}, {r['heads']}, {r['head_dim']} | {r['mask']} | {r['ours_fwd_ms']:.3f}, {r['ours_fwdbwd_ms']:.3f} | "
+        cd = ("-", "-")
+        if "cudnn_fwd_ms" in r:
+            cd = (f"{r['cudnn_fwd_ms']:.3f}, {r['cudnn_fwdbwd_ms']:.3f}",
+                  f"{r['cudnn_speed_fwd']:.2f}x, {r['cudnn_speed_fwdbwd']:.2f}x")
+        out.append(f"| {r['T']}, {r['heads']}, {r['head_dim']} | {r['mask']} | "
+                   f"{r['ours_fwd_ms']:.3f}, {r['ours_fwdbwd_ms']:.3f} | "
                    f"{r['flex_fwd_ms']:.3f}, {r['flex_fwdbwd_ms']:.3f} | {r['speed_fwd']:.2f}x, {r['speed_fwdbwd']:.2f}x | "
                    f"{cd[0]} | {cd[1]} | {r['ours_fwd_tflops']:.1f}, {r['ours_fwdbwd_tflops']:.1f} |")
     rg = fig["ranges"]

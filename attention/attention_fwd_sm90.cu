@@ -68,8 +68,7 @@ constexpr size_t fwd_sm90_smem() {
 // other arrives. Both walk the same tiles (the walk is the block's), so their turns pair up:
 // warpgroup 0 skips its first wait, warpgroup 1 its last pass. It speeds up dense causal, documents and the speedrun's mask at head dim 128
 // and leaves windows without documents even; at head dim 64 (dense, 128 x 128 tiles), where the
-// matmuls are short beside the softmax, it is slower, so it is off there (bench/RESULTS.md,
-// Attention tiles).
+// matmuls are short beside the softmax, it is slower, so it is off there (results/attention_design/README.md).
 __device__ __forceinline__ void turn_wait(int wg) {
   if (wg == 0) hopper::named_sync<hopper::kAttnTurnBar, 256>();
   else hopper::named_sync<hopper::kAttnTurnBar + 1, 256>();

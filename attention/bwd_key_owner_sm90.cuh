@@ -91,8 +91,8 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
   const int kb = kbh.kb, k0 = kb * BK, h = kbh.h;
   // DQ: the thread that issues this block's dQ additions, dK and dV's stores and the counts. Not
   // thread 0 nor any thread that copies lse2, Drow (the first 2 BQ): its fence before each
-  // addition then does not wait behind loads of its own (bench/RESULTS.md, Attention loads,
-  // stores and documents' spans).
+  // addition then does not wait behind loads of its own (results/attention_design/README.md,
+  // Loads, stores and the set-up of a block).
   const bool leader = threadIdx.x == 2 * BQ;
   static_assert(!DQ || THREADS > 2 * BQ, "the leader is a thread that loads nothing");
 
@@ -111,8 +111,8 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
   // panel, 64 bytes into each 128-byte swizzled row (the swizzle applies to the address, so an
   // offset inside the row reads as the K-major descriptors' steps do). Before, at D = 64
   // warpgroup 0 alone took dQ; that branch on the warpgroup had the compiler serialize every
-  // wgmma of the loop, and the split is faster (bench/RESULTS.md, Attention loads, stores and
-  // documents' spans).
+  // wgmma of the loop, and the split is faster (results/attention_design/README.md,
+  // Loads, stores and the set-up of a block).
   constexpr int DQN = D / 2;  // the dQ columns a warpgroup computes
   const bf16* sK_half = sK + (D == 128 ? wg * BK * 64 : wg * 32);
   float dk[D / 8][4] = {}, dv[D / 8][4] = {};
@@ -234,8 +234,8 @@ __device__ __forceinline__ void key_owner_backward(unsigned char* smem_raw, cons
   // The end: the last tile's updates, then dV and dK out. With DQ, the last dQ share too, and dV,
   // dK go out through shared memory (the query-tile buffers, free once the walk is done) by the
   // TMA, one bulk store a 64-column panel instead of each thread's 4-byte pieces of rows (about
-  // 4096 partial-sector writes a block for the load/store unit to issue; bench/RESULTS.md,
-  // Attention loads, stores and documents' spans). k's norm + rotary loads are issued first, so
+  // 4096 partial-sector writes a block for the load/store unit to issue; results/attention_design/README.md,
+  // Loads, stores and the set-up of a block). k's norm + rotary loads are issued first, so
   // that their latency hides under the last matmuls.
   const int krow = key0 - k0;  // this thread's first key within the block's K tile
   auto k_tile_pair = [&](int r, int nb) {

@@ -14,8 +14,8 @@
 // Without documents all of it is arithmetic. With the documents' spans given (MaskDesc::doc_spans,
 // attention.h doc_spans) there is no search at all: each thread reads the spans of its rows and of
 // the range's two ends, independent loads in one round, and no barrier. The searches had made
-// the forward's start a fifth of a block's life on the speedrun's mask (bench/RESULTS.md,
-// Attention loads, stores and documents' spans). The results equal mask.h's (the tests check the
+// the forward's start a fifth of a block's life on the speedrun's mask (results/attention_design/README.md,
+// Loads, stores and the set-up of a block). The results equal mask.h's (the tests check the
 // kernels against the fp64 reference; mask.h's functions are checked against it on the CPU).
 #pragma once
 #include <climits>

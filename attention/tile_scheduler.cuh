@@ -34,11 +34,11 @@ namespace attn {
 // blocks an SM, so that one block's start and end (loads before its first tile, the output
 // after its last) overlap the others' loops. Those small blocks are faster at head dim 64 with
 // a window or documents and slower on dense causal and at head dim 128, which keep 128 x 128;
-// key tiles of 128 beat 64 for them (bench/RESULTS.md, Attention tiles).
+// key tiles of 128 beat 64 for them (results/attention_design/README.md).
 // At head dim 64 without a window or documents, a block of three warpgroups owns kF90WideOwn
 // queries (key tiles of kF90Walk; 158 registers a thread fit 384 threads), so that each K and V
 // tile serves 192 queries: faster there than 128 or 64 queries a block, and slower than 64 on
-// the masks with a window or documents (bench/RESULTS.md, Attention tiles).
+// the masks with a window or documents (results/attention_design/README.md).
 constexpr int kF90Own = 128, kF90Walk = 128, kF90SmallOwn = 64, kF90SmallWalk = 128, kF90WideOwn = 192;
 inline bool fwd_small_tiles(int D, const MaskDesc& m) { return D == 64 && (m.window > 0 || m.doc_ids != nullptr); }
 // The forward block's shape: the queries it owns and the key tiles it walks.
@@ -55,14 +55,13 @@ inline FwdShape fwd_shape(int D, const MaskDesc& m) {
 // forward's rule): one warpgroup, three blocks an SM (three tile buffers, bwd_common_sm90.cuh
 // bwd_stages; 168 registers for dK/dV as below). Against blocks of 128 they are faster with
 // documents or a short window, as fast on window 1024 and slower on dense causal; and three
-// such blocks an SM are faster than two (bench/RESULTS.md, Attention tiles).
+// such blocks an SM are faster than two (results/attention_design/README.md).
 // Without a window or documents, at head dim 64 both kernels' blocks own kB90Own keys or queries
 // (two warpgroups, up to 255 registers a thread) and walk tiles of kB90WideWalk: the dQ kernel
 // key tiles of 128 (S, dP 64 registers each), the dK/dV kernel query tiles of 128, waiting for
 // each tile's dV, dK updates in its own step (bwd_key_owner_sm90.cuh SERIAL). Each 64-row step's
 // chain bounds these kernels, and tiles of 128 halve the steps: faster than the blocks before
-// them, three warpgroups owning 192 and walking tiles of 64 at 168 registers (bench/RESULTS.md,
-// Attention tiles).
+// them, three warpgroups owning 192 and walking tiles of 64 at 168 registers (results/attention_design/README.md).
 constexpr int kB90Own = 128, kB90Walk = 64, kB90SmallOwn = 64, kB90WideWalk = 128;
 inline bool bwd_small_tiles(int D, const MaskDesc& m) { return fwd_small_tiles(D, m); }
 // The keys a block of the default backward owns (the dK/dV kernel's and the fused kernel's blocks).
@@ -88,14 +87,14 @@ __device__ __forceinline__ unsigned query_tile_longest_first(int n_tiles) { retu
 // walks. Giving more heads that order would start their blocks together on the same tiles, one
 // waiting for the next, so only the last head takes it. Measured against the decreasing
 // order, the backward of dense causal at D = 128 gains less than the model predicts, since the
-// model leaves out the clock, which rises as SMs fall idle at the end (bench/RESULTS.md,
-// Attention block order).
+// model leaves out the clock, which rises as SMs fall idle at the end (results/attention_design/README.md,
+// The order blocks take their work).
 // Heads fastest, the H blocks of one key block run side by side, so what they read per key
 // rather than per head (the rotary angles of k's norm backward in dK's store) comes from DRAM
 // once and from L2 for the others; that is the order on masks with a window or documents, whose
 // walks are short (bwd_heads_fastest). Without, the blocks of one head side by side share its Q
-// and dO in L2, which heads fastest loses on dense causal (bench/RESULTS.md, Attention block
-// order).
+// and dO in L2, which heads fastest loses on dense causal (results/attention_design/README.md,
+// The order blocks take their work).
 inline bool bwd_heads_fastest(const MaskDesc& m) { return m.window > 0 || m.doc_ids != nullptr; }
 struct KeyBlock {
   int kb, h;

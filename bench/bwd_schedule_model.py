@@ -13,8 +13,8 @@ evenly over the SMs (SMs x makespan / work - 1), for two orders:
   rising last head: the same, but the last head (with more than one head) adds by increasing key
               block, takes its key blocks from the first one up and walks down (the kernel's).
 `--noise` draws each step's cost uniformly from 1 +- noise. A model: it leaves out the clock,
-which rises when SMs fall idle, so the kernel gains less than it predicts (bench/RESULTS.md,
-Attention block order).
+which rises when SMs fall idle, so the kernel gains less than it predicts (results/attention_design/README.md,
+The order blocks take their work).
 
   python3 bench/bwd_schedule_model.py --T 16384 --heads 16
 """

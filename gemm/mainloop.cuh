@@ -6,8 +6,8 @@
 // half of B, which the TMA writes into both blocks of the cluster (multicast), so L2 delivers
 // 32 KB a stage a block instead of 48. A stage is refilled once both blocks' consumers have
 // released it (every release arrives in both blocks). Three slices are in flight while one is
-// consumed, so that the loads' latency hides behind the tensor cores' work (bench/RESULTS.md, MLP
-// products at the power limit).
+// consumed, so that the loads' latency hides behind the tensor cores' work (results/matmul/README.md,
+// The MLP products at the power limit).
 //   B [K][N] (N contiguous: MN-major for wgmma): this block's two of the tile's four 64-column
 //     panels (load_mn_slice);
 //   B [N][K] (K contiguous: K-major): this block's 128 of the tile's 256 rows (load_k_slice).

@@ -8,7 +8,7 @@
 //     all of B, which stay in L2;
 //   m-fastest (the lm head): the clusters at work share a few 256-column slabs of B and walk A's
 //     rows, so a B larger than L2 (the head's 77 MB) is read from HBM once a call, where
-//     n-fastest order reads it again for every 256 rows of A (bench/RESULTS.md, The lm head's product with the cross-entropy).
+//     n-fastest order reads it again for every 256 rows of A (results/matmul/README.md, The lm head's product with the cross-entropy).
 #pragma once
 #include <cstdint>
 

@@ -73,7 +73,7 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
 // and acquire of memory at the cluster's scope); n arrivals on the barrier at bar's offset in
 // block cta of the cluster, with the default release at the block's scope (a release at the
 // cluster's scope costs a memory barrier on every arrival, which slows the GEMM's ring down:
-// bench/RESULTS.md, MLP products at the power limit).
+// results/matmul/README.md, The MLP products at the power limit).
 __device__ __forceinline__ uint32_t cluster_rank() {
   uint32_t r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));

@@ -50,8 +50,8 @@ __device__ __forceinline__ uint64_t desc(const bf16* p, uint32_t lbo_bytes, uint
 // A descriptor moved on by a byte offset: the start address (bits 0-13, 16-byte units) of a
 // shared address, which is below 2^18, so the sum stays inside its field and only the low word
 // changes. The gemm loops below make each operand's descriptor once and step it this way: one
-// add a wgmma, where building each from its pointer took about ten instructions (bench/RESULTS.md,
-// Attention loads, stores and documents' spans).
+// add a wgmma, where building each from its pointer took about ten instructions (results/attention_design/README.md,
+// Loads, stores and the set-up of a block).
 __device__ __forceinline__ uint64_t desc_plus(uint64_t d, uint32_t bytes) {
   return (d & 0xFFFFFFFF00000000ull) | (uint32_t)((uint32_t)d + (bytes >> 4));
 }

@@ -8,14 +8,14 @@
 // (x, dy, trans_a). cuBLASLt is column-major, so the call computes C^T = op(B)^T op(A)^T.
 // Batched: the same product for batch.count operand sets at fixed strides in elements (a stride
 // of 0: one operand for all), as one cuBLASLt call: the model's q, k and v projections share
-// their input, and one call of three fills the GPU better than three calls (bench/RESULTS.md,
-// The matmuls: cuBLASLt's first choice against its others).
+// their input, and one call of three fills the GPU better than three calls (results/matmul/README.md,
+// The q, k, v projections batched, in the step).
 // Errors come back as a message naming the shape, never as a raw status code.
 //
 // Which algorithm. Each shape's descriptors and algorithm are chosen once and kept, so every
 // later call runs the same kernel. cuBLASLt's heuristic ranks its algorithms; its first choice
-// is not always its fastest on the model's shapes (bench/bench_matmul.cu; bench/RESULTS.md, The
-// matmuls: cuBLASLt's first choice against its others).
+// is not always its fastest on the model's shapes (bench/bench_matmul.cu; results/matmul/README.md,
+// cuBLASLt's first choice against its others).
 // By default (kTuned) the first call of a shape whose product is not all zero times those of
 // the heuristic's first kCandidates choices that do the first choice's arithmetic (the same
 // algorithm id, split-K count and reduction scheme) on the call's own operands, and keeps the

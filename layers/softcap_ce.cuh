@@ -21,7 +21,7 @@
 // 16 bytes in flight a thread (32 registers, 2048 threads an SM). (Before both, the kernel
 // recomputed e, r and q in its second pass from a second read of z, which missed L2 with four
 // rows of 512 threads an SM, bound by HBM and the special-function unit at once; the three
-// measured: bench/RESULTS.md, The cross-entropy pass.) 16-byte accesses when V % 8 == 0.
+// measured: results/cross_entropy/README.md.) 16-byte accesses when V % 8 == 0.
 // A target of kIgnoreTarget (-1) is a prediction left out of the loss (prefix-LM: a target the
 // position can see): its loss is 0 and its dz row 0. Other targets outside [0, V) are reported
 // through bad_target (set to 1), not read; their row's loss is NaN and its dz is left as it was.

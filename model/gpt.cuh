@@ -340,8 +340,8 @@ class Model {
       mm_.dX(dv_, W(lp.wv), dh_, T, C, C, /*accumulate=*/true);
       prof_.mark(Profiler::kMatmul, "Wq, Wk, Wv dW (3 x C x C)");
       // three calls: as one batched call (layers::Batch) cuBLASLt drops the split-K these run
-      // with, and the three products take longer (bench/RESULTS.md, The matmuls: cuBLASLt's first
-      // choice against its others)
+      // with, and the three products take longer (results/matmul/README.md, The q, k, v
+      // projections batched, in the step)
       mm_.dW(a.h, dq_, G(lp.wq), T, C, C);
       mm_.dW(a.h, dk_, G(lp.wk), T, C, C);
       mm_.dW(a.h, dv_, G(lp.wv), T, C, C);

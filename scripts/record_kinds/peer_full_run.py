@@ -3,9 +3,9 @@ the speedrun preset on the same GPUs, train_gpt and the PyTorch peer peer/torch_
 logs/train_gpt_gN and peer_gN, each a text log (.txt) with its JSON lines (.jsonl), and
 summary.txt, the table peer/full_run_logs.py printed. record.json adds "provenance", required:
 where the logs' commit came from (the peer names none read from its tree; record_kinds/peer_logs.py).
-Figures: the card, GPU count, steps, data, the commit and its provenance; per trainer its
+Figures: the card, GPU count, steps, data, validation tokens, the commit and its provenance; per trainer its
 train_time (steps 11 on, validation excluded: the train_time of the last validation), step average,
-final validation loss, peak memory (train_gpt's device memory in use; the peer's allocated by
+final validation loss, validations, peak memory (train_gpt's device memory in use; the peer's allocated by
 PyTorch, and its reserved), start-up; train_gpt / peer of train_time and of peak memory (and against
 the peer's reserved memory); each span between validations' ms a step for both and their ratio.
 Refused, named: a run missing or unfinished, its text log disagreeing with its JSON lines, mixed
@@ -97,6 +97,7 @@ def compute(rec, meta):
         if h != w:
             raise ToolError(f"{spath}:{i + 1}: {h!r} where the logs give {w!r}: the summary does not agree with the logs")
     fig = {"kind": KIND, "card": card, "gpus": gpus, "steps": steps, "train_data": t["config"].get("train_data"),
+           "val_tokens": t["config"].get("val_tokens"),
            "commit": commit, "provenance": prov}
     source = checked_source(rec, [None], f"{rec}/logs")  # these logs name no source digest; a later record is refused
     if source:
@@ -115,7 +116,7 @@ def table(rec_name, fig):
     """The markdown table a page quotes for a record."""
     r, p = fig["runs"]["train_gpt"], fig["runs"]["peer"]
     rows = [f"Record `results/records/{rec_name}` ({fig['card']} x {fig['gpus']}, {stamp_text(fig)}; {fig['provenance']}; "
-            f"{fig['steps']} steps, data `{fig['train_data']}`):", "",
+            f"{fig['steps']} steps, validations of {fig['val_tokens']} tokens, data `{fig['train_data']}`):", "",
             "| run | train_time | step average | final val loss | peak GPU memory | start-up |",
             "| --- | --- | --- | --- | --- | --- |",
             f"| train_gpt | {r['train_time_s']:.1f} s | {r['step_avg_ms']:.2f} ms | {r['final_val_loss']:.4f} "

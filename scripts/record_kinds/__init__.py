@@ -1,6 +1,6 @@
 """The kinds of result record: one module a kind, each with KIND, compute(rec, meta), which returns
 the record's figures from its logs (a dict whose "kind" is KIND), and table(rec_name, figures), the
 markdown table a page quotes. Its docstring says what logs it reads and what figures it writes."""
-from record_kinds import ab_campaign, bench_matmul, default_job, test_gpu
+from record_kinds import ab_campaign, bench_matmul, default_job, profile, scaling, test_gpu
 
-KINDS = {m.KIND: m for m in (default_job, test_gpu, bench_matmul, ab_campaign)}
+KINDS = {m.KIND: m for m in (default_job, test_gpu, bench_matmul, ab_campaign, scaling, profile)}

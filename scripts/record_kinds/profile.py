@@ -17,16 +17,9 @@ ROW = re.compile(r"^  (\S.*?)\s+(\S+) ms\s+(\S+)%$")
 TOTAL = re.compile(r"^  total\s+(\S+) ms$")
 
 
-def _log(path):
-    text = read_text(path)
-    lines = text.splitlines()
-    m = re.match(r"run_id:\S+ train_gpt (\S+)(?: source:([0-9a-f]{64}))?$", lines[0] if lines else "")
-    if not m:
-        raise ToolError(f"{path}:1: not a train_gpt log (its first line names the run and the commit)")
-    commit = known_commit(m.group(1), f"{path}:1", path)
-    card = re.search(r"^train_gpt: (.+?) x (\d+), ", text, re.M)
-    if not card:
-        raise ToolError(f"{path}: no 'train_gpt: CARD x N, ...' line (the card and the GPU count)")
+def category_table(path, lines):
+    """(profiled steps, [{"category", "ms"}], total ms) of a log's 'by category' table, or ToolError
+    naming the log and line."""
     heads = [i for i, line in enumerate(lines) if HEAD.match(line)]
     if len(heads) != 1:
         raise ToolError(f"{path}: {len(heads)} 'profile: GPU time per step by category' tables (a profiled run prints one)")
@@ -49,6 +42,20 @@ def _log(path):
     s = sum(c["ms"] for c in cats)
     if abs(s - total) > 0.005 * (len(cats) + 1) + 1e-9:  # each printed to 0.01 ms
         raise ToolError(f"{path}:{i + 1}: the categories sum to {s:.2f} ms, not the total {total} ms")
+    return steps, cats, total
+
+
+def _log(path):
+    text = read_text(path)
+    lines = text.splitlines()
+    m = re.match(r"run_id:\S+ train_gpt (\S+)(?: source:([0-9a-f]{64}))?$", lines[0] if lines else "")
+    if not m:
+        raise ToolError(f"{path}:1: not a train_gpt log (its first line names the run and the commit)")
+    commit = known_commit(m.group(1), f"{path}:1", path)
+    card = re.search(r"^train_gpt: (.+?) x (\d+), ", text, re.M)
+    if not card:
+        raise ToolError(f"{path}: no 'train_gpt: CARD x N, ...' line (the card and the GPU count)")
+    steps, cats, total = category_table(path, lines)
     fig = {"log": os.path.basename(path), "gpus": int(card.group(2)), "profiled_steps": steps, "categories": cats, "total_ms": total}
     return fig, commit, card.group(1), m.group(2)
 

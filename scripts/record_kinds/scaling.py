@@ -11,7 +11,7 @@ to 0.1 ms, and its losses the JSON lines' to 4 decimals); per group and GPU coun
 runs' medians and the speed-up, the one-GPU mean over it; each run's losses' digest (equal digests,
 in this record or another, are the same losses to the bit); per GPU count in a group and over the whole
 record, how many distinct loss sequences (every train and validation loss of the JSON lines, to the bit) its
-runs of the same step count have.
+runs of the same step count have; a profiled run's GPU time a step by category (as kind profile).
 """
 import glob
 import hashlib
@@ -21,6 +21,7 @@ import os
 import re
 
 from tool_errors import ToolError
+from record_kinds.profile import category_table
 from record_kinds.common import checked_source, known_commit, number, read_text, stamp_text
 
 KIND = "scaling"
@@ -119,7 +120,9 @@ def _run(rec, log):
     fig = {"log": log, "gpus": gpus, "median_step_ms": round(stated, 4), "timed_steps": f"{last - timed_n + 1}-{last}",
            "losses_sha256": digest}
     if profiled:
+        steps, cats, total = category_table(txt, lines)
         fig["profiled"] = True
+        fig["profile"] = {"profiled_steps": steps, "categories": cats, "total_ms": total}
     return fig, conf, commit, card.group(1), m.group(3), tuple(losses)
 
 

@@ -94,7 +94,7 @@ def make(tmp, name="2026-11-27_scaling_t", groups=None, **kw):
     open(os.path.join(rec, "command.sh"), "w").write("./train_gpt\n")
     for n, g in (("g1", 1), ("g2", 2), ("g4", 4)):
         write_run(os.path.join(rec, "logs"), n, g, **kw.get(n, {}))
-    write_run(os.path.join(rec, "logs"), "g4_bf16", 4, exchange="bf16", loss_shift=1e-4)
+    write_run(os.path.join(rec, "logs"), "g4_bf16", 4, exchange="bf16", loss_shift=1e-4, profile=True)
     return rec
 
 
@@ -125,7 +125,7 @@ try:
           [r.get("speedup") for r in d] == [None, round(870.0 / 439.25, 4), round(870.0 / 223.25, 4)], d)
     b = fig["groups"]["bf16"]
     check("a group with one_gpu_of divides that group's one-GPU step, naming the configuration's differences",
-          b["per_gpus"][0]["speedup"] == round(870.0 / 224.6, 4) and b["differs_from_it"] == ["grad_exchange"], b)
+          b["per_gpus"][0]["speedup"] == round(870.0 / 224.6, 4) and b["differs_from_it"] == ["grad_exchange", "profile"], b)
     check("the loss sequences: 4 GPUs, 2 runs, 2 distinct (the bf16 run's losses differ); 1 and 2 GPUs one each (exact)",
           [(x["gpus"], x["runs"], x["distinct"]) for x in fig["loss_sequences"]] == [(1, 1, 1), (2, 1, 1), (4, 2, 2)],
           fig["loss_sequences"])
@@ -134,6 +134,10 @@ try:
     same = fig["groups"]["default"]["runs"]
     check("equal losses have equal digests, the bf16 run's another (exact)",
           same[0]["losses_sha256"] == same[2]["losses_sha256"] != b["runs"][0]["losses_sha256"], fig["groups"])
+    check("a profiled run keeps its categories and total (exact), and its group is another configuration",
+          b["runs"][0]["profile"]["total_ms"] == 872.31 and len(b["runs"][0]["profile"]["categories"]) == 8
+          and b["differs_from_it"] == ["grad_exchange", "profile"], b)
+    check("each run's peak memory (exact)", all(r["peak_mib"] == 27555 for g in fig["groups"].values() for r in g["runs"]), fig)
     root = os.path.join(tmp, "a")
     rc, out = tool("--check", root)
     check("--check passes on the record as written", rc == 0, out)
@@ -183,6 +187,8 @@ try:
     refused("a group of two configurations", None, "group default",
             groups={"default": {"runs": ["g1", "g2", "g4", "g4_bf16"]}})
     refused("a log no group names", None, "g4_bf16", groups={"default": {"runs": ["g1", "g2", "g4"]}})
+    refused("a run without its peak memory line (unfinished)",
+            lambda d: edit(os.path.join(d, "g1.txt"), "train_gpt: done; peak GPU memory 27555 MiB", "train_gpt: error: x"), "g1.txt")
     refused("a missing JSON lines file", lambda d: os.remove(os.path.join(d, "g2.jsonl")), "g2.jsonl")
 
     # profile

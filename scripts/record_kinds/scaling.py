@@ -5,7 +5,7 @@ LOG a text log's name without .txt, every log of logs/*.txt in one group; the ru
 one configuration (the JSON config line but for the run's id, log file and GPU count, and whether
 `--profile` ran), and a group may add "one_gpu_of": "OTHER" to divide its steps into another
 group's one-GPU runs (the configuration's differences are then printed beside it). Figures: the
-card, the commit; per run its GPU count and median step over the timed steps (the JSON steps'
+card, the commit; per run its GPU count, peak memory (the largest rank's) and median step over the timed steps (the JSON steps'
 train_time_ms differences, which must be the summary's median; the text log's median must be it
 to 0.1 ms, and its losses the JSON lines' to 4 decimals); per group and GPU count the mean of its
 runs' medians and the speed-up, the one-GPU mean over it; each run's losses' digest (equal digests,
@@ -113,12 +113,15 @@ def _run(rec, log):
         raise ToolError(f"{jl}:{sn}: median_step_ms {stated!r} is not the median of the timed steps' times ({median!r})")
     if abs(number(median_txt.group(2), txt, "the median step") - stated) > 0.05 + 1e-9:  # printed to 0.1 ms
         raise ToolError(f"{txt}: the median step {median_txt.group(2)} ms is not the JSON lines' {stated!r}")
+    peak = re.search(r"^train_gpt: done; peak GPU memory (\d+) MiB(?: \(the largest rank's\))?$", text, re.M)
+    if not peak:
+        raise ToolError(f"{txt}: no 'train_gpt: done; peak GPU memory N MiB' line (the run did not finish)")
     profiled = bool(re.search(r"^profile: GPU time per step by category", text, re.M))
     conf = {k: v for k, v in config.items() if k not in RUN_FIELDS}
     conf["profile"] = profiled
     digest = hashlib.sha256(json.dumps(losses).encode()).hexdigest()[:16]  # equal digests: the same losses to the bit
     fig = {"log": log, "gpus": gpus, "median_step_ms": round(stated, 4), "timed_steps": f"{last - timed_n + 1}-{last}",
-           "losses_sha256": digest}
+           "losses_sha256": digest, "peak_mib": int(peak.group(1))}
     if profiled:
         steps, cats, total = category_table(txt, lines)
         fig["profiled"] = True
@@ -202,7 +205,7 @@ def compute(rec, meta):
 def table(rec_name, fig):
     """The markdown table a page quotes for a record."""
     rows = [f"Record `results/records/{rec_name}` ({fig['card']}, {stamp_text(fig)}); each run's median step over its timed steps:",
-            "", "| group | GPUs | runs' median step | mean | speed-up | distinct losses |", "| --- | --- | --- | --- | --- | --- |"]
+            "", "| group | GPUs | runs' median step | mean | speed-up | distinct losses | peak memory |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, g in fig["groups"].items():
         label = f"{name} (steps {g['timed_steps']})"
         if "one_gpu_of" in g:
@@ -211,7 +214,9 @@ def table(rec_name, fig):
             steps = ", ".join(f"{x['median_step_ms']:.2f}" + (" (profiled)" if x.get("profiled") else "")
                               for x in g["runs"] if x["gpus"] == r["gpus"])
             sp = f"**{r['speedup']:.3f}x**" if "speedup" in r else "-"
-            rows.append(f"| {label} | {r['gpus']} | {steps} ms | {r['mean_step_ms']:.2f} ms | {sp} | {r['distinct_losses']} of {r['runs']} |")
+            peaks = ", ".join(str(x["peak_mib"]) for x in g["runs"] if x["gpus"] == r["gpus"])
+            rows.append(f"| {label} | {r['gpus']} | {steps} ms | {r['mean_step_ms']:.2f} ms | {sp} | {r['distinct_losses']} of {r['runs']} "
+                        f"| {peaks} MiB |")
     losses = "; ".join(f"{x['gpus']} GPU(s), {x['steps']} steps: {x['runs']} run(s), {x['distinct']} distinct"
                        for x in fig["loss_sequences"])
     rows += ["", f"Distinct loss sequences (every loss to the bit) over the record's runs: {losses}."]

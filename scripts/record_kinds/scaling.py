@@ -120,7 +120,7 @@ def _run(rec, log):
     conf = {k: v for k, v in config.items() if k not in RUN_FIELDS}
     conf["profile"] = profiled
     digest = hashlib.sha256(json.dumps(losses).encode()).hexdigest()[:16]  # equal digests: the same losses to the bit
-    fig = {"log": log, "gpus": gpus, "median_step_ms": round(stated, 4), "timed_steps": f"{last - timed_n + 1}-{last}",
+    fig = {"log": log, "gpus": gpus, "median_step_ms": round(stated, 4), "timed_steps": [last - timed_n + 1, last],
            "losses_sha256": digest, "peak_mib": int(peak.group(1))}
     if profiled:
         steps, cats, total = category_table(txt, lines)
@@ -207,7 +207,7 @@ def table(rec_name, fig):
     rows = [f"Record `results/records/{rec_name}` ({fig['card']}, {stamp_text(fig)}); each run's median step over its timed steps:",
             "", "| group | GPUs | runs' median step | mean | speed-up | distinct losses | peak memory |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, g in fig["groups"].items():
-        label = f"{name} (steps {g['timed_steps']})"
+        label = f"{name} (steps {g['timed_steps'][0]}-{g['timed_steps'][1]})"
         if "one_gpu_of" in g:
             label += f", against the one GPU of {g['one_gpu_of']} (configuration differs in {', '.join(g['differs_from_it']) or 'nothing'})"
         for r in g["per_gpus"]:

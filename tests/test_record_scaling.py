@@ -121,16 +121,16 @@ try:
     check("the median steps are the middle of the timed steps' times (to 1e-9 ms)",
           all(abs(r["median_step_ms"] - MEDIAN[r["log"]]) < 1e-9 for g in fig["groups"].values() for r in g["runs"]),
           fig["groups"])
-    check("the speed-ups are the one-GPU step over the N-GPU step (to the 4 decimals stored)",
-          [r.get("speedup") for r in d] == [None, round(870.0 / 439.25, 4), round(870.0 / 223.25, 4)], d)
+    check("the speed-ups are the one-GPU step over the N-GPU step (to the 6 decimals stored)",
+          [r.get("speedup") for r in d] == [None, round(870.0 / 439.25, 6), round(870.0 / 223.25, 6)], d)
     b = fig["groups"]["bf16"]
     check("a group with one_gpu_of divides that group's one-GPU step, naming the configuration's differences",
-          b["per_gpus"][0]["speedup"] == round(870.0 / 224.6, 4) and b["differs_from_it"] == ["grad_exchange", "profile"], b)
+          b["per_gpus"][0]["speedup"] == round(870.0 / 224.6, 6) and b["differs_from_it"] == ["grad_exchange", "profile"], b)
     check("the loss sequences: 4 GPUs, 2 runs, 2 distinct (the bf16 run's losses differ); 1 and 2 GPUs one each (exact)",
           [(x["gpus"], x["runs"], x["distinct"]) for x in fig["loss_sequences"]] == [(1, 1, 1), (2, 1, 1), (4, 2, 2)],
           fig["loss_sequences"])
     check("the range of speed-ups over the record (exact)", (fig["speedup_min"], fig["speedup_max"]) ==
-          (round(870.0 / 439.25, 4), round(870.0 / 223.25, 4)), fig)
+          (round(870.0 / 439.25, 6), round(870.0 / 223.25, 6)), fig)
     same = fig["groups"]["default"]["runs"]
     check("equal losses have equal digests, the bf16 run's another (exact)",
           same[0]["losses_sha256"] == same[2]["losses_sha256"] != b["runs"][0]["losses_sha256"], fig["groups"])
@@ -156,7 +156,7 @@ try:
     open(t, "w").write(keep)
     fp = os.path.join(rec, "figures.json")
     keep = open(fp).read()
-    edit(fp, str(round(870.0 / 223.25, 4)), "3.9")
+    edit(fp, str(round(870.0 / 223.25, 6)), "3.9")
     rc, out = tool("--check", root)
     check("--check fails on a speed-up edited by hand", rc != 0 and "does not recompute" in out, out[-600:])
     open(fp, "w").write(keep)

@@ -120,7 +120,7 @@ def _run(rec, log):
     conf = {k: v for k, v in config.items() if k not in RUN_FIELDS}
     conf["profile"] = profiled
     digest = hashlib.sha256(json.dumps(losses).encode()).hexdigest()[:16]  # equal digests: the same losses to the bit
-    fig = {"log": log, "gpus": gpus, "median_step_ms": round(stated, 4), "timed_steps": [last - timed_n + 1, last],
+    fig = {"log": log, "gpus": gpus, "median_step_ms": round(stated, 6), "timed_steps": [last - timed_n + 1, last],
            "losses_sha256": digest, "peak_mib": int(peak.group(1))}
     if profiled:
         steps, cats, total = category_table(txt, lines)
@@ -183,9 +183,9 @@ def compute(rec, meta):
         per = []
         for n in sorted(by_n):
             mean = sum(by_n[n]) / len(by_n[n])
-            row = {"gpus": n, "runs": len(by_n[n]), "mean_step_ms": round(mean, 4), "distinct_losses": len(seqs_n[n])}
+            row = {"gpus": n, "runs": len(by_n[n]), "mean_step_ms": round(mean, 6), "distinct_losses": len(seqs_n[n])}
             if one is not None and n > 1:
-                row["speedup"] = round(one / mean, 4)
+                row["speedup"] = round(one / mean, 6)  # 6 decimals: a page rounds it once, to its own digits
             per.append(row)
         gf["per_gpus"] = per
         gfigs[name] = gf

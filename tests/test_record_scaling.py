@@ -189,6 +189,10 @@ try:
     refused("a log no group names", None, "g4_bf16", groups={"default": {"runs": ["g1", "g2", "g4"]}})
     refused("a run without its peak memory line (unfinished)",
             lambda d: edit(os.path.join(d, "g1.txt"), "train_gpt: done; peak GPU memory 27555 MiB", "train_gpt: error: x"), "g1.txt")
+    refused("a group whose runs are no names", None, "group 'default'",
+            groups={"default": {"runs": ["g1", 5]}, "bf16": {"runs": ["g4_bf16"]}})
+    refused("a group's one_gpu_of that is no group", None, "one_gpu_of",
+            groups={"default": {"runs": ["g1", "g2", "g4"]}, "bf16": {"runs": ["g4_bf16"], "one_gpu_of": "none"}})
     refused("a missing JSON lines file", lambda d: os.remove(os.path.join(d, "g2.jsonl")), "g2.jsonl")
 
     # profile

@@ -133,8 +133,13 @@ def compute(rec, meta):
     groups = meta.get("groups")
     if not isinstance(groups, dict) or not groups:
         raise ToolError(f"{rec}/record.json: no \"groups\": {{NAME: {{\"runs\": [LOG, ...]}}}} (the runs the figures compare)")
+    for name, g in groups.items():
+        if (not isinstance(g, dict) or not isinstance(g.get("runs"), list) or not g["runs"]
+                or not all(isinstance(x, str) for x in g["runs"]) or not isinstance(g.get("one_gpu_of", name), str)):
+            raise ToolError(f"{rec}/record.json: group {name!r} is not {{\"runs\": [LOG, ...]}} (names of logs, and "
+                            "optionally \"one_gpu_of\": GROUP)")
     texts = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(rec, "logs", "*.txt")))
-    named = [log for g in groups.values() if isinstance(g, dict) and isinstance(g.get("runs"), list) for log in g["runs"]]
+    named = [log for g in groups.values() for log in g["runs"]]
     if sorted(named) != texts:
         extra = sorted(set(texts) - set(named)) + sorted(set(named) - set(texts))
         raise ToolError(f"{rec}/record.json: its groups name each log of logs/*.txt once ({', '.join(extra) or 'one named twice'} "
@@ -193,8 +198,8 @@ def compute(rec, meta):
     # the losses to the bit: per GPU count, over the record's runs of one step count, the distinct sequences
     seqs = {}
     for log, loss in losses.items():
-        seqs.setdefault((runs[log]["gpus"], confs[log]["steps"]), set()).add(loss)
-    out["loss_sequences"] = [{"gpus": n, "steps": s, "runs": sum(1 for log in losses if (runs[log]["gpus"], confs[log]["steps"]) == (n, s)),
+        seqs.setdefault((runs[log]["gpus"], confs[log].get("steps")), set()).add(loss)
+    out["loss_sequences"] = [{"gpus": n, "steps": s, "runs": sum(1 for log in losses if (runs[log]["gpus"], confs[log].get("steps")) == (n, s)),
                               "distinct": len(v)} for (n, s), v in sorted(seqs.items())]
     speedups = [r["speedup"] for g in gfigs.values() for r in g["per_gpus"] if "speedup" in r]
     if speedups:

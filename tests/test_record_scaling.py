@@ -193,6 +193,7 @@ try:
             groups={"default": {"runs": ["g1", 5]}, "bf16": {"runs": ["g4_bf16"]}})
     refused("a group's one_gpu_of that is no group", None, "one_gpu_of",
             groups={"default": {"runs": ["g1", "g2", "g4"]}, "bf16": {"runs": ["g4_bf16"], "one_gpu_of": "none"}})
+    refused("a config line without its steps", lambda d: edit(os.path.join(d, "g2.jsonl"), '"steps":14,', ''), "g2.jsonl")
     refused("a missing JSON lines file", lambda d: os.remove(os.path.join(d, "g2.jsonl")), "g2.jsonl")
 
     # profile

@@ -75,6 +75,8 @@ def _run(rec, log):
         raise ToolError(f"{jl}: its config line's run_id or git_commit is not the text log's ({m.group(1)}, {m.group(2)}): "
                         "the JSON lines of another run")
     gpus = int(card.group(2))
+    if not isinstance(config.get("steps"), int) or isinstance(config.get("steps"), bool):
+        raise ToolError(f"{jl}: its config line's steps {config.get('steps')!r} is not a whole number")
     if config.get("world_size") != gpus or config.get("gpu") != card.group(1):
         raise ToolError(f"{jl}: its config line's gpu and world_size are not the text log's ({card.group(1)} x {gpus})")
     # every loss of the JSON lines, and the text log's (printed to 4 decimals) against them
@@ -198,8 +200,8 @@ def compute(rec, meta):
     # the losses to the bit: per GPU count, over the record's runs of one step count, the distinct sequences
     seqs = {}
     for log, loss in losses.items():
-        seqs.setdefault((runs[log]["gpus"], confs[log].get("steps")), set()).add(loss)
-    out["loss_sequences"] = [{"gpus": n, "steps": s, "runs": sum(1 for log in losses if (runs[log]["gpus"], confs[log].get("steps")) == (n, s)),
+        seqs.setdefault((runs[log]["gpus"], confs[log]["steps"]), set()).add(loss)
+    out["loss_sequences"] = [{"gpus": n, "steps": s, "runs": sum(1 for log in losses if (runs[log]["gpus"], confs[log]["steps"]) == (n, s)),
                               "distinct": len(v)} for (n, s), v in sorted(seqs.items())]
     speedups = [r["speedup"] for g in gfigs.values() for r in g["per_gpus"] if "speedup" in r]
     if speedups:

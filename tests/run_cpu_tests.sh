@@ -66,6 +66,7 @@ run source-digest "$PYTHON" tests/test_source_digest.py
 run records "$PYTHON" tests/test_records.py
 run record-compare-flex "$PYTHON" tests/test_record_compare_flex.py
 run record-peer "$PYTHON" tests/test_record_peer.py
+run record-scaling "$PYTHON" tests/test_record_scaling.py
 run record-ab-campaign "$PYTHON" tests/test_record_ab_campaign.py
 run record-scripts "$PYTHON" tests/test_record_scripts.py
 run page-figures "$PYTHON" tests/test_page_figures.py

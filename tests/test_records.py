@@ -161,6 +161,34 @@ try:
         text = open(log).read()
         open(log, "w").write(text.replace(f"train_gpt {real}", "train_gpt 0123abc"))
     tool(rec)
+    # the JSON lines beside the logs: how many distinct loss sequences the completed runs hold
+    seqrec = rec.replace("2026-01-01_default_job_test", "2026-01-02_default_job_seq")
+    shutil.copytree(rec, seqrec)
+    for i in (1, 2):
+        open(os.path.join(seqrec, "logs", f"run_{i:02d}.jsonl"), "w").write(
+            '{"event":"config","run_id":"00000000000000%d"}\n{"event":"step","step":1,"train_loss":10.825841903686523}\n'
+            '{"event":"val","step":300,"val_loss":1.6519000000000001}\n' % i)
+    rc, out = tool(seqrec)
+    seqfig = json.load(open(os.path.join(seqrec, "figures.json"))) if rc == 0 else {}
+    check("runs whose JSON lines hold the same losses, to the bit: one loss sequence", seqfig.get("loss_sequences") == 1, out)
+    j2 = os.path.join(seqrec, "logs", "run_02.jsonl")
+    text2 = open(j2).read()
+    open(j2, "w").write(text2.replace("10.825841903686523", "10.825841903686524"))
+    rc, out = tool(seqrec)
+    seqfig = json.load(open(os.path.join(seqrec, "figures.json"))) if rc == 0 else {}
+    check("a loss that differs in its last digit: two sequences", seqfig.get("loss_sequences") == 2, out)
+    open(j2, "w").write(text2.replace('"run_id":"000000000000002"', '"run_id":"000000000000001"'))
+    rc, out = tool(seqrec)
+    check("JSON lines of another run are refused, naming the file", rc == 1 and "run_02.jsonl:1: not the JSON lines of run_02.txt" in out,
+          out)
+    open(j2, "w").write(text2.replace('"step":1,', '"step":1'))
+    rc, out = tool(seqrec)
+    check("a JSON line that is not JSON is refused, naming file and line", rc == 1 and "run_02.jsonl:2: not a JSON line" in out, out)
+    os.remove(j2)
+    rc, out = tool(seqrec)
+    seqfig = json.load(open(os.path.join(seqrec, "figures.json"))) if rc == 0 else {}
+    check("a completed run without JSON lines: no such figure", rc == 0 and "loss_sequences" not in seqfig, out)
+    shutil.rmtree(seqrec)
     caught("a page quoting no record", os.path.join(tmp, "results", "topic", "README.md"), "figures: 2026-01-01_default_job_test",
            "figures: 2026-01-01_nothing", "quotes record 2026-01-01_nothing")
     caught("an unknown kind", os.path.join(rec, "record.json"), "default_job", "defaultjob", "is not one of")

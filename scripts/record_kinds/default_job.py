@@ -2,9 +2,12 @@
 its output, or its --log-file, with run_*.err its standard error beside it). Figures: the card, the
 commit, runs, runs completed ("train_gpt: done"), each failure's error line, the final validation
 loss and the median step (train_gpt's summary line) of each completed run, their least and greatest,
-the peak memory.
+the peak memory; where every completed run has its JSON lines beside its log (run_*.jsonl), how many
+distinct loss sequences they hold, every training and validation loss compared as written, to the
+bit (one: the runs are deterministic).
 """
 import glob
+import json
 import os
 import re
 
@@ -18,16 +21,17 @@ def compute(rec, meta):
     logs = sorted(glob.glob(os.path.join(rec, "logs", "run_*.txt")))
     if not logs:
         raise ToolError(f"{rec}/logs: no run_*.txt log")
-    runs, commits, cards, sources = [], set(), set(), set()
+    runs, commits, cards, sources, run_ids = [], set(), set(), set(), {}
     for path in logs:
         text = read_text(path)
         lines = text.splitlines()
         # "run_id:ID train_gpt COMMIT", then " source:DIGEST" where the build stamped the source tree's digest
-        m = re.match(r"run_id:\S+ train_gpt (\S+)(?: source:([0-9a-f]{64}))?$", lines[0] if lines else "")
+        m = re.match(r"run_id:(\S+) train_gpt (\S+)(?: source:([0-9a-f]{64}))?$", lines[0] if lines else "")
         if not m:
             raise ToolError(f"{path}:1: not a train_gpt log (its first line names the run and the commit)")
-        commits.add(known_commit(m.group(1), f"{path}:1", path))
-        sources.add(m.group(2))
+        run_ids[os.path.basename(path)] = m.group(1)
+        commits.add(known_commit(m.group(2), f"{path}:1", path))
+        sources.add(m.group(3))
         card = re.search(r"^train_gpt: (.+?) x (\d+), ", text, re.M)
         if card:
             cards.add(f"{card.group(1)} x {card.group(2)}")
@@ -64,8 +68,39 @@ def compute(rec, meta):
         ms = sorted(r["median_step_ms"] for r in done)
         fig.update(final_val_loss_min=min(vl), final_val_loss_max=max(vl), median_step_ms_min=ms[0], median_step_ms_max=ms[-1],
                    median_step_ms_median=ms[len(ms) // 2], peak_mib=max(r["peak_mib"] for r in done))
+        sequences = loss_sequences(rec, done, run_ids)
+        if sequences is not None:
+            fig["loss_sequences"] = len(set(sequences))
     fig["per_run"] = runs
     return fig
+
+
+def loss_sequences(rec, done, run_ids):
+    """Each completed run's losses as its JSON lines write them (event, step, the number's text), or
+    None where a run has no JSON lines; ToolError for JSON lines that are not the run's or not JSON."""
+    out = []
+    for r in done:
+        path = os.path.join(rec, "logs", r["log"][:-4] + ".jsonl")
+        if not os.path.exists(path):
+            return None
+        seq = []
+        for n, line in enumerate(read_text(path).splitlines(), 1):
+            try:
+                j = json.loads(line, parse_float=str, parse_int=str, parse_constant=str)  # numbers kept as written
+            except ValueError:
+                raise ToolError(f"{path}:{n}: not a JSON line")
+            if not isinstance(j, dict):
+                raise ToolError(f"{path}:{n}: not a JSON object")
+            if n == 1 and (j.get("event") != "config" or j.get("run_id") != run_ids[r["log"]]):
+                raise ToolError(f"{path}:1: not the JSON lines of {r['log']} (its first line is the run's configuration, "
+                                f"run_id {run_ids[r['log']]})")
+            for key in ("train_loss", "val_loss"):
+                if key in j:
+                    seq.append((j.get("event"), j.get("step"), key, j[key]))
+        if not seq:
+            raise ToolError(f"{path}: no loss in the JSON lines of a completed run")
+        out.append(tuple(seq))
+    return out
 
 
 def table(rec_name, fig):
@@ -77,5 +112,8 @@ def table(rec_name, fig):
         rows.append(f"| median step | {fig['median_step_ms_min']} to {fig['median_step_ms_max']} ms "
                     f"(median of runs {fig['median_step_ms_median']}) |")
         rows.append(f"| peak GPU memory | {fig['peak_mib']} MiB |")
+        if "loss_sequences" in fig:
+            same = "identical to the bit" if fig["loss_sequences"] == 1 else f"{fig['loss_sequences']} distinct sequences"
+            rows.append(f"| every loss of the completed runs | {same} |")
     rows += [f"| failed | {f} |" for f in fig["failures"]]
     return "\n".join(rows) + "\n"

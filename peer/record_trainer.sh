@@ -71,7 +71,8 @@ done
 for f in --trainer:TRAINER --out:OUT --train:TRAIN --val:VAL; do
   var=${f#*:}; [ -n "${!var}" ] || { echo "$prog: ${f%%:*} is required" >&2; usage; }
 done
-[ -f "$TRAINER" ] || bad "--trainer $TRAINER: no such file"
+[ -e "$TRAINER" ] || bad "--trainer $TRAINER: no such file"
+[ -f "$TRAINER" ] || bad "--trainer $TRAINER: not a regular file"
 case "$OUT$TRAIN$VAL" in *$'\n'*) bad "--out, --train and --val must each be one line";; esac
 # the shard patterns, absolute (the trainer runs in OUT/run), each matching a file
 abs() { case "$1" in /*) echo "$1";; *) echo "$PWD/$1";; esac; }

@@ -59,6 +59,7 @@ run schedule-model "$PYTHON" tests/test_schedule_model.py
 run rank-balance "$PYTHON" tests/test_rank_balance.py
 run torch-peer "$PYTHON" tests/test_torch_peer.py ./train_gpt
 run peer-full-run "$PYTHON" tests/test_peer_full_run.py
+run record-trainer "$PYTHON" tests/test_record_trainer.py
 run standalone "$PYTHON" tests/test_standalone.py
 run layout "$PYTHON" tests/test_layout.py
 run layering "$PYTHON" tests/test_layering.py

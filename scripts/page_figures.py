@@ -27,8 +27,9 @@ from record_kinds.common import read_page, read_text  # noqa: E402
 
 PROG = "page_figures"
 # A number as a page writes it: digits with an optional fraction ("27,137" groups thousands), not
-# part of a word (H100, bf16, 5a3ed96) and not a date; "0.751x" and "2.4%" are numbers.
-NUMBER = re.compile(r"(?<![\w.,/-])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(?=[x%]?(?![\w]))")
+# part of a word (H100, bf16, 5a3ed96) and not a date; "0.751x" and "2.4%" are numbers, and both
+# ends of a range ("1.965-1.980x") are. A sign is not read: a figure is compared by its size.
+NUMBER = re.compile(r"(?<![\w.,/])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(?=[x%]?(?![\w]))")
 DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
 CODE = re.compile(r"`[^`\n]*`")
 REF = re.compile(r"`(?:results/records/)?((?:\d{4}-\d{2}-\d{2}|\*)_[A-Za-z0-9_.*?+-]+?)/?`")

@@ -162,7 +162,7 @@ try:
         open(log, "w").write(text.replace(f"train_gpt {real}", "train_gpt 0123abc"))
     tool(rec)
     # the JSON lines beside the logs: how many distinct loss sequences the completed runs hold
-    seqrec = rec.replace("2026-01-01_default_job_test", "2026-01-02_default_job_seq")
+    seqrec = rec.replace("2026-01-01_default_job_test", "2026-12-09_default_job_seq")
     shutil.copytree(rec, seqrec)
     for i in (1, 2):
         open(os.path.join(seqrec, "logs", f"run_{i:02d}.jsonl"), "w").write(
@@ -184,6 +184,14 @@ try:
     open(j2, "w").write(text2.replace('"step":1,', '"step":1'))
     rc, out = tool(seqrec)
     check("a JSON line that is not JSON is refused, naming file and line", rc == 1 and "run_02.jsonl:2: not a JSON line" in out, out)
+    open(j2, "w").write(text2)
+    early = seqrec.replace("2026-12-09_", "2026-12-08_")
+    os.rename(seqrec, early)
+    rc, out = tool(early)
+    seqfig = json.load(open(os.path.join(early, "figures.json"))) if rc == 0 else {}
+    check("a record of 2026-12-08 or before: no such figure (its figures stay those of its day)",
+          rc == 0 and "loss_sequences" not in seqfig, out)
+    os.rename(early, seqrec)
     os.remove(j2)
     rc, out = tool(seqrec)
     seqfig = json.load(open(os.path.join(seqrec, "figures.json"))) if rc == 0 else {}

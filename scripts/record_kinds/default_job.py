@@ -2,9 +2,10 @@
 its output, or its --log-file, with run_*.err its standard error beside it). Figures: the card, the
 commit, runs, runs completed ("train_gpt: done"), each failure's error line, the final validation
 loss and the median step (train_gpt's summary line) of each completed run, their least and greatest,
-the peak memory; where every completed run has its JSON lines beside its log (run_*.jsonl), how many
-distinct loss sequences they hold, every training and validation loss compared as written, to the
-bit (one: the runs are deterministic).
+the peak memory; in a record dated after 2026-12-08 (when the kind gained this figure: a record's
+figures stay those of its day), where every completed run has its JSON lines beside its log
+(run_*.jsonl), how many distinct loss sequences they hold, every training and validation loss
+compared as written, to the bit (one: the runs are deterministic).
 """
 import glob
 import json
@@ -12,9 +13,10 @@ import os
 import re
 
 from tool_errors import ToolError
-from record_kinds.common import checked_source, known_commit, number, read_text, stamp_text
+from record_kinds.common import checked_source, known_commit, number, read_text, record_date, stamp_text
 
 KIND = "default_job"
+LOSS_SEQUENCES_SINCE = "2026-12-08"  # records after this day count their distinct loss sequences
 
 
 def compute(rec, meta):
@@ -68,7 +70,7 @@ def compute(rec, meta):
         ms = sorted(r["median_step_ms"] for r in done)
         fig.update(final_val_loss_min=min(vl), final_val_loss_max=max(vl), median_step_ms_min=ms[0], median_step_ms_max=ms[-1],
                    median_step_ms_median=ms[len(ms) // 2], peak_mib=max(r["peak_mib"] for r in done))
-        sequences = loss_sequences(rec, done, run_ids)
+        sequences = loss_sequences(rec, done, run_ids) if record_date(rec) > LOSS_SEQUENCES_SINCE else None
         if sequences is not None:
             fig["loss_sequences"] = len(set(sequences))
     fig["per_run"] = runs

@@ -72,6 +72,7 @@ run record-ab-campaign "$PYTHON" tests/test_record_ab_campaign.py
 run record-scripts "$PYTHON" tests/test_record_scripts.py
 run page-figures "$PYTHON" tests/test_page_figures.py
 run log-commits "$PYTHON" tests/test_log_commits.py
+run records-frozen "$PYTHON" tests/test_records_frozen.py
 run gemm-ring-model "$PYTHON" tests/test_gemm_ring_model.py
 run hostile "$PYTHON" tests/test_hostile.py "$BUILD"
 run hostile-ab "$PYTHON" tests/test_hostile_ab.py

@@ -14,6 +14,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # other may join them.
 EDITED_BEFORE_THIS_CHECK = {
     ("2026-12-07_test_gpu_h100", "5d55330"): "command.sh: one comment line reworded; the commands and logs unchanged",
+    ("2026-11-22_ab_campaign_mask-h200x2", "ee81132"): "command.sh corrected before the record first passed CI",
+    ("2026-11-22_ab_campaign_mask-noncausal-h200", "ee81132"): "command.sh corrected before the record first passed CI",
+    ("2026-11-25_compare_flex_h200", "ee81132"): "command.sh corrected before the record first passed CI",
+    ("2026-11-28_scaling_h100x4", "ee81132"): "command.sh corrected before the record first passed CI",
+    ("2026-11-28_scaling_h200x4-3972ac1", "ee81132"): "command.sh corrected before the record first passed CI",
+    ("2026-11-28_scaling_h200x4-d0bfb4d", "ee81132"): "command.sh corrected before the record first passed CI",
 }
 
 

@@ -13,13 +13,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Edits made before this test held records to their landing, each named with what it changed; no
 # other may join them.
 EDITED_BEFORE_THIS_CHECK = {
-    ("2026-12-07_test_gpu_h100", "5d55330"): "command.sh: one comment line reworded; the commands and logs unchanged",
-    ("2026-11-22_ab_campaign_mask-h200x2", "ee81132"): "command.sh corrected before the record first passed CI",
-    ("2026-11-22_ab_campaign_mask-noncausal-h200", "ee81132"): "command.sh corrected before the record first passed CI",
-    ("2026-11-25_compare_flex_h200", "ee81132"): "command.sh corrected before the record first passed CI",
-    ("2026-11-28_scaling_h100x4", "ee81132"): "command.sh corrected before the record first passed CI",
-    ("2026-11-28_scaling_h200x4-3972ac1", "ee81132"): "command.sh corrected before the record first passed CI",
-    ("2026-11-28_scaling_h200x4-d0bfb4d", "ee81132"): "command.sh corrected before the record first passed CI",
+    ("2026-12-07_test_gpu_h100", "5d55330c4a22b0b7090b6b77caa28d9dea77e9ab"):
+        "command.sh: one comment line reworded; the commands and logs unchanged",
+    ("2026-11-22_ab_campaign_mask-h200x2", "ee811329f55598dc08d3a8d4877f6141fa27dc55"):
+        "command.sh corrected before the record first passed CI",
+    ("2026-11-22_ab_campaign_mask-noncausal-h200", "ee811329f55598dc08d3a8d4877f6141fa27dc55"):
+        "command.sh corrected before the record first passed CI",
+    ("2026-11-25_compare_flex_h200", "ee811329f55598dc08d3a8d4877f6141fa27dc55"):
+        "command.sh corrected before the record first passed CI",
+    ("2026-11-28_scaling_h100x4", "ee811329f55598dc08d3a8d4877f6141fa27dc55"):
+        "command.sh corrected before the record first passed CI",
+    ("2026-11-28_scaling_h200x4-3972ac1", "ee811329f55598dc08d3a8d4877f6141fa27dc55"):
+        "command.sh corrected before the record first passed CI",
+    ("2026-11-28_scaling_h200x4-d0bfb4d", "ee811329f55598dc08d3a8d4877f6141fa27dc55"):
+        "command.sh corrected before the record first passed CI",
 }
 
 
@@ -30,7 +37,7 @@ def git(*args):
 def edited_after_landing(path):
     """None where the record at path is as it landed, else the commits of the main line that
     changed it after, as 'landed LANDING, changed since by C1 C2 ...'."""
-    commits = git("log", "--first-parent", "--format=%h", "--", path).stdout.split()  # newest first
+    commits = git("log", "--first-parent", "--format=%H", "--", path).stdout.split()  # newest first
     if len(commits) < 2:
         return None
     landing = commits[-1]

@@ -84,15 +84,10 @@ def count(text, name, lo, hi):
     return int(text)
 
 
-def main(argv):
-    if len(argv) != 5 or argv[0] not in ("check", "table"):
-        print("usage: full_run_logs.py check|table LOG_DIR GPUS STEPS TRAIN_PATTERN", file=sys.stderr)
-        return 2
-    mode, d, train = argv[0], argv[1], argv[4]
-    gpus, steps = count(argv[2], "GPUS", 1, 65536), count(argv[3], "STEPS", 11, MAX_STEPS)
-    if os.path.lexists(d) and not os.path.isdir(d):
-        raise ToolError(f"LOG_DIR {d}: exists and is not a folder")
-    rows, bad, span_ms = [], [], {}
+def table(d, gpus, steps, train, mode="table"):
+    """(lines, notes, bad) for LOG_DIR d: the table's lines as `table` prints them, the notes it
+    prints on standard error (a run left out), and the logs of another configuration, named."""
+    rows, bad, notes, span_ms = [], [], [], {}
     for trainer in TRAINERS:
         path = os.path.join(d, f"{trainer}_g{gpus}.jsonl")
         if not os.path.lexists(path):  # not run yet; anything else there is read, and refused unless a regular file
@@ -103,40 +98,56 @@ def main(argv):
         elif mode == "table":
             r = row(ev, steps)
             if r is None:
-                print(f"peer_full_run: {path}: the run did not finish (no validation at step {steps} or no summary): "
-                      "left out", file=sys.stderr)
+                notes.append(f"{path}: the run did not finish (no validation at step {steps} or no summary): left out")
             else:
                 rows.append((trainer,) + r)
                 span_ms[trainer] = spans(ev)
+    if bad or mode == "check" or not rows:
+        return [], notes, bad
+    out = [f"{gpus} GPU(s), {steps} steps:",
+           f"{'run':<10} {'train_time s':>13} {'step_avg ms':>12} {'final val':>10} {'peak MiB':>9} {'start-up s':>11}"]
+    for name, t, avg, val, mem, start in rows:
+        out.append(f"{name:<10} {t:>13.1f} {avg:>12.2f} {val:>10.4f} {mem:>9.0f} {'-' if start is None else f'{start:.1f}':>11}")
+    if len(rows) == 2:
+        (_, t1, _, _, m1, _), (_, t2, _, _, m2, _) = rows
+        ratio = lambda x, y: f"{x / y:.3f}" if y > 0 else "n/a (0 in the peer's log)"  # noqa: E731
+        out.append(f"train_gpt / peer: train_time {ratio(t1, t2)}, peak memory {ratio(m1, m2)}")
+    names = [name for name in TRAINERS if span_ms.get(name)]
+    keys = sorted(set().union(*(span_ms[n] for n in names))) if names else []
+    if keys:
+        both = len(names) == 2
+        out.append("ms a step between validations:")
+        out.append(f"{'steps':<11}" + "".join(f" {n:>10}" for n in names) + (f" {'train_gpt / peer':>17}" if both else ""))
+        for k in keys:
+            cells = [span_ms[n].get(k) for n in names]
+            line = f"{k[0]}-{k[1]:<{10 - len(str(k[0]))}}" + "".join(f" {c:>10.2f}" if c is not None else f" {'-':>10}" for c in cells)
+            if both and None not in cells and cells[1] > 0:
+                line += f" {cells[0] / cells[1]:>17.3f}"
+            out.append(line)
+    return out, notes, bad
+
+
+def main(argv):
+    if len(argv) != 5 or argv[0] not in ("check", "table"):
+        print("usage: full_run_logs.py check|table LOG_DIR GPUS STEPS TRAIN_PATTERN", file=sys.stderr)
+        return 2
+    mode, d, train = argv[0], argv[1], argv[4]
+    gpus, steps = count(argv[2], "GPUS", 1, 65536), count(argv[3], "STEPS", 11, MAX_STEPS)
+    if os.path.lexists(d) and not os.path.isdir(d):
+        raise ToolError(f"LOG_DIR {d}: exists and is not a folder")
+    lines, notes, bad = table(d, gpus, steps, train, mode)
+    for n in notes:
+        print(f"peer_full_run: {n}", file=sys.stderr)
     for b in bad:
         print(f"peer_full_run: {b}", file=sys.stderr)
     if bad:
         return 2 if mode == "check" else 1
     if mode == "check":
         return 0
-    if not rows:
+    if not lines:
         print(f"peer_full_run: {d} holds no finished run on {gpus} GPU(s)", file=sys.stderr)
         return 1
-    print(f"{gpus} GPU(s), {steps} steps:")
-    print(f"{'run':<10} {'train_time s':>13} {'step_avg ms':>12} {'final val':>10} {'peak MiB':>9} {'start-up s':>11}")
-    for name, t, avg, val, mem, start in rows:
-        print(f"{name:<10} {t:>13.1f} {avg:>12.2f} {val:>10.4f} {mem:>9.0f} {'-' if start is None else f'{start:.1f}':>11}")
-    if len(rows) == 2:
-        (_, t1, _, _, m1, _), (_, t2, _, _, m2, _) = rows
-        ratio = lambda x, y: f"{x / y:.3f}" if y > 0 else "n/a (0 in the peer's log)"  # noqa: E731
-        print(f"train_gpt / peer: train_time {ratio(t1, t2)}, peak memory {ratio(m1, m2)}")
-    names = [name for name in TRAINERS if span_ms.get(name)]
-    keys = sorted(set().union(*(span_ms[n] for n in names))) if names else []
-    if keys:
-        both = len(names) == 2
-        print("ms a step between validations:")
-        print(f"{'steps':<11}" + "".join(f" {n:>10}" for n in names) + (f" {'train_gpt / peer':>17}" if both else ""))
-        for k in keys:
-            cells = [span_ms[n].get(k) for n in names]
-            line = f"{k[0]}-{k[1]:<{10 - len(str(k[0]))}}" + "".join(f" {c:>10.2f}" if c is not None else f" {'-':>10}" for c in cells)
-            if both and None not in cells and cells[1] > 0:
-                line += f" {cells[0] / cells[1]:>17.3f}"
-            print(line)
+    print("\n".join(lines))
     return 0
 
 

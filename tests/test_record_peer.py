@@ -274,6 +274,19 @@ try:
     rc, out = tool(rec)
     check("a peer with an empty commit is taken on the record's provenance", rc == 0
           and json.load(open(os.path.join(rec, "figures.json")))["commit"] == "cebc219", out)
+
+    # a record after the build began stamping its source digest: train_gpt's logs name it, and it is kept
+    late = make_compare(tmp, name="2026-12-09_peer_compare_src", counts=(1,))
+    for n in ("train_gpt_1", "train_gpt_2"):
+        path = os.path.join(late, "logs", n + ".txt")
+        lines = open(path).read().split("\n")
+        open(path, "w").write("\n".join([lines[0] + " source:" + "ab" * 32] + lines[1:]))
+    rc, out = tool(late)
+    check("a later record whose train_gpt logs name their source digest: taken, the digest kept", rc == 0
+          and json.load(open(os.path.join(late, "figures.json"))).get("source") == "ab" * 32, out)
+    edit(os.path.join(late, "logs", "train_gpt_2.txt"), " source:" + "ab" * 32, "")
+    rc, out = tool(late)
+    check("a later record with a train_gpt log that names no digest: refused", rc == 1 and "source digests" in out, out)
 finally:
     shutil.rmtree(tmp)
 finish("record-peer")

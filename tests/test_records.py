@@ -370,6 +370,8 @@ try:
         shutil.copy2(os.path.join(ROOT, "scripts", f), os.path.join(tmp, "scripts", f))
     shutil.copytree(os.path.join(ROOT, "scripts", "record_kinds"), os.path.join(tmp, "scripts", "record_kinds"),
                     ignore=shutil.ignore_patterns("__pycache__"))
+    os.makedirs(os.path.join(tmp, "peer"))  # (a record kind reads peer/full_run_logs.py's table)
+    shutil.copy2(os.path.join(ROOT, "peer", "full_run_logs.py"), os.path.join(tmp, "peer", "full_run_logs.py"))
     fake = os.path.join(tmp, "fake_bench")
     open(fake, "w").write("#!/bin/sh\necho \"$*\" >> %s.args\ncat <<'END'\n%sEND\n" % (fake, BENCH.format(commit=head, source="0d" * 32, r=5)))
     os.chmod(fake, 0o755)

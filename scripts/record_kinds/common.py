@@ -47,8 +47,9 @@ def checked_commit(commit, where):
     return commit
 
 
-# The build stamps a digest of the source tree (build/version.cpp) into every binary's first line
-# since this day; a record dated before it names the commit alone, and says so on its pages.
+# The build stamps a digest of the source tree (build/version.cpp) into every binary's first line;
+# it began on this day, so a record dated up to it may name the commit alone (its pages say so),
+# and a later one must name the digest.
 SOURCE_DIGEST_SINCE = "2026-12-07"
 
 
@@ -93,6 +94,17 @@ def known_commit(commit, where, path):
     if r.returncode != 0:
         raise ToolError(f"{where}: commit {commit} is not a commit of this repository: a record names code that exists")
     return commit
+
+
+def train_gpt_stamp(path, lines):
+    """(run id, commit, source digest or None) of a train_gpt log's first line, 'run_id:ID train_gpt
+    COMMIT' then ' source:DIGEST' where the build stamped the source tree's digest; the commit
+    checked (known_commit). ToolError naming the file where the line is not that."""
+    m = re.fullmatch(r"run_id:(\S+) train_gpt (\S+)(?: source:([0-9a-f]{64}))?", lines[0] if lines else "")
+    if not m:
+        raise ToolError(f"{path}:1: not a train_gpt log (its first line names the run, the commit and, since "
+                        f"{SOURCE_DIGEST_SINCE}, the build's source digest)")
+    return m.group(1), known_commit(m.group(2), f"{path}:1", path), m.group(3)
 
 
 def stamp_text(fig):

@@ -13,7 +13,7 @@ import os
 import re
 
 from tool_errors import ToolError
-from record_kinds.common import checked_source, known_commit, number, read_text, record_date, stamp_text
+from record_kinds.common import checked_source, number, read_text, record_date, stamp_text, train_gpt_stamp
 
 KIND = "default_job"
 LOSS_SEQUENCES_SINCE = "2026-12-08"  # records after this day count their distinct loss sequences
@@ -27,13 +27,10 @@ def compute(rec, meta):
     for path in logs:
         text = read_text(path)
         lines = text.splitlines()
-        # "run_id:ID train_gpt COMMIT", then " source:DIGEST" where the build stamped the source tree's digest
-        m = re.match(r"run_id:(\S+) train_gpt (\S+)(?: source:([0-9a-f]{64}))?$", lines[0] if lines else "")
-        if not m:
-            raise ToolError(f"{path}:1: not a train_gpt log (its first line names the run and the commit)")
-        run_ids[os.path.basename(path)] = m.group(1)
-        commits.add(known_commit(m.group(2), f"{path}:1", path))
-        sources.add(m.group(3))
+        run_id, commit, source = train_gpt_stamp(path, lines)
+        run_ids[os.path.basename(path)] = run_id
+        commits.add(commit)
+        sources.add(source)
         card = re.search(r"^train_gpt: (.+?) x (\d+), ", text, re.M)
         if card:
             cards.add(f"{card.group(1)} x {card.group(2)}")

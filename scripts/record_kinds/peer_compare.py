@@ -126,7 +126,7 @@ def compute(rec, meta):
                             "peer": round(one["peer_ms"] / g["peer_ms"], 6)}
     c = first["config"]
     fig = {"kind": KIND, "card": card, "commit": commit, "provenance": prov}
-    source = checked_source(rec, [None], f"{rec}/logs")  # these logs name no source digest; a later record is refused
+    source = checked_source(rec, [r["source"] for r in runs_all if r["trainer"] == "train_gpt"], f"{rec}/logs")
     if source:
         fig["source"] = source
     fig.update(steps=c["steps"], window_blocks=c.get("window_blocks"), train_data=c.get("train_data"), gpus=counts,

@@ -15,42 +15,23 @@ do not go up, and a summary.txt that is not what peer/full_run_logs.py prints fr
 import glob
 import os
 import re
+import sys
 
 from tool_errors import ToolError, field
 from record_kinds.common import checked_source, read_text, stamp_text
 from record_kinds.peer_logs import MAX_MIB, one_code, provenance, read_run
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "peer"))
+import full_run_logs  # noqa: E402  (peer/full_run_logs.py: the table the record's summary.txt must be)
+
 KIND = "peer_full_run"
 
 
 def _spans(run):
-    """[(first step, last step, ms a step)] between validations after step 10, from their train_time."""
-    out, prev_step, prev_ms = [], 10, 0.0
-    for where, s, t in run["vals"]:
-        if s > 10:
-            if s <= prev_step or t < prev_ms:
-                raise ToolError(f"{where}: step {s} at train_time_ms {t:g}, after step {prev_step} at {prev_ms:g}: "
-                                "the validations' steps and times must go up")
-            out.append((prev_step + 1, s, (t - prev_ms) / (s - prev_step)))
-            prev_step, prev_ms = s, t
-    return out
-
-
-def _summary_text(gpus, steps, rows, spans):
-    """What peer/full_run_logs.py's table prints for these two runs (its own formats)."""
-    out = [f"{gpus} GPU(s), {steps} steps:",
-           f"{'run':<10} {'train_time s':>13} {'step_avg ms':>12} {'final val':>10} {'peak MiB':>9} {'start-up s':>11}"]
-    for name, r in rows.items():
-        out.append(f"{name:<10} {r['train_time_s']:>13.1f} {r['step_avg_ms']:>12.2f} {r['final_val_loss']:>10.4f} "
-                   f"{r['peak_mib']:>9.0f} {r['startup_s']:>11.1f}")
-    t, p = rows["train_gpt"], rows["peer"]
-    out.append(f"train_gpt / peer: train_time {t['train_time_s'] / p['train_time_s']:.3f}, peak memory "
-               f"{t['peak_mib'] / p['peak_mib']:.3f}")
-    out.append("ms a step between validations:")
-    out.append(f"{'steps':<11} {'train_gpt':>10} {'peer':>10} {'train_gpt / peer':>17}")
-    for a, b, ms_t, ms_p in spans:
-        out.append(f"{a}-{b:<{10 - len(str(a))}} {ms_t:>10.2f} {ms_p:>10.2f} {ms_t / ms_p:>17.3f}")
-    return out
+    """[(first step, last step, ms a step)] between validations after step 10, as
+    peer/full_run_logs.py computes them (its spans)."""
+    events = [{"event": "val", "step": st, "train_time_ms": t, "where": where} for where, st, t in run["vals"]]
+    return [(a, b, ms) for (a, b), ms in sorted(full_run_logs.spans(events).items())]
 
 
 def compute(rec, meta):
@@ -90,7 +71,9 @@ def compute(rec, meta):
     spans = [(a, b, mt, mp) for (a, b, mt), (_, _, mp) in zip(st, sp)]
     spath = os.path.join(rec, "logs", "summary.txt")
     have = read_text(spath, "summary").rstrip("\n").split("\n")
-    want = _summary_text(gpus, steps, rows, spans)
+    want, notes, bad = full_run_logs.table(os.path.join(rec, "logs"), gpus, steps, t["config"].get("train_data"))
+    if bad or notes or not want:
+        raise ToolError(f"{rec}/logs: peer/full_run_logs.py tables no two finished runs here: {'; '.join(bad + notes)}")
     for i in range(max(len(have), len(want))):
         h = have[i] if i < len(have) else "(nothing)"
         w = want[i] if i < len(want) else "(nothing)"
@@ -99,7 +82,7 @@ def compute(rec, meta):
     fig = {"kind": KIND, "card": card, "gpus": gpus, "steps": steps, "train_data": t["config"].get("train_data"),
            "val_tokens": t["config"].get("val_tokens"),
            "commit": commit, "provenance": prov}
-    source = checked_source(rec, [None], f"{rec}/logs")  # these logs name no source digest; a later record is refused
+    source = checked_source(rec, [runs["train_gpt"]["source"]], f"{rec}/logs")
     if source:
         fig["source"] = source
     tr, pr = rows["train_gpt"], rows["peer"]

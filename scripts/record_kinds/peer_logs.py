@@ -14,7 +14,7 @@ import os
 import re
 
 from tool_errors import ToolError, field, read_json_lines
-from record_kinds.common import known_commit, read_text
+from record_kinds.common import known_commit, read_text, train_gpt_stamp
 
 MAX_MS = 1e10     # a train_time above this (about 115 days) is no measurement
 MAX_MIB = 1e7     # GPU memory, MiB
@@ -106,20 +106,18 @@ def read_run(rec, name, trainer):
     prog = TRAINERS[trainer]
     first = lines[0] if lines else ""
     if trainer == "train_gpt":
-        m = re.fullmatch(r"run_id:(\S+) train_gpt (\S+)", first)
-        if not m:
-            raise ToolError(f"{tpath}:1: not a train_gpt log (its first line names the run and the commit)")
-        if m.group(2) != commit:
-            raise ToolError(f"{tpath}:1: commit {m.group(2)!r} where its JSON lines name {commit!r}")
-        known_commit(commit, f"{tpath}:1", tpath)
+        text_run_id, text_commit, source = train_gpt_stamp(tpath, lines)
+        if text_commit != commit:
+            raise ToolError(f"{tpath}:1: commit {text_commit!r} where its JSON lines name {commit!r}")
     else:
         m = re.fullmatch(r"run_id:(\S+) torch_peer", first)
         if not m:
             raise ToolError(f"{tpath}:1: not the peer's log (its first line is run_id:ID torch_peer)")
+        text_run_id, source = m.group(1), None
         if commit:
             known_commit(commit, f"{cwhere} (git_commit)", jpath)
-    if m.group(1) != run_id:
-        raise ToolError(f"{tpath}:1: run id {m.group(1)} where its JSON lines name {run_id}: not one run's logs")
+    if text_run_id != run_id:
+        raise ToolError(f"{tpath}:1: run id {text_run_id} where its JSON lines name {run_id}: not one run's logs")
     if trainer == "train_gpt":
         n, h = _line(tpath, lines, r"train_gpt: (.+?) x (\d+), .*", "card")
         tcard, tgpus = h.group(1), int(h.group(2))
@@ -147,7 +145,7 @@ def read_run(rec, name, trainer):
     _agree(tpath, n, "the last validation loss", h.group(1), last_loss, 4)
     _agree(tpath, n, "the last validation's train_time", h.group(2), last_ms, 0)
     vals = [(w, field(e, "step", w, int, 0, MAX_STEPS), field(e, "train_time_ms", w, float, 0, MAX_MS)) for w, e in vals]
-    return {"trainer": trainer, "name": name, "config": conf, "config_where": cwhere, "commit": commit, "vals": vals,
+    return {"trainer": trainer, "name": name, "config": conf, "config_where": cwhere, "commit": commit, "source": source, "vals": vals,
             "card": card, "gpus": gpus, "peak_mib": peak, "startup_s": startup, "steps": steps, "total_steps": total,
             "last_ms": last_ms, "last_loss": last_loss, "summary": summ, "jsonl": jpath}
 

@@ -9,7 +9,7 @@ import os
 import re
 
 from tool_errors import ToolError
-from record_kinds.common import checked_source, known_commit, number, read_text, stamp_text
+from record_kinds.common import checked_source, number, read_text, stamp_text, train_gpt_stamp
 
 KIND = "profile"
 HEAD = re.compile(r"^profile: GPU time per step by category, over (\d+) steps$")
@@ -48,16 +48,13 @@ def category_table(path, lines):
 def _log(path):
     text = read_text(path)
     lines = text.splitlines()
-    m = re.match(r"run_id:\S+ train_gpt (\S+)(?: source:([0-9a-f]{64}))?$", lines[0] if lines else "")
-    if not m:
-        raise ToolError(f"{path}:1: not a train_gpt log (its first line names the run and the commit)")
-    commit = known_commit(m.group(1), f"{path}:1", path)
+    _, commit, source = train_gpt_stamp(path, lines)
     card = re.search(r"^train_gpt: (.+?) x (\d+), ", text, re.M)
     if not card:
         raise ToolError(f"{path}: no 'train_gpt: CARD x N, ...' line (the card and the GPU count)")
     steps, cats, total = category_table(path, lines)
     fig = {"log": os.path.basename(path), "gpus": int(card.group(2)), "profiled_steps": steps, "categories": cats, "total_ms": total}
-    return fig, commit, card.group(1), m.group(2)
+    return fig, commit, card.group(1), source
 
 
 def compute(rec, meta):

@@ -22,7 +22,7 @@ import re
 
 from tool_errors import ToolError
 from record_kinds.profile import category_table
-from record_kinds.common import checked_source, known_commit, number, read_text, stamp_text
+from record_kinds.common import checked_source, number, read_text, stamp_text, train_gpt_stamp
 
 KIND = "scaling"
 # the config fields that name a run rather than its configuration
@@ -53,10 +53,7 @@ def _run(rec, log):
     txt, jl = os.path.join(rec, "logs", log + ".txt"), os.path.join(rec, "logs", log + ".jsonl")
     text = read_text(txt)
     lines = text.splitlines()
-    m = re.match(r"run_id:(\S+) train_gpt (\S+)(?: source:([0-9a-f]{64}))?$", lines[0] if lines else "")
-    if not m:
-        raise ToolError(f"{txt}:1: not a train_gpt log (its first line names the run and the commit)")
-    commit = known_commit(m.group(2), f"{txt}:1", txt)
+    run_id, commit, source = train_gpt_stamp(txt, lines)
     card = re.search(r"^train_gpt: (.+?) x (\d+), ", text, re.M)
     if not card:
         raise ToolError(f"{txt}: no 'train_gpt: CARD x N, ...' line (the card and the GPU count)")
@@ -71,8 +68,8 @@ def _run(rec, log):
     if len(configs) != 1 or len(summaries) != 1:
         raise ToolError(f"{jl}: {len(configs)} config and {len(summaries)} summary lines (one of each is a whole run)")
     config = configs[0]
-    if config.get("run_id") != m.group(1) or config.get("git_commit") != m.group(2):
-        raise ToolError(f"{jl}: its config line's run_id or git_commit is not the text log's ({m.group(1)}, {m.group(2)}): "
+    if config.get("run_id") != run_id or config.get("git_commit") != commit:
+        raise ToolError(f"{jl}: its config line's run_id or git_commit is not the text log's ({run_id}, {commit}): "
                         "the JSON lines of another run")
     gpus = int(card.group(2))
     if not isinstance(config.get("steps"), int) or isinstance(config.get("steps"), bool):
@@ -128,7 +125,7 @@ def _run(rec, log):
         steps, cats, total = category_table(txt, lines)
         fig["profiled"] = True
         fig["profile"] = {"profiled_steps": steps, "categories": cats, "total_ms": total}
-    return fig, conf, commit, card.group(1), m.group(3), tuple(losses)
+    return fig, conf, commit, card.group(1), source, tuple(losses)
 
 
 def compute(rec, meta):

@@ -33,7 +33,7 @@ struct Config {
   bool value_embeds_repeated = false;  // the last value_embeds layers use tables 0, 1, ... (else L - 1 - i)
   std::vector<int> no_attention;       // layers whose block is its MLP alone (no attention, no Wq..Wo)
   std::vector<int> short_window;       // layers whose window is half the mask's (floor, at least 1)
-  double init_bound = 1.0;             // Wq, Wk, Wv, Wfc uniform in +-init_bound / sqrt(fan_in)
+  double init_bound = 1.0;             // linear weights uniform in +-init_bound / sqrt(fan_in) (init_values)
   double attn_scale = 0;               // the attention logits' scale; 0: 1 / sqrt(head_dim)
   int gate_dims = 0;                   // attention gate: head h's output times sigmoid(h[:gate_dims] . W_gate[:, h]); 0: none
   bool rotary_half = false;            // half-truncated rotary: D/4 frequencies base^(-j/(D/4 - 1)), then D/4 of zero

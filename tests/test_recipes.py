@@ -123,7 +123,7 @@ for preset, name in (("default", "default"), ("tiny", "tiny"), ("speedrun", "202
     check(f"recipes/{name}.toml read by tomllib = the binary's values", rc == 0 and tomllib.loads(out) == want,
           f"{want}\n---\n{out}")
 # the 2025-08-23 recipe: a run is refused before any GPU work (exit 2), naming each key whose
-# value the GPU trainer does not compute yet (docs/recipes.md, "The 2025-08-23 recipe"), and no
+# value the GPU trainer does not compute (docs/recipes.md, "The 2025-08-23 recipe"), and no
 # schedule's key (model::Schedule, which it runs)
 LATER = os.path.join(ROOT, "recipes", "2025-08-23.toml")
 UNIMPLEMENTED = ["model.value_embeds", "model.value_embed_layers", "model.skip_attention", "model.init_bound", "model.logit_softcap",

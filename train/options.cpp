@@ -197,7 +197,7 @@ std::vector<Row> table(Options& o) {
       text("--preset", o.preset, log,
            "a shipped recipe (recipes/NAME.toml, built into the binary): default (a short run on GCIDE), tiny, 2024-12-10 "
            "(the speedrun record: docs/model.md), speedrun (the same), 2025-08-23 (a later record, whose model the GPU trainer "
-           "does not compute yet: docs/recipes.md); the flags override its values"),
+           "does not compute: docs/recipes.md); the flags override its values"),
       text("--recipe", o.recipe, log, "a recipe file (TOML: docs/recipes.md) instead of --preset; the flags override its values"),
       flag("--print-recipe", o.print_recipe, local, "print the resolved recipe (the recipe, then the flags) as TOML and exit; needs no GPU"),
       flag("--print-schema", o.print_schema, local,
@@ -601,14 +601,14 @@ int parse_options(int argc, char** argv, int world, int rank, Options* o, std::s
     if (rank == 0) std::fputs((schema_json() + "\n").c_str(), stdout);
     return 0;
   }
-  // a run of a model the GPU trainer does not compute yet is refused here, before any GPU
+  // a run of a model the GPU trainer does not compute is refused here, before any GPU
   // work, rather than run as another model (--check-data reads the shards alone)
   const std::vector<std::string> missing = o->check_data ? std::vector<std::string>() : unimplemented_on_gpu(*o);
   if (!missing.empty()) {
     std::string list;
     for (const std::string& m : missing) list += (list.empty() ? "" : ", ") + m;
-    *refusal = std::string(world > 1 ? "" : "train_gpt: ") + "the GPU trainer does not implement these recipe values yet: " + list +
-               " (docs/recipes.md, \"The 2025-08-23 recipe\"; each key's neutral value there is today's model)\n";
+    *refusal = std::string(world > 1 ? "" : "train_gpt: ") + "the GPU trainer does not implement these recipe values: " + list +
+               " (docs/recipes.md, \"The 2025-08-23 recipe\"; each key's neutral value there is the model it computes)\n";
     return 2;
   }
   return -1;
@@ -654,7 +654,7 @@ void set_model_keys(const Options& o, model::Config* cfg) {
 }
 
 std::vector<std::string> unimplemented_on_gpu(const Options& o) {
-  // what the GPU trainer computes today: each key at its neutral value, or at a value that
+  // what the GPU trainer computes: each key at its neutral value, or at a value that
   // gives the same model (value_embeds = layers / 2 mirrored; a long-window list of every
   // layer; validation sequences of seq_len). The schedules' keys are model::Schedule's, which
   // it runs. The FP8 head's scales matter only with head_fp8 1.

@@ -99,7 +99,7 @@ model::Schedule schedule(const Options& o);
 // checked: every layer a list names exists.
 void set_model_keys(const Options& o, model::Config* cfg);
 
-// The recipe keys whose values the GPU trainer does not implement yet, each as "key = value"
+// The recipe keys whose values the GPU trainer does not implement, each as "key = value"
 // (empty when it implements every value given). parse_options refuses a run (not --print-recipe,
 // --print-schema, --help or --check-data) that names any, before any GPU work.
 std::vector<std::string> unimplemented_on_gpu(const Options& o);

@@ -64,7 +64,7 @@ static std::vector<uint16_t> mixed_documents(std::mt19937& rng, size_t n) {
   return t;
 }
 
-// The record's loader (modded-nanogpt's distributed_data_generator with align_to_bos, 2025-08-23),
+// The record's loader (modded-nanogpt's distributed_data_generator with align_to_bos, the SparseAttnGate record's),
 // transcribed: the start of the sequence rank `rank` of `world` ranks reads at each step, as
 // (shard, position), for as many steps as the shards give (its file iterator does not cycle).
 static std::vector<std::pair<size_t, size_t>> record_loader(const std::vector<std::vector<uint16_t>>& shards, int seq_len, int world, int rank) {

@@ -45,7 +45,7 @@ CPU_TESTS := $(BUILD)/tests/test_data $(BUILD)/tests/test_attention_cpu $(BUILD)
              $(BUILD)/tests/test_optimizer_cpu $(BUILD)/tests/test_loader_log $(BUILD)/tests/test_checkpoint \
              $(BUILD)/tests/test_dist $(BUILD)/tests/test_ready_point $(BUILD)/tests/test_exchange_windows \
              $(BUILD)/tests/test_shard_plan $(BUILD)/tests/test_hand_out $(BUILD)/tests/test_recipes \
-             $(BUILD)/tests/test_target_leak $(BUILD)/tests/test_fp8
+             $(BUILD)/tests/test_target_leak $(BUILD)/tests/test_fp8 $(BUILD)/tests/test_bos_loader
 MODEL_OBJS := $(BUILD)/model/config.o $(BUILD)/model/batch.o
 # the options and the shipped recipes built into the binary (recipes/*.toml)
 OPTIONS_OBJS := $(BUILD)/train/options.o $(BUILD)/recipes.o
@@ -150,6 +150,11 @@ $(BUILD)/tests/test_loader_log: $(BUILD)/tests/test_loader_log.o $(BUILD)/data/d
 
 $(BUILD)/tests/test_recipes: $(BUILD)/tests/test_recipes.o $(OPTIONS_OBJS) $(MODEL_OBJS)
 	$(CXX) -fopenmp $^ -o $@
+
+# the training loader as the trainer builds it (train::Data), with and without BOS alignment
+$(BUILD)/tests/test_bos_loader: $(BUILD)/tests/test_bos_loader.o $(BUILD)/data/dataloader.o $(BUILD)/train/run_data.o $(BUILD)/train/run_config.o \
+	$(BUILD)/train/data_check.o $(BUILD)/train/checkpoint.o $(OPTIONS_OBJS) $(MODEL_OBJS)
+	$(CXX) -fopenmp $^ -o $@ $(CRYPTO_LIBS)
 
 # the FP8 reference against CUDA's host conversions (<cuda_fp8.h>, header-only on the host: no
 # CUDA library is linked and no GPU is needed); -isystem keeps the header's warnings out

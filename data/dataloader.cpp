@@ -7,29 +7,59 @@
 #include <map>
 
 #include "common/sha256.h"
+#include "data/bos_align.h"
 #include "data/manifest.h"
 
 namespace data {
 
-TokenStream::TokenStream(std::vector<std::string> files, int seq_len, int vocab_size, bool cycle)
-    : files_(std::move(files)), seq_len_(seq_len), vocab_(vocab_size), cycle_(cycle) {
+// The first tokens of a shard's BOS-aligned sequences (data/bos_align.h's steps, in order), or a
+// ShardError naming the shard when it cannot give them.
+static std::vector<uint32_t> bos_starts(const std::string& f, const std::vector<uint16_t>& tokens, int seq_len, int seqs_per_step) {
+  const size_t window = 2 * (size_t)seqs_per_step * (size_t)seq_len;
+  const std::string rule = "batch.align_to_bos 1: each window of 2 x " + std::to_string(seqs_per_step) + " x " + std::to_string(seq_len) +
+                           " = " + std::to_string(window) + " tokens gives a step's " + std::to_string(seqs_per_step) +
+                           " sequences, each from a BOS token to the first BOS token " + std::to_string(seq_len) + " or more tokens on";
+  if (tokens.size() < window + 2)
+    throw shard::ShardError(f + ": " + std::to_string(tokens.size()) + " tokens, fewer than the " + std::to_string(window + 2) +
+                            " of one BOS-aligned step (" + rule + ")");
+  std::vector<std::vector<size_t>> steps;
+  std::string why;
+  if (!bos_aligned_steps(tokens.data(), tokens.size(), seq_len, seqs_per_step, &steps, &why))
+    throw shard::ShardError(f + ": " + why + " (positions in this shard; " + rule +
+                            "): a stretch without BOS tokens, or documents too long for the window");
+  std::vector<uint32_t> out;
+  out.reserve(steps.size() * seqs_per_step);
+  for (const auto& step : steps)
+    for (size_t start : step) out.push_back((uint32_t)start);  // (< 2^31: a shard's count is an int32)
+  return out;
+}
+
+TokenStream::TokenStream(std::vector<std::string> files, int seq_len, int vocab_size, bool cycle, int bos_seqs_per_step)
+    : files_(std::move(files)), seq_len_(seq_len), vocab_(vocab_size), cycle_(cycle), bos_(bos_seqs_per_step) {
   if (seq_len < 1) throw shard::ShardError("sequence length must be positive");
+  if (bos_seqs_per_step < 0) throw shard::ShardError("BOS-aligned sequences per step must not be negative");
   prefix_.push_back(0);
   std::map<std::string, std::map<std::string, std::string>> listed;  // folder -> file -> its manifest's SHA-256
   sha256::Hasher stream;
   for (auto& f : files_) {
-    FILE* fp = shard::open(f);
     size_t n;
     std::string digest;
-    try {
-      n = shard::read_header(fp, f);
-      std::rewind(fp);
-      if (!sha256::hex_of_rest(fp, &digest)) throw shard::ShardError(f + ": read failed");
-    } catch (...) {
+    std::vector<uint16_t> tokens;  // BOS-aligned: the shard whole, for its chain
+    if (bos_) {
+      tokens = shard::read_shard(f, vocab_, nullptr, &digest);  // (the digest of the file's bytes, as below)
+      n = tokens.size();
+    } else {
+      FILE* fp = shard::open(f);
+      try {
+        n = shard::read_header(fp, f);
+        std::rewind(fp);
+        if (!sha256::hex_of_rest(fp, &digest)) throw shard::ShardError(f + ": read failed");
+      } catch (...) {
+        std::fclose(fp);
+        throw;
+      }
       std::fclose(fp);
-      throw;
     }
-    std::fclose(fp);
     const std::string dir = manifest::dir_of(f);
     if (!listed.count(dir)) {
       std::vector<manifest::Entry> entries;
@@ -45,7 +75,12 @@ TokenStream::TokenStream(std::vector<std::string> files, int seq_len, int vocab_
     digests_.push_back(digest);
     stream.update(digest + "\n");
     tokens_at_start_.push_back(n);
-    prefix_.push_back(prefix_.back() + (n >= (size_t)seq_len + 1 ? (n - 1) / seq_len : 0));
+    if (bos_) {
+      starts_.push_back(bos_starts(f, tokens, seq_len, bos_));
+      prefix_.push_back(prefix_.back() + starts_.back().size());
+    } else {
+      prefix_.push_back(prefix_.back() + (n >= (size_t)seq_len + 1 ? (n - 1) / seq_len : 0));
+    }
   }
   digest_ = stream.hex();
   if (prefix_.back() == 0)
@@ -81,7 +116,7 @@ void TokenStream::sequence(uint64_t k, uint16_t* out) {
   }
   const int file = (int)(std::upper_bound(prefix_.begin(), prefix_.end(), k) - prefix_.begin()) - 1;
   if (file != loaded_) load(file);
-  const uint64_t start = (k - prefix_[file]) * (uint64_t)seq_len_;
+  const uint64_t start = bos_ ? (uint64_t)starts_[file][k - prefix_[file]] : (k - prefix_[file]) * (uint64_t)seq_len_;
   if (start + (uint64_t)seq_len_ + 1 > tokens_.size())  // cannot happen after load()'s check; never read past the shard
     throw shard::ShardError(files_[file] + ": sequence " + std::to_string(k) + " lies past the shard's " +
                             std::to_string(tokens_.size()) + " tokens");

@@ -47,6 +47,7 @@ if command -v mpirun >/dev/null; then  # three processes on this machine, as roo
     mpirun -np 3 "$BUILD/tests/test_dist"
 fi
 run loader-log env PYTHON="$PYTHON" "$BUILD/tests/test_loader_log"
+run bos-loader "$BUILD/tests/test_bos_loader"
 run recipes "$BUILD/tests/test_recipes"
 run tokenizer "$PYTHON" tests/test_tokenizer.py "$BUILD" "$VOCAB_DIR" "$GCIDE_DIR"
 run cli "$PYTHON" tests/test_cli.py "$BUILD" "$VOCAB_DIR"

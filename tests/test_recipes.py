@@ -9,6 +9,7 @@ files read as TOML by another reader (Python's tomllib) hold the values the bina
 """
 import os
 import re
+import struct
 import subprocess
 import sys
 import tempfile
@@ -128,14 +129,15 @@ for preset, name in (("default", "default"), ("tiny", "tiny"), ("speedrun", "202
 LATER = os.path.join(ROOT, "recipes", "2025-08-23.toml")
 UNIMPLEMENTED = ["model.value_embeds", "model.value_embed_layers", "model.skip_attention", "model.init_bound", "model.logit_softcap",
                  "model.head_fp8", "attention.scale", "attention.gate_dims", "attention.rotary", "attention.rotary_base",
-                 "attention.long_window_layers", "batch.align_to_bos", "batch.loss_reduction", "optimizer.adam.eps_form",
+                 "attention.long_window_layers", "batch.loss_reduction", "optimizer.adam.eps_form",
                  "optimizer.muon.fan_scale", "validation.seq_len"]
 for flags in (["--recipe", LATER], ["--preset", "2025-08-23", "--steps", "3"]):
     rc, out, err = run(*flags, cwd=TMP)
     named = [k for k in UNIMPLEMENTED if k + " = " in err]
-    check(f"{' '.join(flags[:2])}: exit 2 naming the {len(UNIMPLEMENTED)} keys the GPU trainer lacks, no schedule's key, no traceback",
-          rc == 2 and len(named) == len(UNIMPLEMENTED) and "schedule." not in err and "Traceback" not in err
-          and "terminate" not in err, f"exit {rc}, named {len(named)}: {err}")
+    check(f"{' '.join(flags[:2])}: exit 2 naming the {len(UNIMPLEMENTED)} keys the GPU trainer lacks, no schedule's key, not "
+          "batch.align_to_bos (the host's loader runs it), no traceback",
+          rc == 2 and len(named) == len(UNIMPLEMENTED) and "schedule." not in err and "batch.align_to_bos" not in err
+          and "Traceback" not in err and "terminate" not in err, f"exit {rc}, named {len(named)}: {err}")
 # one of those keys over the 2024-12-10 recipe: refused naming it alone
 path = recipe_with("gate.toml", lambda t: t.replace("gate_dims = 0", "gate_dims = 12"))
 rc, out, err = run("--recipe", path, cwd=TMP)
@@ -143,6 +145,20 @@ check("attention.gate_dims = 12 over 2024-12-10: exit 2 naming it alone", rc == 
       and sum(k + " = " in err for k in UNIMPLEMENTED) == 1, f"exit {rc}: {err}")
 rc, out, err = run("--recipe", path, "--print-recipe", cwd=TMP)
 check("... and --print-recipe of it still prints", rc == 0 and tomllib.loads(out)["attention"]["gate_dims"] == 12, out + err)
+
+# batch.align_to_bos = 1 at the record's seq_len 49152 over 2024-12-10: not refused by the
+# options; the run reaches the training shards, and one without a BOS token is refused there
+# (exit 1, before any GPU work), naming it and its first window of 2 x 8 x 49152 tokens
+path = recipe_with("aligned.toml", lambda t: t.replace("align_to_bos = 0", "align_to_bos = 1").replace("seq_len = 65536", "seq_len = 49152"))
+no_bos = os.path.join(TMP, "no_bos_000000.bin")
+with open(no_bos, "wb") as f:
+    n = 800000  # more than the 786,434 tokens of one step's window
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(struct.pack(f"<{n}H", *([7] * n)))
+rc, out, err = run("--recipe", path, "--train-data", no_bos, "--val-data", os.path.join(TMP, "none_*.bin"), cwd=TMP)
+check("align_to_bos = 1, seq_len 49152: a training shard without a BOS token is refused naming it (exit 1), no key refused",
+      rc == 1 and "no_bos_000000.bin" in err and "step 0: the window [0, 786432) holds BOS tokens for 0 of its 8 sequences" in err
+      and "implement" not in err and "Traceback" not in err and "terminate" not in err, f"exit {rc}: {err}")
 
 rc, out, err = run(cwd=TMP)
 check("no flag at all: the default recipe (no refusal before the data)", "recipe" not in err and "preset" not in err, err)

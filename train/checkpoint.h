@@ -8,7 +8,9 @@
 // Version 1 had no data field: it reads with data empty, which a resume refuses (the data it was
 // made on cannot be known).
 // Blobs are fp32 arrays (master weights, Adam moments, Muon momentum). The data position is the
-// step (the loader needs nothing else) and training draws no random numbers after the start.
+// step (the loader needs nothing else: with batch.align_to_bos too, whose positions follow from
+// the data, pinned by its digests, and the options in the fingerprint) and training draws no
+// random numbers after the start.
 // Reading checks the magic, version, sizes and checksum, and every number against its range (the
 // step 0 to 2^31 - 1, adam_steps equal to it, at most 64 blobs of named, distinct names, floats
 // finite and Adam's second moments not negative), and names the file and field in every error;

@@ -657,7 +657,9 @@ std::vector<std::string> unimplemented_on_gpu(const Options& o) {
   // what the GPU trainer computes: each key at its neutral value, or at a value that
   // gives the same model (value_embeds = layers / 2 mirrored; a long-window list of every
   // layer; validation sequences of seq_len). The schedules' keys are model::Schedule's, which
-  // it runs. The FP8 head's scales matter only with head_fp8 1.
+  // it runs. The FP8 head's scales matter only with head_fp8 1. batch.align_to_bos is the host
+  // loader's alone (data/dataloader.h): the model takes sequences of any content, and reads their
+  // documents from the BOS tokens either way.
   const Options neutral;
   std::vector<std::string> out;
   Options copy = o;
@@ -675,18 +677,16 @@ std::vector<std::string> unimplemented_on_gpu(const Options& o) {
       o.rotary == neutral.rotary,
       o.rotary_base == neutral.rotary_base,
       o.long_window_layers == neutral.long_window_layers || (int)long_layers.size() == o.layers,
-      o.align_to_bos == neutral.align_to_bos,
       o.loss_reduction == neutral.loss_reduction,
       o.adam_eps_form == neutral.adam_eps_form,
       o.muon_fan_scale == neutral.muon_fan_scale,
       o.val_seq_len == neutral.val_seq_len || o.val_seq_len == o.seq_len,
   };
-  const char* keys[] = {"model.value_embeds",    "model.value_embed_layers",     "model.skip_attention",
-                        "model.init_bound",      "model.logit_softcap",          "model.head_fp8",
-                        "attention.scale",       "attention.gate_dims",          "attention.rotary",
-                        "attention.rotary_base", "attention.long_window_layers", "batch.align_to_bos",
-                        "batch.loss_reduction",  "optimizer.adam.eps_form",      "optimizer.muon.fan_scale",
-                        "validation.seq_len"};
+  const char* keys[] = {"model.value_embeds",      "model.value_embed_layers",     "model.skip_attention",
+                        "model.init_bound",        "model.logit_softcap",          "model.head_fp8",
+                        "attention.scale",         "attention.gate_dims",          "attention.rotary",
+                        "attention.rotary_base",   "attention.long_window_layers", "batch.loss_reduction",
+                        "optimizer.adam.eps_form", "optimizer.muon.fan_scale",     "validation.seq_len"};
   static_assert(sizeof(same) / sizeof(same[0]) == sizeof(keys) / sizeof(keys[0]), "one verdict a key");
   const std::vector<Row> rows = table(copy);
   for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {

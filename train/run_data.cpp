@@ -26,7 +26,7 @@ static std::vector<std::string> shard_files(const std::string& pattern, const ch
 }
 
 Data::Data(const Options& o, const dist::Context& ctx)
-    : train(shard_files(o.train_data, "train"), o.seq_len, o.vocab_size, true),
+    : train(shard_files(o.train_data, "train"), o.seq_len, o.vocab_size, true, o.align_to_bos ? o.seqs_per_step : 0),
       val(shard_files(o.val_data, "val"), o.seq_len, o.vocab_size, false),
       schedule{o.seqs_per_step, ctx.world, ctx.rank} {
   shared = shared_shards({train.files(), train.shard_digests()}, {val.files(), val.shard_digests()});

@@ -18,6 +18,8 @@ namespace train {
 // prefix, a run whose validation sequences (or training sequences) keep no target at all is
 // refused here: its loss would be undefined (a search that stops at the first sequence keeping one).
 // So is a run that trains on validation shards (shared_shards), unless --allow-train-on-val.
+// With batch.align_to_bos 1 the training stream is BOS-aligned, in steps of seqs_per_step
+// (data/dataloader.h); validation stays consecutive.
 struct Data {
   data::TokenStream train, val;
   std::vector<std::string> shared;  // the training shards that are validation shards too (allowed by the flag)

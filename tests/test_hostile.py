@@ -244,6 +244,50 @@ case("train_gpt --checkpoint-dir holding another run's checkpoints: refused, unt
 case("train_gpt --checkpoint-dir that is a file", [TRAIN, *DATA, "--checkpoint-dir", A_FILE], 2, ["--checkpoint-dir"],
      keep=[A_FILE])
 
+# ------------------------------------------------------------------------------------ train_gpt: recipes (--recipe, --print-recipe, --print-schema)
+# a recipe file is read only when it is a regular file of at most 1 MiB (a FIFO would hang the
+# read, /dev/zero would fill the memory); --recipe given twice or empty is refused as --recipe;
+# a string value names a path or a choice: an empty one or one holding NUL (which would cut the
+# path short without a word) is refused naming the key; what --print-recipe, --print-schema and
+# --help print is written or the run ends with exit 1 (a full disk is no success)
+TINY_RECIPE = open(os.path.join(ROOT, "recipes", "tiny.toml")).read()
+
+
+def recipe_file(name, body):
+    p = path(name)
+    open(p, "wb" if isinstance(body, bytes) else "w").write(body)
+    return p
+
+
+RECIPE_CASES = [
+    ("a FIFO", [fifo(path("recipe.fifo"))], ["recipe.fifo", "FIFO"]),
+    ("/dev/zero", ["/dev/zero"], ["/dev/zero", "not a regular file"]),
+    ("larger than 1 MiB", [recipe_file("big.toml", TINY_RECIPE + "#" * (2 << 20) + "\n")], ["big.toml", "larger than 1 MiB"]),
+    ("given twice", [recipe_file("r1.toml", TINY_RECIPE), "--recipe", recipe_file("r2.toml", TINY_RECIPE)], ["--recipe:"]),
+    ("empty", [""], ["--recipe", "empty"]),
+    ("with data.train holding NUL", [recipe_file("nul.toml", TINY_RECIPE.replace('train = "', 'train = "a\\u0000b', 1))],
+     ["nul.toml", "data.train", "NUL"]),
+    ("with data.train empty", [recipe_file("empty_train.toml", TINY_RECIPE.replace('\ntrain = "', '\ntrain = "" # "', 1))],
+     ["empty_train.toml", "data.train", "empty"]),
+    ("of UTF-16", [recipe_file("u16.toml", TINY_RECIPE.encode("utf-16"))], ["u16.toml", "utf-8"]),
+    ("with a table given twice", [recipe_file("dup.toml", TINY_RECIPE + "\n[model]\nlayers = 4\n")], ["dup.toml", "model"]),
+    ("nested 100000 deep", [recipe_file("deep.toml", TINY_RECIPE + "x = " + "[" * 100000 + "]" * 100000 + "\n")],
+     ["deep.toml", "nested"]),
+    ("with a key of 100000 numbers", [recipe_file("arr.toml", TINY_RECIPE.replace("\nlayers = ", "\nlayers = [" + "4, " * 10 ** 5 + "4]  # ", 1))],
+     ["arr.toml", "model.layers", "array"]),
+]
+for name, value, names in RECIPE_CASES:
+    case(f"train_gpt --recipe {name}", [TRAIN, "--recipe", *value, "--print-recipe"], 2, names)
+LONG_CHOICE = recipe_file("long_choice.toml", TINY_RECIPE.replace('window_mask = "', 'window_mask = "' + "u" * 500000, 1))
+rc, out = case("train_gpt --recipe with a 500 KB window_mask: refused naming the key", [TRAIN, "--recipe", LONG_CHOICE, "--print-recipe"],
+               2, ["attention.window_mask"])
+check(f"train_gpt --recipe with a 500 KB window_mask: the message is short ({len(out)} characters; bound 2000)", len(out) < 2000)
+rc, out = case("train_gpt --recipe R --steps 7: the flag over the recipe's key", [TRAIN, "--recipe", recipe_file("r3.toml", TINY_RECIPE),
+                                                                                   "--steps", "7", "--print-recipe"], 0, ["steps = 7"])
+case("train_gpt --print-recipe --print-schema: give one", [TRAIN, "--print-recipe", "--print-schema"], 2, ["--print-recipe", "--print-schema"])
+for flag in ("--print-recipe", "--print-schema", "--help"):
+    case(f"train_gpt {flag}, standard output on a full disk", [TRAIN, flag], 1, ["standard output"], stdout_path="/dev/full")
+
 # ------------------------------------------------------------------------------------ train_gpt: files
 for name, (p, _, msg) in shards.items():
     case(f"train_gpt --check-data, shard {name}", [TRAIN, "--check-data", "--train-data", p, "--val-data", GOOD_VAL], 1,

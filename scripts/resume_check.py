@@ -56,7 +56,7 @@ def main(argv):
     log, seed, trainer, flags = argv[0], int(argv[1]), argv[2], argv[3:]
     i = 0
     while i < len(flags):  # every token a flag or the value after one
-        if not flags[i].startswith("--") or len(flags[i]) == 2:
+        if not re.fullmatch(r"--[A-Za-z0-9][A-Za-z0-9_-]*(=.*)?", flags[i], re.S):  # a name after the dashes
             return usage(f"{flags[i]!r}: want --flag value or --flag=value")
         i += 1 if "=" in flags[i] or i + 1 == len(flags) or flags[i + 1].startswith("--") else 2
     r = speedrun_logs.parse(log)

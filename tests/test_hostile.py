@@ -288,6 +288,50 @@ case("train_gpt --print-recipe --print-schema: give one", [TRAIN, "--print-recip
 for flag in ("--print-recipe", "--print-schema", "--help"):
     case(f"train_gpt {flag}, standard output on a full disk", [TRAIN, flag], 1, ["standard output"], stdout_path="/dev/full")
 
+# ------------------------------------------------------------------------------------ record scripts, resume_check, full_run_logs: arguments
+# the record scripts refuse bad arguments before they make a record or build anything (run from
+# a copy of scripts/, so that no record is made in this checkout): a TAG begins with a letter or
+# digit, a count is a short decimal (bash's test would print its own error on a longer one), a
+# TRAINER is a file
+REC_TREE = path("rec_tree")
+os.makedirs(os.path.join(REC_TREE, "scripts"))
+for f in ("record_test_gpu.sh", "record_default_job.sh", "record_bench_matmul.sh"):
+    shutil.copy(os.path.join(S, f), os.path.join(REC_TREE, "scripts", f))
+REC_CASES = [
+    ("record_default_job.sh a folder as TRAINER", ["record_default_job.sh", "1", "h100", T], 1, [T, "not a file"]),
+    ("record_default_job.sh TAG '--'", ["record_default_job.sh", "1", "--"], 2, ["TAG"]),
+    ("record_default_job.sh N of 20 digits", ["record_default_job.sh", "9" * 20, "h100"], 2, ["N must be 1 to 100"]),
+    ("record_test_gpu.sh P of 20 digits", ["record_test_gpu.sh", "h100", "9" * 20], 2, ["P must be 1 to 16"]),
+    ("record_test_gpu.sh TAG '-'", ["record_test_gpu.sh", "-"], 2, ["TAG"]),
+    ("record_bench_matmul.sh TAG '--'", ["record_bench_matmul.sh", "1", "--", "a=/bin/true"], 2, ["TAG"]),
+    ("record_bench_matmul.sh R of 20 digits", ["record_bench_matmul.sh", "9" * 20, "h100", "a=/bin/true"], 2, ["R must be 1 to 100"]),
+]
+for name, (script, *args), rc, names in REC_CASES:
+    r_rc, r_out = case(name, ["bash", os.path.join(REC_TREE, "scripts", script), *args], rc, names)
+    check(f"{name}: one line of message, none of bash's own", len(r_out.strip().splitlines()) == 1 and "expression" not in r_out, r_out)
+check("record scripts' refusals: no record made", not os.path.exists(os.path.join(REC_TREE, "results")),
+      str(list(os.walk(os.path.join(REC_TREE, "results")))))
+# resume_check: every token a --flag (a name after the dashes) or a value
+RC_LOG = path("rc_run.txt")
+subprocess.run([PY, os.path.join(ROOT, "tests", "fake_trainer.py"), "--steps", "20", "--seed", "1000", "--log-file", RC_LOG],
+               capture_output=True, timeout=60, cwd=T)
+case("resume_check a good log and its flags: the run asked for", [PY, os.path.join(S, "resume_check.py"), RC_LOG, "1000", "train_gpt",
+                                                                  "--steps", "20"], 0, [])
+case("resume_check with the flag '--=x'", [PY, os.path.join(S, "resume_check.py"), RC_LOG, "1000", "train_gpt", "--=x"], 2, ["'--=x'"])
+# full_run_logs: GPUS and STEPS are ASCII decimals; the configuration's numbers are read through
+# the checked reader (true is no GPU count)
+FR_LOGS = [PY, os.path.join(ROOT, "peer", "full_run_logs.py")]
+FR_DIR = path("fr_types")
+os.makedirs(FR_DIR)
+for what, arg in (("GPUS '²'", ["²", "20"]), ("GPUS '١' (an Arabic-Indic one)", ["١", "20"]), ("STEPS '²0'", ["1", "²0"])):
+    case(f"full_run_logs check, {what}", FR_LOGS + ["check", FR_DIR, *arg, "x"], 2, [what.split()[0]])
+with open(os.path.join(FR_DIR, "train_gpt_g1.jsonl"), "w") as f:
+    f.write('{"event": "config", "world_size": true, "steps": 20, "train_data": "x"}\n'
+            '{"event": "val", "step": 20, "train_time_ms": 1000, "val_loss": 3.3}\n{"event": "summary", "peak_memory_mib": 100}\n')
+for mode in ("check", "table"):  # a file of bad numbers: exit 1 (check's exit 2 is another run's log)
+    case(f"full_run_logs {mode}, a configuration whose world_size is true", FR_LOGS + [mode, FR_DIR, "1", "20", "x"], 1,
+         ["train_gpt_g1.jsonl", "world_size"])
+
 # ------------------------------------------------------------------------------------ train_gpt: files
 for name, (p, _, msg) in shards.items():
     case(f"train_gpt --check-data, shard {name}", [TRAIN, "--check-data", "--train-data", p, "--val-data", GOOD_VAL], 1,

@@ -1182,6 +1182,19 @@ for args, flag in ((["--overhead", "inf"], "--overhead"), (["--delay", "nan"], "
                    (["--T", "-128"], "--T"), (["--noise", "nan"], "--noise")):
     case(f"bwd_schedule_model {' '.join(args)}", BSM + args, 2, [flag])
 CB = [PY, os.path.join(ROOT, "bench", "collective_bandwidth.py")]
+# a bandwidth file that measures one collective twice: which would the model take? refused naming
+# the file and the entry (the last one was taken before); two files of one rank count are named
+BW_TWICE = path("bw_twice.json")
+with open(BW_TWICE, "w") as f:
+    json.dump({"ranks": 2, "results": [{"op": "reduce-scatter fp32", "busbw_GBs": 270.0}, {"op": "all-gather bf16", "busbw_GBs": 250.0},
+                                       {"op": "reduce-scatter fp32", "busbw_GBs": 2.0}]}, f)
+case("scaling_model --bandwidth measuring reduce-scatter twice", SM + ["--one", ONE, "--bandwidth", BW_TWICE], 1,
+     ["bw_twice.json", "results[2]", "reduce-scatter"])
+shutil.copy(BWJ, path("bw_copy.json"))
+case("scaling_model two --bandwidth files of one rank count: both named", SM + ["--one", ONE, "--bandwidth", BWJ, path("bw_copy.json")], 1,
+     ["bw.json", "bw_copy.json"])
+case("scaling_model --links with an empty item", SM + ["--one", ONE, "--bandwidth", BWJ, "--links", "400,,100"], 2, ["--links"])
+case("scaling_model --check without a run", SM + ["--one", ONE, "--bandwidth", BWJ, "--check"], 2, ["--check"])
 case("collective_bandwidth --mb 0", CB + ["--mb", "0"], 2, ["--mb"])
 case("collective_bandwidth --iters 0", CB + ["--iters", "0"], 2, ["--iters"])
 case("collective_bandwidth --json over an existing file", CB + ["--json", BWJ], 1, ["bw.json"], keep=[BWJ])

@@ -106,11 +106,31 @@ def require(*modules, prog=None, suite=None):
     sys.exit(1)
 
 
+class _KeyTwice(Exception):
+    pass
+
+
+def _unique_keys(pairs):
+    """An object's dict, or _KeyTwice: json.loads would keep the last of two values of one key
+    without a word, and a record or log line whose key is given twice holds two answers."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise _KeyTwice(k)
+            seen.add(k)
+    return out
+
+
 def load_json(text, where):
-    """json.loads, with a message naming `where` for bad JSON and for JSON nested too deeply for
-    the parser (which would otherwise end in a RecursionError)."""
+    """json.loads, with a message naming `where` for bad JSON, for an object that gives one key
+    twice, and for JSON nested too deeply for the parser (which would otherwise end in a
+    RecursionError)."""
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _KeyTwice as e:
+        raise ToolError(f"{where}: the key {_shown(e.args[0])} twice in one object: which value holds?")
     except json.JSONDecodeError as e:
         raise ToolError(f"{where}: not JSON ({e})")
     except RecursionError:

@@ -740,6 +740,38 @@ subprocess.run(RUN + ["--trainer", FAKE, "--campaign", camp_t, "--runs", "3", "-
 case("ab_report --target-loss 1e-9: the verdict names the target as given, not 0.0000",
      REPORT + ["--logs-dir", camp_t, "--out", path("rep_t"), "--target-loss", "1e-09"], 0, ["not below 1e-09"], absent=["0.0000)"])
 
+# campaign.json read by ab_report (scripts/campaign_record.py): a variant named twice, a plan of a
+# variant the record does not have, and JSON whose object gives one key twice (json keeps the last
+# without a word; every JSON file and line of the tools is read through tool_errors.load_json)
+CR_BASE = json.load(open(os.path.join(camp_t, "campaign.json")))
+
+
+def campaign_copy(name, text):
+    d = path(name)
+    shutil.copytree(camp_t, d)
+    open(os.path.join(d, "campaign.json"), "w").write(text)
+    return d
+
+
+for name, text, names in (
+        ("a variant named twice", json.dumps(dict(CR_BASE, variants=[CR_BASE["variants"][0]] * 2 + CR_BASE["variants"][1:])),
+         ["campaign.json", "variants", "twice"]),
+        ("a plan of a variant it does not have", json.dumps(dict(CR_BASE, plan=dict(CR_BASE["plan"], variants=["a", "zz"]))),
+         ["campaign.json", "plan", "zz"]),
+        ("an object giving the key plan twice", json.dumps(CR_BASE)[:-1] + ', "plan": {"variants": ["a"], "gpus": [1], "seeds": [1000]}}',
+         ["campaign.json", "plan", "twice"])):
+    case(f"ab_report, a campaign.json with {name}: refused naming it", REPORT + ["--logs-dir", campaign_copy("cr_" + name.replace(" ", "_"),
+                                                                                                            text),
+                                                                              "--out", path("rep_cr")], 1, names)
+cr_log = campaign_copy("cr_log_twice", json.dumps(CR_BASE))
+lines = open(os.path.join(cr_log, "a_g1_r0.jsonl")).read().splitlines()
+lines[0] = lines[0][:-1] + ', "seed": 1001}'
+open(os.path.join(cr_log, "a_g1_r0.jsonl"), "w").write("\n".join(lines) + "\n")
+case("ab_report, a log whose configuration gives seed twice: refused naming the file and line", REPORT + ["--logs-dir", cr_log, "--out",
+                                                                                                          path("rep_cr")], 1,
+     ["a_g1_r0.jsonl:1", "seed", "twice"])
+check("ab_report: the refused campaign records wrote no report", not os.path.exists(path("rep_cr")))
+
 print("\nWhat was tried and how it ended:")
 for line in summary:
     print("  " + line)

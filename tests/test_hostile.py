@@ -431,6 +431,14 @@ for name, flags, named in [
     ("an unknown flag", ["--frobnicate"], "--frobnicate"),
 ]:
     case(f"prepare {name}", [PREPARE, "--text", docs[0], "--out-dir", path("p_" + str(abs(hash(name)))), *flags], 2, [named])
+# one document given twice (the same file, or a copy under another name: known by its SHA-256)
+# could be shuffled into the validation shard and a training shard both: refused naming both
+shutil.copy(docs[0], path("doc_copy.txt"))
+for what, texts, named in (("the same --text file twice", [docs[0], docs[1], docs[0]], os.path.basename(docs[0])),
+                           ("a copy of a --text file", [docs[0], docs[1], path("doc_copy.txt")], "doc_copy.txt")):
+    case(f"prepare {what}: refused naming both", [PREPARE, "--text", *texts, "--out-dir", path("p_twice")], 1,
+         [os.path.basename(docs[0]), named, "SHA-256"])
+check("prepare refusals of a document given twice: no shard folder", not os.path.exists(path("p_twice")))
 case("prepare into a used folder: refused, the old shards untouched", [PREPARE, "--text", docs[0], "--out-dir", GOOD,
      "--name", "toy"], 2, ["--out-dir", "not empty"], keep=[GOOD])
 case("prepare --out-dir that is a file", [PREPARE, "--text", docs[0], "--out-dir", A_FILE], 2, ["--out-dir"], keep=[A_FILE])
@@ -466,7 +474,7 @@ fifo(os.path.join(gc_fifo, "gcide.index"))
 case("prepare --gcide-dir with a FIFO index", [PREPARE, "--gcide-dir", gc_fifo, "--out-dir", path("p_g3")], 1, ["gcide.index", "FIFO"])
 big = [path("big%d.txt" % i) for i in range(3)]
 for p in big:
-    open(p, "w").write("word " * 200000)
+    open(p, "w").write(f"word{big.index(p)} " * 200000)  # three documents: one given twice is refused
 case("prepare on a full disk (file size limit): an error, no shard folder left", [PREPARE, "--text", *big, "--out-dir",
      path("p_full"), "--shard-tokens", "100000"], 1, ["write failed"], fsize=100000)
 check("prepare on a full disk: neither the folder nor a staging folder is left",

@@ -317,6 +317,11 @@ subprocess.run([PY, os.path.join(ROOT, "tests", "fake_trainer.py"), "--steps", "
                capture_output=True, timeout=60, cwd=T)
 case("resume_check a good log and its flags: the run asked for", [PY, os.path.join(S, "resume_check.py"), RC_LOG, "1000", "train_gpt",
                                                                   "--steps", "20"], 0, [])
+# a flag given twice is refused by train_gpt (CLI11: at most once): the log is not "the run asked
+# for" by a command that cannot run, whichever value it records
+for order in (("30", "20"), ("20", "30")):
+    case(f"resume_check with --steps {order[0]} --steps {order[1]}", [PY, os.path.join(S, "resume_check.py"), RC_LOG, "1000", "train_gpt",
+                                                                      "--steps", order[0], "--steps", order[1]], 2, ["--steps", "twice"])
 case("resume_check with the flag '--=x'", [PY, os.path.join(S, "resume_check.py"), RC_LOG, "1000", "train_gpt", "--=x"], 2, ["'--=x'"])
 # full_run_logs: GPUS and STEPS are ASCII decimals; the configuration's numbers are read through
 # the checked reader (true is no GPU count)

@@ -140,6 +140,19 @@ def data_fingerprint(flags):
     return out
 
 
+def write_whole(path, text):
+    """Writes text to path through path.tmp, renamed into place once written whole. Whatever is
+    at path.tmp is this tool's leftover of an interrupted write: removed first, and the new one
+    made afresh (O_EXCL), so that a FIFO or a link there is never opened (a FIFO would wait for a
+    reader for ever)."""
+    tmp = path + ".tmp"
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    with open(tmp, "x", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
 def last_value(flags, name):
     """The value of the last `name VALUE` or `name=VALUE` among flags (the one the trainer keeps), or None."""
     found = None
@@ -458,17 +471,12 @@ def main(argv=None):
         os.makedirs(args.campaign, exist_ok=True)
         old = check_record(args.campaign, manifest, args.start_over)
         manifest["plan"] = planned(old, [n for n, _ in variants], args.gpus, seeds)
-        record = os.path.join(args.campaign, "campaign.json")
-        with open(record + ".tmp", "w") as f:  # the report reads the variant order here
-            json.dump(manifest, f, indent=1)
-        os.replace(record + ".tmp", record)
+        # the report reads the variant order here
+        write_whole(os.path.join(args.campaign, "campaign.json"), json.dumps(manifest, indent=1))
         if removal is not None:  # the legs' recipes, the same text at every start of the same campaign
             os.makedirs(os.path.join(args.campaign, "recipes"), exist_ok=True)
             for name, text in removal["files"].items():
-                path = os.path.join(args.campaign, "recipes", name + ".toml")
-                with open(path + ".tmp", "w", encoding="utf-8") as f:
-                    f.write(text)
-                os.replace(path + ".tmp", path)
+                write_whole(os.path.join(args.campaign, "recipes", name + ".toml"), text)
     for leg in removal["record"]["legs"] if removal is not None else []:
         print(f"leg {leg['name']}: " + (", ".join(f"{k} = {v!r} (was {leg['was'][k]!r})" for k, v in leg["set"].items())
                                         or f"{args.recipe} whole"))

@@ -740,6 +740,17 @@ subprocess.run(RUN + ["--trainer", FAKE, "--campaign", camp_t, "--runs", "3", "-
 case("ab_report --target-loss 1e-9: the verdict names the target as given, not 0.0000",
      REPORT + ["--logs-dir", camp_t, "--out", path("rep_t"), "--target-loss", "1e-09"], 0, ["not below 1e-09"], absent=["0.0000)"])
 
+# a FIFO left where ab_run writes its files through a temporary name (campaign.json.tmp, a leg's
+# recipe .tmp): the write would wait for a reader for ever; ab_run's own leftover name is replaced
+camp_tmp = path("camp_tmp")
+RM_RUN = RUN + ["--trainer", FAKE, "--campaign", camp_tmp, "--runs", "1", "--recipe", RM_RECIPE, "--remove", "attention.doc_mask"]
+os.makedirs(os.path.join(camp_tmp, "recipes"))
+os.mkfifo(os.path.join(camp_tmp, "campaign.json.tmp"))
+os.mkfifo(os.path.join(camp_tmp, "recipes", "full.toml.tmp"))
+case("ab_run with FIFOs left at its temporary names: the campaign runs", RM_RUN, 0, ["2 runs, 0 complete, 2 to run"], limit=20)
+check("ab_run: no temporary name left", not [n for d in (camp_tmp, os.path.join(camp_tmp, "recipes")) for n in os.listdir(d)
+                                             if n.endswith(".tmp")], str(os.listdir(camp_tmp)))
+
 # campaign.json read by ab_report (scripts/campaign_record.py): a variant named twice, a plan of a
 # variant the record does not have, and JSON whose object gives one key twice (json keeps the last
 # without a word; every JSON file and line of the tools is read through tool_errors.load_json)

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <map>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -121,7 +122,17 @@ int main(int argc, char** argv) {
     gpt2::Tokenizer base(o.vocab_dir);
     std::vector<std::string> docs;
     if (!o.text_files.empty()) {
-      for (auto& p : o.text_files) docs.push_back(files::read_regular(p, size_t(1) << 30, "input text (--text)"));
+      // a document given twice (one file named twice, or a copy) could be shuffled into the
+      // validation shard and a training shard both: known by its SHA-256, refused naming both
+      std::map<std::string, std::string> first_of;  // digest -> the file that gave it first
+      for (auto& p : o.text_files) {
+        docs.push_back(files::read_regular(p, size_t(1) << 30, "input text (--text)"));
+        const std::string digest = sha256::hex(docs.back());
+        const auto [at, fresh] = first_of.emplace(digest, p);
+        if (!fresh)
+          throw std::runtime_error("--text " + at->second + " and " + p + ": the same document (SHA-256 " + digest.substr(0, 16) +
+                                   "...): it could land in the validation and the training shards both; give it once");
+      }
     } else {
       std::fprintf(stderr, "prepare: reading GCIDE from %s\n", o.gcide_dir.c_str());
       docs = gcide::load_documents(o.gcide_dir);

@@ -16,6 +16,7 @@ left out. Every number is read through scripts/tool_errors.py's checked reader: 
 a finite number in range (text, NaN, out of range) is refused with its file, line and field named.
 """
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
@@ -37,8 +38,13 @@ def read(path, gpus, steps, train):
             raise ToolError(f"{where}: not a run's JSON lines (a line that is not an object)")
         ev.append(dict(e, where=where))
     conf = ev[0] if ev and ev[0].get("event") == "config" else {}
+    where = conf.get("where", path)
+    # the numbers through the checked reader: true would equal 1 and 20.0 would equal 20 below
+    got = {"world_size": field(conf, "world_size", where, int, 1, 65536, default=None),
+           "steps": field(conf, "steps", where, int, 1, MAX_STEPS, default=None),
+           "train_data": field(conf, "train_data", where, str, default=None)}
     want = {"world_size": gpus, "steps": steps, "train_data": train}
-    off = [f"{k} {conf.get(k)!r} (want {v!r})" for k, v in want.items() if conf.get(k) != v]
+    off = [f"{k} {got[k]!r} (want {v!r})" for k, v in want.items() if got[k] != v]
     if off:
         return None, "another configuration's log: " + ", ".join(off) + ": move it, or name another LOG_DIR"
     return ev, None
@@ -78,7 +84,7 @@ def spans(ev):
 
 def count(text, name, lo, hi):
     """A whole-number argument in [lo, hi], or the usage error (exit 2) naming it."""
-    if not (text.isdigit() and len(text) <= 10 and lo <= int(text) <= hi):
+    if not (re.fullmatch(r"[0-9]{1,10}", text) and lo <= int(text) <= hi):  # ASCII digits ('²'.isdigit() is true)
         print(f"peer_full_run: error: {name} {text!r}: want a whole number from {lo} to {hi}", file=sys.stderr)
         sys.exit(2)
     return int(text)

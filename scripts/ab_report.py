@@ -456,7 +456,7 @@ def record_check(runs, used, left, by_gpus, target, loss_only):
                 passes = p < alpha
                 verdict = f"{stats_text}, p = {p_text(p)} {'<' if passes else '>='} {alpha:g}: {'passes' if passes else 'fails'}"
             if not leak and n > 1 and sd > 0:
-                verdict += f"; the smallest n that passes at this mean and spread: {runs_needed_text(need) if m < target else 'none (the mean is not below ' + fmt(target) + ')'}"
+                verdict += f"; the smallest n that passes at this mean and spread: {runs_needed_text(need) if m < target else 'none (the mean is not below ' + f'{target:g}' + ')'}"
             verdicts.append((key, verdict))
             row = [md(variant), str(gpus), str(n_all), md(", ".join(f"{os.path.basename(b)} ({why})" for b, why in bad) or "none"),
                    "yes" if leak else "no" if leak is False else "not recorded", fmt(m), spread(xs, sd, 5),

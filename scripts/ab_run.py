@@ -67,7 +67,6 @@ import shlex
 import subprocess
 import sys
 import time
-import tomllib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import campaign_record  # noqa: E402
@@ -75,7 +74,7 @@ import removals  # noqa: E402
 import shard_format  # noqa: E402
 import speedrun_logs  # noqa: E402
 from campaign_record import MAX_GPU_COUNTS, MAX_GPUS, MAX_PLANNED, MAX_RUNS, MAX_SEED, MAX_VARIANTS  # noqa: E402
-from tool_errors import ToolError, run as run_tool  # noqa: E402
+from tool_errors import ToolError, read_toml, run as run_tool  # noqa: E402
 
 # what defines a campaign's runs: a change in any of these makes its old logs another experiment
 DEFINING = ("variants", "common", "seed0", "trainer", "mpirun_args")
@@ -89,11 +88,13 @@ RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def recipe_data(path):
     """The (train, val) patterns of a recipe file's [data] table, or (None, None) where the file
-    cannot be read as a recipe (train_gpt refuses it, naming why)."""
+    cannot be read as a recipe (train_gpt refuses it, naming why); ToolError for a FIFO, device
+    or socket, whose read would wait for a writer."""
+    if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
+        raise ToolError(f"--recipe {path}: not a regular file (a FIFO, device or socket), not a recipe file")
     try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f).get("data")
-    except (OSError, ValueError):  # (tomllib.TOMLDecodeError is a ValueError; so is text that is not UTF-8)
+        data = read_toml(path, "recipe file").get("data")
+    except (ToolError, OSError):
         return None, None
     patterns = tuple(data.get(k) if isinstance(data, dict) else None for k in ("train", "val"))
     return patterns if all(isinstance(p, str) for p in patterns) else (None, None)
@@ -137,6 +138,19 @@ def data_fingerprint(flags):
                                       hashlib.sha256(m.read()).hexdigest()])
             out[pattern] = entry
     return out
+
+
+def write_whole(path, text):
+    """Writes text to path through path.tmp, renamed into place once written whole. Whatever is
+    at path.tmp is this tool's leftover of an interrupted write: removed first, and the new one
+    made afresh (O_EXCL), so that a FIFO or a link there is never opened (a FIFO would wait for a
+    reader for ever)."""
+    tmp = path + ".tmp"
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    with open(tmp, "x", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 def last_value(flags, name):
@@ -457,17 +471,12 @@ def main(argv=None):
         os.makedirs(args.campaign, exist_ok=True)
         old = check_record(args.campaign, manifest, args.start_over)
         manifest["plan"] = planned(old, [n for n, _ in variants], args.gpus, seeds)
-        record = os.path.join(args.campaign, "campaign.json")
-        with open(record + ".tmp", "w") as f:  # the report reads the variant order here
-            json.dump(manifest, f, indent=1)
-        os.replace(record + ".tmp", record)
+        # the report reads the variant order here
+        write_whole(os.path.join(args.campaign, "campaign.json"), json.dumps(manifest, indent=1))
         if removal is not None:  # the legs' recipes, the same text at every start of the same campaign
             os.makedirs(os.path.join(args.campaign, "recipes"), exist_ok=True)
             for name, text in removal["files"].items():
-                path = os.path.join(args.campaign, "recipes", name + ".toml")
-                with open(path + ".tmp", "w", encoding="utf-8") as f:
-                    f.write(text)
-                os.replace(path + ".tmp", path)
+                write_whole(os.path.join(args.campaign, "recipes", name + ".toml"), text)
     for leg in removal["record"]["legs"] if removal is not None else []:
         print(f"leg {leg['name']}: " + (", ".join(f"{k} = {v!r} (was {leg['was'][k]!r})" for k, v in leg["set"].items())
                                         or f"{args.recipe} whole"))

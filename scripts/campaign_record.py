@@ -51,6 +51,9 @@ def read(path):
     runs = field(rec, "runs", path, int, 1, MAX_RUNS, default=None)
     seed0 = field(rec, "seed0", path, int, 0, MAX_SEED, default=None)
     names = [v[0] for v in variants]
+    twice = sorted(n for n, k in Counter(names).items() if k > 1)
+    if twice:  # ab_run refuses a variant name given twice: this is an edit, and its runs would be counted as whose?
+        raise ToolError(f"{path}: variants names {', '.join(twice[:5])} twice: not a campaign record of scripts/ab_run.py")
     plan, source = None, None
     if "plan" in rec:
         where = f"{path}: plan"
@@ -63,6 +66,10 @@ def read(path):
             if twice:
                 raise ToolError(f"{where}: {name} lists {', '.join(map(str, twice[:5]))}{' ...' if len(twice) > 5 else ''} more than "
                                 f"once: each planned run is one variant, GPU count and seed; not a plan of scripts/ab_run.py")
+        unknown = [v for v in pv if v not in names]
+        if unknown:
+            raise ToolError(f"{where}: variants names {', '.join(unknown[:5])}, which the record's variants do not hold: "
+                            "not a plan of scripts/ab_run.py")
         if len(pv) * len(pg) * len(ps) > MAX_PLANNED * 10:
             raise ToolError(f"{where}: {len(pv) * len(pg) * len(ps)} planned runs: not a plan of scripts/ab_run.py")
         plan, source = {"variants": pv, "gpus": sorted(pg), "seeds": sorted(ps)}, "plan"

@@ -15,8 +15,8 @@ usage() { echo "usage: scripts/record_bench_matmul.sh R TAG LABEL=BINARY [LABEL=
 [ $# -ge 3 ] || usage
 r=$1 tag=$2
 shift 2
-[[ $r =~ ^[0-9]+$ ]] && [ "$r" -ge 1 ] && [ "$r" -le 100 ] || { echo "record_bench_matmul: R must be 1 to 100, not '$r'" >&2; exit 2; }
-[[ $tag =~ ^[A-Za-z0-9-]+$ ]] || { echo "record_bench_matmul: TAG must be letters, digits and '-', not '$tag'" >&2; exit 2; }
+[[ $r =~ ^[0-9]{1,3}$ ]] && [ "$r" -ge 1 ] && [ "$r" -le 100 ] || { echo "record_bench_matmul: R must be 1 to 100, not '$r'" >&2; exit 2; }
+[[ $tag =~ ^[A-Za-z0-9][A-Za-z0-9-]*$ ]] || { echo "record_bench_matmul: TAG must be letters, digits and '-', beginning with a letter or digit, not '$tag'" >&2; exit 2; }
 labels=() bins=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   [[ $1 =~ ^([A-Za-z0-9.+-]+)=(.+)$ ]] || { echo "record_bench_matmul: '$1' is not LABEL=BINARY (LABEL: letters, digits, '.', '+', '-')" >&2; exit 2; }

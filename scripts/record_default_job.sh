@@ -9,9 +9,10 @@ set -u
 usage() { echo "usage: scripts/record_default_job.sh N TAG [TRAINER]  (N: runs, 1 to 100; TAG: letters, digits, '-', e.g. h100)" >&2; exit 2; }
 [ $# -ge 2 ] && [ $# -le 3 ] || usage
 n=$1 tag=$2 trainer=${3:-./train_gpt}
-[[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 100 ] || { echo "record_default_job: N must be 1 to 100, not '$n'" >&2; exit 2; }
-[[ $tag =~ ^[A-Za-z0-9-]+$ ]] || { echo "record_default_job: TAG must be letters, digits and '-', not '$tag'" >&2; exit 2; }
-[ -x "$trainer" ] || { echo "record_default_job: $trainer: no such trainer (run make first)" >&2; exit 1; }
+[[ $n =~ ^[0-9]{1,3}$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 100 ] || { echo "record_default_job: N must be 1 to 100, not '$n'" >&2; exit 2; }
+[[ $tag =~ ^[A-Za-z0-9][A-Za-z0-9-]*$ ]] || { echo "record_default_job: TAG must be letters, digits and '-', beginning with a letter or digit, not '$tag'" >&2; exit 2; }
+[ -e "$trainer" ] || { echo "record_default_job: $trainer: no such trainer (run make first)" >&2; exit 1; }
+[ -f "$trainer" ] && [ -x "$trainer" ] || { echo "record_default_job: $trainer: not a file that runs (a trainer binary)" >&2; exit 1; }
 here=$(cd "$(dirname "$0")/.." && pwd)
 rec=$here/results/records/$(date -u +%Y-%m-%d)_default_job_$tag
 [ -e "$rec" ] && { echo "record_default_job: $rec exists: a record is never edited; give another TAG" >&2; exit 1; }

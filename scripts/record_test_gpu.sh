@@ -11,8 +11,8 @@ set -u
 usage() { echo "usage: scripts/record_test_gpu.sh TAG [P]  (TAG: letters, digits, '-', e.g. h100; P: suites at once, 1 to 16)" >&2; exit 2; }
 [ $# -ge 1 ] && [ $# -le 2 ] || usage
 tag=$1 p=${2:-4}
-[[ $tag =~ ^[A-Za-z0-9-]+$ ]] || { echo "record_test_gpu: TAG must be letters, digits and '-', not '$tag'" >&2; exit 2; }
-[[ $p =~ ^[0-9]+$ ]] && [ "$p" -ge 1 ] && [ "$p" -le 16 ] || { echo "record_test_gpu: P must be 1 to 16, not '$p'" >&2; exit 2; }
+[[ $tag =~ ^[A-Za-z0-9][A-Za-z0-9-]*$ ]] || { echo "record_test_gpu: TAG must be letters, digits and '-', beginning with a letter or digit, not '$tag'" >&2; exit 2; }
+[[ $p =~ ^[0-9]{1,2}$ ]] && [ "$p" -ge 1 ] && [ "$p" -le 16 ] || { echo "record_test_gpu: P must be 1 to 16, not '$p'" >&2; exit 2; }
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here" || exit 1
 if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then

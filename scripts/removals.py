@@ -32,10 +32,9 @@ import shlex
 import subprocess
 import sys
 import tempfile
-import tomllib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tool_errors import ToolError, field, load_json, record, require  # noqa: E402
+from tool_errors import MAX_TOML_BYTES, ToolError, field, load_json, parse_toml, record, require  # noqa: E402
 
 FULL = "full"  # the leg of the whole recipe: the campaign's first variant, its baseline
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]{0,99}")  # a leg's name: a file name, no '_g' (ab_run's variant names)
@@ -147,10 +146,7 @@ def from_flags(specs):
 def from_file(path):
     """The removals of a campaign file (the docstring's form): [(where, name or None, [(key,
     value or None)])], values as TOML typed them."""
-    try:
-        doc = tomllib.loads(utf8_text(path, "--removals", "campaign file"))
-    except tomllib.TOMLDecodeError as e:
-        raise Refusal(f"--removals {path}: not a TOML file: {e}")
+    doc = toml_table(utf8_text(path, "--removals", "campaign file"), f"--removals {path}", "campaign file")
     extra = sorted(set(doc) - {"removal"})
     if extra:
         raise Refusal(f"--removals {path}: unknown key {extra[0]} (a campaign file holds [[removal]] tables only)")
@@ -176,6 +172,8 @@ def from_file(path):
         flat = {}
         for k, v in values.items():  # set = { attention.doc_mask = 0 } (a dotted key) reads as a nested table
             for kk, vv in _flatten(v, k).items() if isinstance(v, dict) else [(k, v)]:
+                if kk in flat:  # { "a.b" = 1, a = { b = 2 } }: one key written two ways, TOML keeps both
+                    raise Refusal(f"{where}: set gives {kk} twice (as \"{kk}\" and as a table): give it once")
                 flat[kk] = vv
         pairs = [(k, None) for k in keys] + list(flat.items())
         if not pairs:
@@ -277,22 +275,35 @@ def utf8_text(path, flag, what):
         raise Refusal(f"{flag} {path}: not a regular file (a FIFO, device or socket), not a {what}")
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            data = f.read(MAX_TOML_BYTES + 1)
     except FileNotFoundError:
         raise Refusal(f"{flag} {path}: no such file")
     except IsADirectoryError:
         raise Refusal(f"{flag} {path}: a folder, not a {what}")
     except OSError as e:
         raise Refusal(f"{flag} {path}: cannot read it: {e.strerror}")
+    if len(data) > MAX_TOML_BYTES:
+        raise Refusal(f"{flag} {path}: larger than {MAX_TOML_BYTES >> 20} MiB, not a {what}")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise Refusal(f"{flag} {path}: not UTF-8 text, not a {what}")
 
 
+def toml_table(text, where, what):
+    """The TOML table of a flag's file (tool_errors.parse_toml), or Refusal naming where."""
+    try:
+        return parse_toml(text, where, what)
+    except ToolError as e:
+        raise Refusal(str(e))
+
+
 def recipe_text(path):
-    """The recipe file's text, or Refusal naming it (missing, a folder, not UTF-8)."""
-    return utf8_text(path, "--recipe", "recipe file")
+    """The recipe file's text, or Refusal naming it (missing, a folder, not UTF-8, not TOML,
+    nested too deeply): read whole here, it is not left for the trainer to refuse."""
+    text = utf8_text(path, "--recipe", "recipe file")
+    toml_table(text, f"--recipe {path}", "recipe file")
+    return text
 
 
 def leg_text(text, recipe, leg):
@@ -305,6 +316,8 @@ def leg_text(text, recipe, leg):
         parts = key.split(".")
         t = doc
         for p in parts[:-1]:
+            if p not in t:  # a table the recipe leaves to the trainer's defaults: the leg gives it
+                t[p] = tomlkit.table()
             t = t[p]
         t[parts[-1]] = value
     said = ", ".join(f"{k} = {v!r} (was {leg['was'][k]!r})" for k, v in leg["set"].items())
@@ -320,10 +333,7 @@ def resolved(trainer, recipe, common, name):
     if r.returncode != 0:
         why = " ".join((r.stderr.strip() or r.stdout.strip() or "no message").split())
         raise Refusal(f"{name}: the trainer refuses it (exit {r.returncode}): {why}")
-    try:
-        return _flatten(tomllib.loads(r.stdout))
-    except tomllib.TOMLDecodeError as e:
-        raise ToolError(f"{shlex.join(cmd)}: its --print-recipe is not TOML: {e}")
+    return _flatten(parse_toml(r.stdout, f"{shlex.join(cmd)}: its --print-recipe", "resolved recipe"))
 
 
 def verify(trainer, common, text, recipe, legs, schema, full):

@@ -10,7 +10,7 @@ instead of keeping the old logs as the new runs.
 TRAINER is train_gpt or torch_peer (peer/torch_peer.py records it as "trainer"; train_gpt records
 none). Exit 0: the log's run is that one. Exit 1: it is not, or its configuration is not recorded
 (one line naming the log and the setting, with the value recorded and the value asked). Exit 2: a
-malformed argument, named (SEED and integer settings are ASCII decimal numbers).
+malformed argument, named (SEED and integer settings are ASCII decimal numbers; a flag given twice).
 """
 import math
 import os
@@ -54,10 +54,14 @@ def main(argv):
     if argv[2] not in TRAINERS:
         return usage(f"TRAINER {argv[2]!r}: want " + " or ".join(TRAINERS))
     log, seed, trainer, flags = argv[0], int(argv[1]), argv[2], argv[3:]
-    i = 0
+    i, given = 0, set()
     while i < len(flags):  # every token a flag or the value after one
-        if not flags[i].startswith("--") or len(flags[i]) == 2:
+        if not re.fullmatch(r"--[A-Za-z0-9][A-Za-z0-9_-]*(=.*)?", flags[i], re.S):  # a name after the dashes
             return usage(f"{flags[i]!r}: want --flag value or --flag=value")
+        name = flags[i].partition("=")[0]
+        if name in given:  # train_gpt refuses a flag given twice: no log is the run of such a command
+            return usage(f"{name} given twice: give each flag once (train_gpt refuses a second)")
+        given.add(name)
         i += 1 if "=" in flags[i] or i + 1 == len(flags) or flags[i + 1].startswith("--") else 2
     r = speedrun_logs.parse(log)
     redo = ": move it out of the folder to run it anew, or ask for the run it holds"

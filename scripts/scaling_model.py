@@ -107,6 +107,8 @@ def read_bandwidth(path):
         r = record(r, where)
         op = field(r, "op", where, str).split()
         if op and op[0] in ("reduce-scatter", "all-gather"):
+            if op[0] in bw:  # the bench measures each once: which of two would the model take?
+                raise ToolError(f"{where}: a second {op[0]} entry: bench/collective_bandwidth.py measures each collective once")
             bw[op[0]] = field(r, "busbw_GBs", where, float, 0, MAX_GBS, above=0)
     missing = [k for k in ("reduce-scatter", "all-gather") if k not in bw]
     if missing:
@@ -131,7 +133,7 @@ def main():
     p = argparse.ArgumentParser(prog="scaling_model", description=__doc__.split("\n\n")[0])
     p.add_argument("--one", required=True, help="a one-GPU run's JSON-lines log")
     p.add_argument("--bandwidth", required=True, nargs="+", help="bench/collective_bandwidth.py's JSON, one a rank count")
-    p.add_argument("--check", nargs="*", default=[], help="N-GPU runs' JSON-lines logs to compare with the prediction")
+    p.add_argument("--check", nargs="+", default=[], help="N-GPU runs' JSON-lines logs to compare with the prediction")
     p.add_argument("--gpus-per-host", type=int, default=8)
     p.add_argument("--links", default="400,100", help="network link speeds to forecast, Gb/s a GPU, comma-separated")
     p.add_argument("--allow-differ", action="append", default=[], metavar="KEY", choices=COMPARED,
@@ -144,7 +146,7 @@ def main():
     if not 0 < a.tolerance < 1:
         p.error("--tolerance must be between 0 and 1")
     try:
-        links = [float(x) for x in a.links.split(",") if x.strip()]
+        links = [float(x) for x in a.links.split(",")]
     except ValueError:
         p.error(f"--links: want numbers separated by commas, got {a.links!r}")
     if not links or not all(0 < x <= 1e5 for x in links):
@@ -157,8 +159,10 @@ def main():
     step1, opt1 = one["median_step_ms"], one["optimizer_ms"]
     compute1 = step1 - opt1
     bw_paths, bws = zip(*sorted(((f, read_bandwidth(f)) for f in a.bandwidth), key=lambda fb: fb[1][:3]))
-    if len({b[0] for b in bws}) != len(bws):
-        raise ToolError("two --bandwidth files of the same rank count")
+    for i in range(1, len(bws)):
+        if bws[i][0] == bws[i - 1][0]:
+            raise ToolError(f"--bandwidth {bw_paths[i - 1]} and {bw_paths[i]}: two files of the same rank count ({bws[i][0]}); "
+                            "give one a rank count")
     checks, allowed = [], []
     for path in a.check:  # every run read and compared before anything is printed
         c, s = read_run(path)

@@ -3,8 +3,8 @@ and exit status 1 (2 for bad flags, from argparse), never a traceback. main() fu
 ToolError (or let OSError, ValueError and JSON errors through); run() turns them into that
 message. A closed or full standard output is an error too, not a silent loss.
 
-read_json(), read_json_lines(), record() and field() are the one way a tool reads numbers and
-records from a file: each value is checked for its declared type (a number is a JSON number, never
+read_json(), read_json_lines(), read_toml(), record() and field() are the one way a tool reads
+numbers and records from a file: each value is checked for its declared type (a number is a JSON number, never
 text or true/false), finiteness and range, and a refusal names the file (and line) and the field.
 within() is a tolerance check that a NaN fails.
 
@@ -106,11 +106,31 @@ def require(*modules, prog=None, suite=None):
     sys.exit(1)
 
 
+class _KeyTwice(Exception):
+    pass
+
+
+def _unique_keys(pairs):
+    """An object's dict, or _KeyTwice: json.loads would keep the last of two values of one key
+    without a word, and a record or log line whose key is given twice holds two answers."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise _KeyTwice(k)
+            seen.add(k)
+    return out
+
+
 def load_json(text, where):
-    """json.loads, with a message naming `where` for bad JSON and for JSON nested too deeply for
-    the parser (which would otherwise end in a RecursionError)."""
+    """json.loads, with a message naming `where` for bad JSON, for an object that gives one key
+    twice, and for JSON nested too deeply for the parser (which would otherwise end in a
+    RecursionError)."""
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _KeyTwice as e:
+        raise ToolError(f"{where}: the key {_shown(e.args[0])} twice in one object: which value holds?")
     except json.JSONDecodeError as e:
         raise ToolError(f"{where}: not JSON ({e})")
     except RecursionError:
@@ -186,6 +206,36 @@ def read_json(path, what="JSON file", limit=MAX_JSON_BYTES):
         raise ToolError(f"{path}: the {what} is larger than {limit >> 20} MiB")
     with open(path, encoding="utf-8", errors="replace") as f:
         return load_json(f.read(), path)
+
+
+MAX_TOML_BYTES = 1 << 20  # a recipe or a campaign file of removals is a few KB
+
+
+def parse_toml(text, where, what="TOML file"):
+    """tomllib.loads, with a message naming `where` for text that is not TOML and for TOML nested
+    too deeply for the parser (which would otherwise end in a RecursionError)."""
+    import tomllib  # (only the tools that read TOML need it)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ToolError(f"{where}: not a TOML file: {e}")
+    except RecursionError:
+        raise ToolError(f"{where}: TOML nested too deeply to read, not a {what}")
+
+
+def read_toml(path, what="TOML file", limit=MAX_TOML_BYTES):
+    """The table of a TOML file, or ToolError naming the file: not a regular file (a FIFO would
+    hang the read), larger than `limit` bytes, not UTF-8, not TOML, or nested too deeply."""
+    regular_file(path, what)
+    if os.path.getsize(path) > limit:
+        raise ToolError(f"{path}: the {what} is larger than {limit >> 20} MiB")
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ToolError(f"{path}: not UTF-8 text (byte {e.start}), not a {what}")
+    return parse_toml(text, path, what)
 
 
 def read_json_lines(path, what="JSON-lines file", max_line=1 << 20):

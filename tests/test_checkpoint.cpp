@@ -2,6 +2,7 @@
 // fault named: missing file, not a checkpoint, truncation, a flipped byte (checksum), trailing
 // bytes, another configuration; the checkpoint folder checked, made and unmade.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -48,6 +49,25 @@ int main() {
   c.step = c.adam_steps = 124;
   train::write_checkpoint(path, c);
   CHECK(train::read_checkpoint(path).step == 124, "second write not visible");
+  {  // something left at the temporary name is never opened: a link there would have its target
+     // overwritten, a FIFO would wait for a reader for ever (SIGALRM ends this test then)
+    const std::string keep = dir + "/keep.txt", linked = dir + "/linked.ckpt";
+    std::ofstream(keep) << "another file\n";
+    std::filesystem::create_symlink(keep, linked + ".tmp");
+    train::write_checkpoint(linked, c);
+    std::ifstream k(keep);
+    std::string line;
+    std::getline(k, line);
+    CHECK(line == "another file", "write_checkpoint wrote through a link at its temporary name: %s now holds '%.40s'", keep.c_str(),
+          line.c_str());
+    CHECK(train::read_checkpoint(linked).step == 124, "the checkpoint beside a link at its temporary name");
+    const std::string piped = dir + "/piped.ckpt";
+    mkfifo((piped + ".tmp").c_str(), 0600);
+    alarm(30);
+    train::write_checkpoint(piped, c);
+    alarm(0);
+    CHECK(train::read_checkpoint(piped).step == 124, "the checkpoint beside a FIFO at its temporary name");
+  }
 
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;

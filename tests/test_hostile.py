@@ -244,6 +244,99 @@ case("train_gpt --checkpoint-dir holding another run's checkpoints: refused, unt
 case("train_gpt --checkpoint-dir that is a file", [TRAIN, *DATA, "--checkpoint-dir", A_FILE], 2, ["--checkpoint-dir"],
      keep=[A_FILE])
 
+# ------------------------------------------------------------------------------------ train_gpt: recipes (--recipe, --print-recipe, --print-schema)
+# a recipe file is read only when it is a regular file of at most 1 MiB (a FIFO would hang the
+# read, /dev/zero would fill the memory); --recipe given twice or empty is refused as --recipe;
+# a string value names a path or a choice: an empty one or one holding NUL (which would cut the
+# path short without a word) is refused naming the key; what --print-recipe, --print-schema and
+# --help print is written or the run ends with exit 1 (a full disk is no success)
+TINY_RECIPE = open(os.path.join(ROOT, "recipes", "tiny.toml")).read()
+
+
+def recipe_file(name, body):
+    p = path(name)
+    open(p, "wb" if isinstance(body, bytes) else "w").write(body)
+    return p
+
+
+RECIPE_CASES = [
+    ("a FIFO", [fifo(path("recipe.fifo"))], ["recipe.fifo", "FIFO"]),
+    ("/dev/zero", ["/dev/zero"], ["/dev/zero", "not a regular file"]),
+    ("larger than 1 MiB", [recipe_file("big.toml", TINY_RECIPE + "#" * (2 << 20) + "\n")], ["big.toml", "larger than 1 MiB"]),
+    ("given twice", [recipe_file("r1.toml", TINY_RECIPE), "--recipe", recipe_file("r2.toml", TINY_RECIPE)], ["--recipe:"]),
+    ("empty", [""], ["--recipe", "empty"]),
+    ("with data.train holding NUL", [recipe_file("nul.toml", TINY_RECIPE.replace('train = "', 'train = "a\\u0000b', 1))],
+     ["nul.toml", "data.train", "NUL"]),
+    ("with data.train empty", [recipe_file("empty_train.toml", TINY_RECIPE.replace('\ntrain = "', '\ntrain = "" # "', 1))],
+     ["empty_train.toml", "data.train", "empty"]),
+    ("of UTF-16", [recipe_file("u16.toml", TINY_RECIPE.encode("utf-16"))], ["u16.toml", "utf-8"]),
+    ("with a table given twice", [recipe_file("dup.toml", TINY_RECIPE + "\n[model]\nlayers = 4\n")], ["dup.toml", "model"]),
+    ("nested 100000 deep", [recipe_file("deep.toml", TINY_RECIPE + "x = " + "[" * 100000 + "]" * 100000 + "\n")],
+     ["deep.toml", "nested"]),
+    ("with a key of 100000 numbers", [recipe_file("arr.toml", TINY_RECIPE.replace("\nlayers = ", "\nlayers = [" + "4, " * 10 ** 5 + "4]  # ", 1))],
+     ["arr.toml", "model.layers", "array"]),
+]
+for name, value, names in RECIPE_CASES:
+    case(f"train_gpt --recipe {name}", [TRAIN, "--recipe", *value, "--print-recipe"], 2, names)
+LONG_CHOICE = recipe_file("long_choice.toml", TINY_RECIPE.replace('window_mask = "', 'window_mask = "' + "u" * 500000, 1))
+rc, out = case("train_gpt --recipe with a 500 KB window_mask: refused naming the key", [TRAIN, "--recipe", LONG_CHOICE, "--print-recipe"],
+               2, ["attention.window_mask"])
+check(f"train_gpt --recipe with a 500 KB window_mask: the message is short ({len(out)} characters; bound 2000)", len(out) < 2000)
+rc, out = case("train_gpt --recipe R --steps 7: the flag over the recipe's key", [TRAIN, "--recipe", recipe_file("r3.toml", TINY_RECIPE),
+                                                                                   "--steps", "7", "--print-recipe"], 0, ["steps = 7"])
+case("train_gpt --print-recipe --print-schema: give one", [TRAIN, "--print-recipe", "--print-schema"], 2, ["--print-recipe", "--print-schema"])
+for flag in ("--print-recipe", "--print-schema", "--help"):
+    case(f"train_gpt {flag}, standard output on a full disk", [TRAIN, flag], 1, ["standard output"], stdout_path="/dev/full")
+
+# ------------------------------------------------------------------------------------ record scripts, resume_check, full_run_logs: arguments
+# the record scripts refuse bad arguments before they make a record or build anything (run from
+# a copy of scripts/, so that no record is made in this checkout): a TAG begins with a letter or
+# digit, a count is a short decimal (bash's test would print its own error on a longer one), a
+# TRAINER is a file
+REC_TREE = path("rec_tree")
+os.makedirs(os.path.join(REC_TREE, "scripts"))
+for f in ("record_test_gpu.sh", "record_default_job.sh", "record_bench_matmul.sh"):
+    shutil.copy(os.path.join(S, f), os.path.join(REC_TREE, "scripts", f))
+REC_CASES = [
+    ("record_default_job.sh a folder as TRAINER", ["record_default_job.sh", "1", "h100", T], 1, [T, "not a file"]),
+    ("record_default_job.sh TAG '--'", ["record_default_job.sh", "1", "--"], 2, ["TAG"]),
+    ("record_default_job.sh N of 20 digits", ["record_default_job.sh", "9" * 20, "h100"], 2, ["N must be 1 to 100"]),
+    ("record_test_gpu.sh P of 20 digits", ["record_test_gpu.sh", "h100", "9" * 20], 2, ["P must be 1 to 16"]),
+    ("record_test_gpu.sh TAG '-'", ["record_test_gpu.sh", "-"], 2, ["TAG"]),
+    ("record_bench_matmul.sh TAG '--'", ["record_bench_matmul.sh", "1", "--", "a=/bin/true"], 2, ["TAG"]),
+    ("record_bench_matmul.sh R of 20 digits", ["record_bench_matmul.sh", "9" * 20, "h100", "a=/bin/true"], 2, ["R must be 1 to 100"]),
+]
+for name, (script, *args), rc, names in REC_CASES:
+    r_rc, r_out = case(name, ["bash", os.path.join(REC_TREE, "scripts", script), *args], rc, names)
+    check(f"{name}: one line of message, none of bash's own", len(r_out.strip().splitlines()) == 1 and "expression" not in r_out, r_out)
+check("record scripts' refusals: no record made", not os.path.exists(os.path.join(REC_TREE, "results")),
+      str(list(os.walk(os.path.join(REC_TREE, "results")))))
+# resume_check: every token a --flag (a name after the dashes) or a value
+RC_LOG = path("rc_run.txt")
+subprocess.run([PY, os.path.join(ROOT, "tests", "fake_trainer.py"), "--steps", "20", "--seed", "1000", "--log-file", RC_LOG],
+               capture_output=True, timeout=60, cwd=T)
+case("resume_check a good log and its flags: the run asked for", [PY, os.path.join(S, "resume_check.py"), RC_LOG, "1000", "train_gpt",
+                                                                  "--steps", "20"], 0, [])
+# a flag given twice is refused by train_gpt (CLI11: at most once): the log is not "the run asked
+# for" by a command that cannot run, whichever value it records
+for order in (("30", "20"), ("20", "30")):
+    case(f"resume_check with --steps {order[0]} --steps {order[1]}", [PY, os.path.join(S, "resume_check.py"), RC_LOG, "1000", "train_gpt",
+                                                                      "--steps", order[0], "--steps", order[1]], 2, ["--steps", "twice"])
+case("resume_check with the flag '--=x'", [PY, os.path.join(S, "resume_check.py"), RC_LOG, "1000", "train_gpt", "--=x"], 2, ["'--=x'"])
+# full_run_logs: GPUS and STEPS are ASCII decimals; the configuration's numbers are read through
+# the checked reader (true is no GPU count)
+FR_LOGS = [PY, os.path.join(ROOT, "peer", "full_run_logs.py")]
+FR_DIR = path("fr_types")
+os.makedirs(FR_DIR)
+for what, arg in (("GPUS '²'", ["²", "20"]), ("GPUS '١' (an Arabic-Indic one)", ["١", "20"]), ("STEPS '²0'", ["1", "²0"])):
+    case(f"full_run_logs check, {what}", FR_LOGS + ["check", FR_DIR, *arg, "x"], 2, [what.split()[0]])
+with open(os.path.join(FR_DIR, "train_gpt_g1.jsonl"), "w") as f:
+    f.write('{"event": "config", "world_size": true, "steps": 20, "train_data": "x"}\n'
+            '{"event": "val", "step": 20, "train_time_ms": 1000, "val_loss": 3.3}\n{"event": "summary", "peak_memory_mib": 100}\n')
+for mode in ("check", "table"):  # a file of bad numbers: exit 1 (check's exit 2 is another run's log)
+    case(f"full_run_logs {mode}, a configuration whose world_size is true", FR_LOGS + [mode, FR_DIR, "1", "20", "x"], 1,
+         ["train_gpt_g1.jsonl", "world_size"])
+
 # ------------------------------------------------------------------------------------ train_gpt: files
 for name, (p, _, msg) in shards.items():
     case(f"train_gpt --check-data, shard {name}", [TRAIN, "--check-data", "--train-data", p, "--val-data", GOOD_VAL], 1,
@@ -343,6 +436,14 @@ for name, flags, named in [
     ("an unknown flag", ["--frobnicate"], "--frobnicate"),
 ]:
     case(f"prepare {name}", [PREPARE, "--text", docs[0], "--out-dir", path("p_" + str(abs(hash(name)))), *flags], 2, [named])
+# one document given twice (the same file, or a copy under another name: known by its SHA-256)
+# could be shuffled into the validation shard and a training shard both: refused naming both
+shutil.copy(docs[0], path("doc_copy.txt"))
+for what, texts, named in (("the same --text file twice", [docs[0], docs[1], docs[0]], os.path.basename(docs[0])),
+                           ("a copy of a --text file", [docs[0], docs[1], path("doc_copy.txt")], "doc_copy.txt")):
+    case(f"prepare {what}: refused naming both", [PREPARE, "--text", *texts, "--out-dir", path("p_twice")], 1,
+         [os.path.basename(docs[0]), named, "SHA-256"])
+check("prepare refusals of a document given twice: no shard folder", not os.path.exists(path("p_twice")))
 case("prepare into a used folder: refused, the old shards untouched", [PREPARE, "--text", docs[0], "--out-dir", GOOD,
      "--name", "toy"], 2, ["--out-dir", "not empty"], keep=[GOOD])
 case("prepare --out-dir that is a file", [PREPARE, "--text", docs[0], "--out-dir", A_FILE], 2, ["--out-dir"], keep=[A_FILE])
@@ -378,7 +479,7 @@ fifo(os.path.join(gc_fifo, "gcide.index"))
 case("prepare --gcide-dir with a FIFO index", [PREPARE, "--gcide-dir", gc_fifo, "--out-dir", path("p_g3")], 1, ["gcide.index", "FIFO"])
 big = [path("big%d.txt" % i) for i in range(3)]
 for p in big:
-    open(p, "w").write("word " * 200000)
+    open(p, "w").write(f"word{big.index(p)} " * 200000)  # three documents: one given twice is refused
 case("prepare on a full disk (file size limit): an error, no shard folder left", [PREPARE, "--text", *big, "--out-dir",
      path("p_full"), "--shard-tokens", "100000"], 1, ["write failed"], fsize=100000)
 check("prepare on a full disk: neither the folder nor a staging folder is left",
@@ -1094,6 +1195,19 @@ for args, flag in ((["--overhead", "inf"], "--overhead"), (["--delay", "nan"], "
                    (["--T", "-128"], "--T"), (["--noise", "nan"], "--noise")):
     case(f"bwd_schedule_model {' '.join(args)}", BSM + args, 2, [flag])
 CB = [PY, os.path.join(ROOT, "bench", "collective_bandwidth.py")]
+# a bandwidth file that measures one collective twice: which would the model take? refused naming
+# the file and the entry (the last one was taken before); two files of one rank count are named
+BW_TWICE = path("bw_twice.json")
+with open(BW_TWICE, "w") as f:
+    json.dump({"ranks": 2, "results": [{"op": "reduce-scatter fp32", "busbw_GBs": 270.0}, {"op": "all-gather bf16", "busbw_GBs": 250.0},
+                                       {"op": "reduce-scatter fp32", "busbw_GBs": 2.0}]}, f)
+case("scaling_model --bandwidth measuring reduce-scatter twice", SM + ["--one", ONE, "--bandwidth", BW_TWICE], 1,
+     ["bw_twice.json", "results[2]", "reduce-scatter"])
+shutil.copy(BWJ, path("bw_copy.json"))
+case("scaling_model two --bandwidth files of one rank count: both named", SM + ["--one", ONE, "--bandwidth", BWJ, path("bw_copy.json")], 1,
+     ["bw.json", "bw_copy.json"])
+case("scaling_model --links with an empty item", SM + ["--one", ONE, "--bandwidth", BWJ, "--links", "400,,100"], 2, ["--links"])
+case("scaling_model --check without a run", SM + ["--one", ONE, "--bandwidth", BWJ, "--check"], 2, ["--check"])
 case("collective_bandwidth --mb 0", CB + ["--mb", "0"], 2, ["--mb"])
 case("collective_bandwidth --iters 0", CB + ["--iters", "0"], 2, ["--iters"])
 case("collective_bandwidth --json over an existing file", CB + ["--json", BWJ], 1, ["bw.json"], keep=[BWJ])

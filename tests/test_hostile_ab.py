@@ -680,6 +680,109 @@ open(path("exists.md"), "w").write("keep me\n")
 case("mask_pairs --out onto an existing file: refused, untouched", PAIRS + rounds + ["--out", path("exists.md")], 1, ["exists"],
      keep=[path("exists.md")])
 
+# ------------------------------------------------------------------------------------ 5. removal campaigns and recipes
+# scripts/ab_run.py --recipe R --remove KEY (scripts/removals.py), with the fake trainer's schema:
+# a recipe file of the Python tools is read through one checked path (tool_errors.read_toml):
+# a FIFO never opened, a file too deeply nested named, a key given twice refused
+RM_RECIPE = path("rm_recipe.toml")
+open(RM_RECIPE, "w").write("[model]\nlayers = 4\n[attention]\ndoc_mask = 1\nprefix_tokens = 0\n[run]\nsteps = 20\n"
+                           "[optimizer.muon]\nmomentum_start = 0.85\nmomentum_end = 0.95\n"
+                           "[schedule]\nlr_cooldown = 600\nwindow_start = 64\nwindow_end = 1792\n")
+RM_BARE = path("rm_bare.toml")  # sets no [attention] table: the trainer's defaults stand for it
+open(RM_BARE, "w").write("[model]\nlayers = 4\n[run]\nsteps = 20\n")
+RM = RUN + ["--trainer", FAKE, "--dry-run", "--campaign", path("rm_never")]
+
+
+def rm_file(name, body):
+    p = path(name)
+    open(p, "wb" if isinstance(body, bytes) else "w").write(body)
+    return p
+
+
+_, out, _ = case("ab_run --remove a key whose table the recipe leaves out: the leg's recipe gains the table (dry run)",
+                 RM + ["--recipe", RM_BARE, "--remove", "attention.doc_mask"], 0, ["leg no-attention.doc-mask"])
+RM_CASES = [
+    ("a campaign file nested 5000 deep", ["--removals", rm_file("rm_deep.toml", "[[removal]]\nkeys = " + "[" * 5000 + "]" * 5000 + "\n")],
+     2, ["rm_deep.toml", "nested too deeply"]),
+    ("a campaign file whose set gives a key twice (quoted and as a table), other values",
+     ["--removals", rm_file("rm_twice.toml", "[[removal]]\nset = { 'schedule.window_start' = 128, schedule = { window_start = 256 } }\n")],
+     2, ["rm_twice.toml", "schedule.window_start", "twice"]),
+    ("a campaign file whose set gives a key twice with one value",
+     ["--removals", rm_file("rm_twice2.toml", "[[removal]]\nset = { 'attention.doc_mask' = 0, attention = { doc_mask = 0 } }\n")],
+     2, ["rm_twice2.toml", "attention.doc_mask", "twice"]),
+    ("a campaign file larger than 1 MiB", ["--removals", rm_file("rm_big.toml", "[[removal]]\nkeys = ['attention.doc_mask']\n" +
+                                                                  "#" * (2 << 20) + "\n")], 2, ["rm_big.toml", "larger than"]),
+    ("a campaign file of UTF-16", ["--removals", rm_file("rm_u16.toml", "[[removal]]\nkeys = ['attention.doc_mask']\n".encode("utf-16"))],
+     2, ["rm_u16.toml", "UTF-8"]),
+    ("a campaign file /dev/zero", ["--removals", "/dev/zero"], 2, ["/dev/zero", "not a regular file"]),
+    ("a recipe nested 5000 deep", ["--recipe", rm_file("rm_rdeep.toml", "x = " + "[" * 5000 + "]" * 5000 + "\n"), "--remove",
+                                   "attention.doc_mask"], 2, ["rm_rdeep.toml", "nested too deeply"]),
+]
+for name, flags, rc, names in RM_CASES:
+    case(f"ab_run --recipe --removals: {name}", RM + (["--recipe", RM_RECIPE] if "--recipe" not in flags else []) + flags, rc, names)
+check("ab_run removal refusals: nothing written", not os.path.exists(path("rm_never")))
+# a --variant's --recipe is read for its [data] patterns: a FIFO there is named, never opened (which
+# would wait for a writer for ever)
+os.mkfifo(path("rm_fifo.toml"))
+case("ab_run --variant whose --recipe is a FIFO: refused naming it, no hang",
+     RUN + ["--trainer", FAKE, "--dry-run", "--campaign", path("rm_never"), "--variant", f"a=--recipe {path('rm_fifo.toml')}",
+            "--variant", "b=--steps 3"], (1, 2), ["rm_fifo.toml", "FIFO"], limit=20)
+try:
+    deep_patterns = ab_run.data_patterns(["--recipe", path("rm_rdeep.toml")])
+except RecursionError:
+    deep_patterns = "RecursionError"
+check("ab_run: the data patterns of a --recipe nested 5000 deep: none (train_gpt refuses it, naming why), no RecursionError",
+      deep_patterns == (None, None), str(deep_patterns))
+# --target-loss of a loss too small to print in 4 decimals: the verdict says the target as given
+camp_t = path("camp_target")
+subprocess.run(RUN + ["--trainer", FAKE, "--campaign", camp_t, "--runs", "3", "--variant", "a=--steps 20", "--variant",
+                      "b=--steps 20 --doc-mask 0"], capture_output=True, timeout=120, cwd=ROOT)
+case("ab_report --target-loss 1e-9: the verdict names the target as given, not 0.0000",
+     REPORT + ["--logs-dir", camp_t, "--out", path("rep_t"), "--target-loss", "1e-09"], 0, ["not below 1e-09"], absent=["0.0000)"])
+
+# a FIFO left where ab_run writes its files through a temporary name (campaign.json.tmp, a leg's
+# recipe .tmp): the write would wait for a reader for ever; ab_run's own leftover name is replaced
+camp_tmp = path("camp_tmp")
+RM_RUN = RUN + ["--trainer", FAKE, "--campaign", camp_tmp, "--runs", "1", "--recipe", RM_RECIPE, "--remove", "attention.doc_mask"]
+os.makedirs(os.path.join(camp_tmp, "recipes"))
+os.mkfifo(os.path.join(camp_tmp, "campaign.json.tmp"))
+os.mkfifo(os.path.join(camp_tmp, "recipes", "full.toml.tmp"))
+case("ab_run with FIFOs left at its temporary names: the campaign runs", RM_RUN, 0, ["2 runs, 0 complete, 2 to run"], limit=20)
+check("ab_run: no temporary name left", not [n for d in (camp_tmp, os.path.join(camp_tmp, "recipes")) for n in os.listdir(d)
+                                             if n.endswith(".tmp")], str(os.listdir(camp_tmp)))
+
+# campaign.json read by ab_report (scripts/campaign_record.py): a variant named twice, a plan of a
+# variant the record does not have, and JSON whose object gives one key twice (json keeps the last
+# without a word; every JSON file and line of the tools is read through tool_errors.load_json)
+CR_BASE = json.load(open(os.path.join(camp_t, "campaign.json")))
+
+
+def campaign_copy(name, text):
+    d = path(name)
+    shutil.copytree(camp_t, d)
+    open(os.path.join(d, "campaign.json"), "w").write(text)
+    return d
+
+
+for name, text, names in (
+        ("a variant named twice", json.dumps(dict(CR_BASE, variants=[CR_BASE["variants"][0]] * 2 + CR_BASE["variants"][1:])),
+         ["campaign.json", "variants", "twice"]),
+        ("a plan of a variant it does not have", json.dumps(dict(CR_BASE, plan=dict(CR_BASE["plan"], variants=["a", "zz"]))),
+         ["campaign.json", "plan", "zz"]),
+        ("an object giving the key plan twice", json.dumps(CR_BASE)[:-1] + ', "plan": {"variants": ["a"], "gpus": [1], "seeds": [1000]}}',
+         ["campaign.json", "plan", "twice"])):
+    case(f"ab_report, a campaign.json with {name}: refused naming it", REPORT + ["--logs-dir", campaign_copy("cr_" + name.replace(" ", "_"),
+                                                                                                            text),
+                                                                              "--out", path("rep_cr")], 1, names)
+cr_log = campaign_copy("cr_log_twice", json.dumps(CR_BASE))
+lines = open(os.path.join(cr_log, "a_g1_r0.jsonl")).read().splitlines()
+lines[0] = lines[0][:-1] + ', "seed": 1001}'
+open(os.path.join(cr_log, "a_g1_r0.jsonl"), "w").write("\n".join(lines) + "\n")
+case("ab_report, a log whose configuration gives seed twice: refused naming the file and line", REPORT + ["--logs-dir", cr_log, "--out",
+                                                                                                          path("rep_cr")], 1,
+     ["a_g1_r0.jsonl:1", "seed", "twice"])
+check("ab_report: the refused campaign records wrote no report", not os.path.exists(path("rep_cr")))
+
 print("\nWhat was tried and how it ended:")
 for line in summary:
     print("  " + line)

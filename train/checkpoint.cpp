@@ -69,8 +69,16 @@ struct Reader {
 
 void write_checkpoint(const std::string& path, const Checkpoint& c) {
   const std::string tmp = path + ".tmp";
-  Writer w{std::fopen(tmp.c_str(), "wb"), Hasher{}, true};
-  if (!w.f) throw CheckpointError(path + ": cannot create " + tmp);
+  // whatever is at the temporary name is a leftover of an interrupted write: removed, and the
+  // file made afresh (O_EXCL), so that a link there never has its target overwritten and a FIFO
+  // is never opened (it would wait for a reader for ever)
+  ::unlink(tmp.c_str());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);  // (the umask applies, as to fopen's)
+  Writer w{fd >= 0 ? ::fdopen(fd, "wb") : nullptr, Hasher{}, true};
+  if (!w.f) {
+    if (fd >= 0) ::close(fd);
+    throw CheckpointError(path + ": cannot create " + tmp);
+  }
   w.put(kMagic, sizeof(kMagic));
   w.put(kVersion);
   w.put((uint64_t)c.config.size());

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
@@ -144,8 +145,13 @@ Row text(const char* name, std::string& v, Role role, const char* help, std::vec
   r.load = [&v, choices, range](const toml::node& n) -> std::string {
     const auto* x = n.as_string();
     if (!x) return "want a string" + (choices.empty() ? std::string() : " (" + range + ")") + ", got " + type_of(n);
+    // as a flag's empty value is refused, so is a recipe's; a NUL (TOML's \u0000) would end the
+    // path or name where the C library reads it, another value than the one written
+    if (x->get().empty()) return "an empty string names nothing";
+    if (x->get().find('\0') != std::string::npos) return "holds a NUL character (\\u0000), which no path or name holds";
+    const std::string shown = x->get().size() > 60 ? x->get().substr(0, 57) + "..." : x->get();
     if (!choices.empty() && std::find(choices.begin(), choices.end(), x->get()) == choices.end())
-      return "'" + x->get() + "' is not one of " + range;
+      return "'" + shown + "' is not one of " + range;
     v = x->get();
     return "";
   };
@@ -414,6 +420,8 @@ std::string shipped_name(const std::string& preset) {
   return "";
 }
 
+constexpr size_t kMaxRecipeBytes = 1 << 20;  // a recipe file is a few KB
+
 // "FILE:LINE:COLUMN" of a recipe's node (or of the file alone, where it has no position).
 std::string where(const std::string& file, const toml::source_region& at) {
   return at.begin.line ? file + ":" + std::to_string(at.begin.line) + ":" + std::to_string(at.begin.column) : file;
@@ -429,12 +437,20 @@ void apply_recipe(Options& o) {
     file = o.recipe;
     std::error_code ec;
     if (std::filesystem::is_directory(file, ec)) throw CLI::ValidationError("--recipe", file + ": a folder, not a recipe file");
+    // only a regular file is opened: a FIFO would wait for a writer, a device such as /dev/zero
+    // would be read without end
+    const std::filesystem::file_status st = std::filesystem::status(file, ec);
+    if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+      throw CLI::ValidationError("--recipe", file + ": not a regular file (" +
+                                                 (std::filesystem::is_fifo(st) ? "a FIFO" : "a device or socket") + "), not a recipe file");
     std::ifstream in(file, std::ios::binary);
     if (!in) throw CLI::ValidationError("--recipe", file + ": cannot read it: " + std::strerror(errno));
-    std::ostringstream all;
-    all << in.rdbuf();
+    text.resize(kMaxRecipeBytes + 1);
+    in.read(text.data(), (std::streamsize)text.size());
     if (in.bad()) throw CLI::ValidationError("--recipe", file + ": cannot read it: " + std::strerror(errno));
-    text = all.str();
+    text.resize((size_t)in.gcount());
+    if (text.size() > kMaxRecipeBytes)
+      throw CLI::ValidationError("--recipe", file + ": larger than 1 MiB, not a recipe file (a recipe is a few KB)");
   } else {
     const std::string name = shipped_name(o.preset);
     if (name.empty()) {
@@ -553,6 +569,19 @@ void check_combinations(const Options& o, int world) {
 
 }  // namespace
 
+namespace {
+// Writes what a printing flag prints to the standard output: 0 once it is all written, else 1
+// with the refusal naming the flag (a full disk or a closed output is no success).
+int print_or_refuse(const std::string& text, const char* flag, int world, std::string* refusal) {
+  if (text.empty()) return 0;
+  errno = 0;
+  if (std::fwrite(text.data(), 1, text.size(), stdout) == text.size() && std::fflush(stdout) == 0 && !std::ferror(stdout)) return 0;
+  *refusal = std::string(world > 1 ? "" : "train_gpt: ") + flag + ": cannot write the standard output: " +
+             (errno ? std::strerror(errno) : "write error");
+  return 1;
+}
+}  // namespace
+
 int parse_options(int argc, char** argv, int world, int rank, Options* o, std::string* refusal) {
   // The recipe sets the values first, then the flags override them: a first pass reads only
   // --preset and --recipe (in any of CLI11's forms: --preset NAME, --preset=NAME), the second
@@ -563,13 +592,17 @@ int parse_options(int argc, char** argv, int world, int rank, Options* o, std::s
   pre.set_help_flag();
   preset = pre.add_option("--preset", o->preset);
   recipe = pre.add_option("--recipe", o->recipe);
+  std::unique_ptr<CLI::ParseError> pre_error;  // --recipe or --preset twice, or without a value
   try {
     pre.parse(argc, argv);
-  } catch (const CLI::ParseError&) {
-    // the full parse below reports it
+  } catch (const CLI::ParseError& e) {
+    pre_error = std::make_unique<CLI::ParseError>(e);
   }
   CLI::App app{"train_gpt: GPT speedrun trainer (C++/CUDA)"};
   try {
+    if (pre_error) throw *pre_error;  // reported as such, not as the recipe that was not read
+    if (recipe->count() && o->recipe.empty())
+      throw CLI::ValidationError("--recipe", "an empty value names no recipe file; leave the flag out instead");
     if (preset->count() && recipe->count())
       throw CLI::ValidationError("--preset/--recipe", "give one: --preset NAME runs a shipped recipe, --recipe FILE a recipe file");
     if (recipe->count()) o->preset.clear();
@@ -583,24 +616,18 @@ int parse_options(int argc, char** argv, int world, int rank, Options* o, std::s
         throw CLI::ValidationError(a.substr(0, a.size() - 1), "an empty value names nothing; leave the flag out instead");
     }
     app.parse(argc, argv);
+    if (o->print_recipe && o->print_schema)
+      throw CLI::ValidationError("--print-recipe/--print-schema", "give one: each prints its own text and exits");
     check_combinations(*o, world);
   } catch (const CLI::ParseError& e) {
     std::ostringstream out, err;
-    if (app.exit(e, out, err) == 0) {  // --help: its text, once
-      if (rank == 0) std::fputs(out.str().c_str(), stdout);
-      return 0;
-    }
+    if (app.exit(e, out, err) == 0)  // --help: its text, once
+      return print_or_refuse(rank == 0 ? out.str() : "", "--help", world, refusal);
     *refusal = err.str();  // every rank's own: train/start_gate.h prints it
     return 2;
   }
-  if (o->print_recipe) {
-    if (rank == 0) std::fputs(recipe_toml(*o).c_str(), stdout);
-    return 0;
-  }
-  if (o->print_schema) {
-    if (rank == 0) std::fputs((schema_json() + "\n").c_str(), stdout);
-    return 0;
-  }
+  if (o->print_recipe) return print_or_refuse(rank == 0 ? recipe_toml(*o) : "", "--print-recipe", world, refusal);
+  if (o->print_schema) return print_or_refuse(rank == 0 ? schema_json() + "\n" : "", "--print-schema", world, refusal);
   // a run of a model the GPU trainer does not compute is refused here, before any GPU
   // work, rather than run as another model (--check-data reads the shards alone)
   const std::vector<std::string> missing = o->check_data ? std::vector<std::string>() : unimplemented_on_gpu(*o);

@@ -20,6 +20,22 @@ def check(name, ok, detail=""):
     return ok
 
 
+def run_tool(cmd, *args, timeout=300):
+    """(exit code, standard output and error together) of cmd (a list) run with args."""
+    r = subprocess.run(list(cmd) + list(args), capture_output=True, text=True, timeout=timeout)
+    return r.returncode, r.stdout + r.stderr
+
+
+def edit(path, old, new):
+    """The file at path with its first old replaced by new (old must be there: a test that edits
+    nothing tests nothing)."""
+    with open(path) as f:
+        text = f.read()
+    assert old in text, (path, old)
+    with open(path, "w") as f:
+        f.write(text.replace(old, new, 1))
+
+
 def finish(suite):
     print(f"{suite}: {_passed} passed, {_failed} failed", flush=True)
     sys.exit(1 if _failed else 0)

@@ -11,12 +11,11 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import check, finish  # noqa: E402
+from harness import check, edit, finish, run_tool  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOL = [sys.executable, os.path.join(ROOT, "scripts", "record_figures.py")]
@@ -87,14 +86,8 @@ def make(tmp, name="2026-11-23_ab_campaign_t", meta=None, commits=None):
 
 
 def tool(*args):
-    r = subprocess.run(TOOL + list(args), capture_output=True, text=True, timeout=300)
-    return r.returncode, r.stdout + r.stderr
+    return run_tool(TOOL, *args, timeout=300)
 
-
-def edit(path, old, new):
-    text = open(path).read()
-    assert old in text, (path, old)
-    open(path, "w").write(text.replace(old, new, 1))
 
 
 tmp = tempfile.mkdtemp(prefix="test_record_ab_")

@@ -12,12 +12,11 @@ backward row of no known choice) is refused with its file named.
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import check, finish  # noqa: E402
+from harness import check, edit, finish, run_tool  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOL = [sys.executable, os.path.join(ROOT, "scripts", "record_figures.py")]
@@ -66,14 +65,8 @@ def make(tmp, commit="e856b09", log=None, meta=None):
 
 
 def tool(*args):
-    r = subprocess.run(TOOL + list(args), capture_output=True, text=True, timeout=120)
-    return r.returncode, r.stdout + r.stderr
+    return run_tool(TOOL, *args, timeout=120)
 
-
-def edit(path, old, new):
-    text = open(path).read()
-    assert old in text, (path, old)
-    open(path, "w").write(text.replace(old, new, 1))
 
 
 tmp = tempfile.mkdtemp(prefix="test_record_flex_")

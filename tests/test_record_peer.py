@@ -19,7 +19,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import check, finish  # noqa: E402
+from harness import check, edit, finish, run_tool  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOL = [sys.executable, os.path.join(ROOT, "scripts", "record_figures.py")]
@@ -149,15 +149,8 @@ def make_full(tmp, name="2026-11-28_peer_full_run_t", meta=None):
 
 
 def tool(*args):
-    r = subprocess.run(TOOL + list(args), capture_output=True, text=True, timeout=300)
-    return r.returncode, r.stdout + r.stderr
+    return run_tool(TOOL, *args, timeout=300)
 
-
-def edit(path, old, new):
-    text = open(path).read()
-    assert old in text, (path, old)
-    with open(path, "w") as f:
-        f.write(text.replace(old, new, 1))
 
 
 def close(a, b, tol):

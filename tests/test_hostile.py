@@ -1083,8 +1083,10 @@ check("synthetic_shards into an empty folder: filled, its mode kept",
       r.returncode == 0 and os.path.isfile(path("ss_empty", "manifest.tsv")) and stat.S_IMODE(os.stat(path("ss_empty")).st_mode) == 0o2750,
       r.stderr + oct(os.stat(path("ss_empty")).st_mode))
 for sig, code in ((signal.SIGTERM, 143), (signal.SIGHUP, 129)):
+    # (the default disposition restored in the child: under nohup the test's own SIGHUP is ignored,
+    # and a child would inherit that)
     p = subprocess.Popen(SS + [path("ss_sig", "new", "out"), "--train-tokens", "400000000"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     deadline = time.time() + 20
     while not os.path.isdir(path("ss_sig", "new", ".out.part")) and time.time() < deadline:
         time.sleep(0.05)

@@ -14,6 +14,11 @@ n=$1 tag=$2 trainer=${3:-./train_gpt}
 [ -e "$trainer" ] || { echo "record_default_job: $trainer: no such trainer (run make first)" >&2; exit 1; }
 [ -f "$trainer" ] && [ -x "$trainer" ] || { echo "record_default_job: $trainer: not a file that runs (a trainer binary)" >&2; exit 1; }
 here=$(cd "$(dirname "$0")/.." && pwd)
+if [ -n "$(git -C "$here" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+  echo "record_default_job: the tree differs from its commit (git status): commit first; a record names the exact code it ran" >&2; exit 1
+fi
+git -C "$here" rev-parse --short HEAD > /dev/null 2>&1 || { echo "record_default_job: not a git checkout: a record needs the commit it ran" >&2; exit 1; }
+nvidia-smi -L > /dev/null 2>&1 || { echo "record_default_job: no GPU on this machine (nvidia-smi finds none)" >&2; exit 1; }
 rec=$here/results/records/$(date -u +%Y-%m-%d)_default_job_$tag
 [ -e "$rec" ] && { echo "record_default_job: $rec exists: a record is never edited; give another TAG" >&2; exit 1; }
 mkdir -p "$rec/logs" || exit 1

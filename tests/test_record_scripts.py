@@ -70,7 +70,8 @@ try:
             ("record_default_job.sh", ["0", "h100"], 2, "N must be 1 to 100"),
             ("record_default_job.sh", ["101", "h100"], 2, "N must be 1 to 100"),
             ("record_default_job.sh", ["3", "h/100"], 2, "TAG must be letters"),
-            ("record_default_job.sh", ["3", "h100", "./no_such_trainer"], 1, "no such trainer")):
+            ("record_default_job.sh", ["3", "h100", "./no_such_trainer"], 1, "no such trainer"),
+            ("record_default_job.sh", ["3", "h100", "/bin/true"], 1, "no GPU on this machine")):
         rc, out, same = run(clone, script, *args)
         check(f"{script} {' '.join(args) or '(no argument)'}: exit {code}, saying '{words}', no record written",
               rc == code and words in out and same, f"exit {rc}: {out[-300:]}")
@@ -89,6 +90,9 @@ try:
         f.write("\nan edit\n")
     rc, out, same = run(clone, "record_test_gpu.sh", "h100", gpu=True)
     check("record_test_gpu.sh: a tracked file changed: refused, naming git status, no record",
+          rc == 1 and "differs from its commit" in out and same, f"exit {rc}: {out[-300:]}")
+    rc, out, same = run(clone, "record_default_job.sh", "3", "h100", "/bin/true", gpu=True)
+    check("record_default_job.sh: a tracked file changed: refused before any run, naming git status, no record",
           rc == 1 and "differs from its commit" in out and same, f"exit {rc}: {out[-300:]}")
 finally:
     shutil.rmtree(tmp, ignore_errors=True)

@@ -28,6 +28,7 @@
 #include "data/shard.h"
 #include "tests/check.h"
 #include "train/checkpoint.h"
+#include "train/data_check.h"
 #include "train/dist.h"
 #include "train/options.h"
 #include "train/run_data.h"
@@ -411,6 +412,13 @@ int main() {
       e = ex.what();
     }
     CHECK(has(e, "no_bos.bin") && has(e, "of its 8 sequences"), "train::Data refuses the shard without a BOS token: %s", e.c_str());
+    // and through --check-data, which reads the shards alone: the same shard is an error there,
+    // while without alignment it passes
+    CHECK(train::check_data(o) == 1, "--check-data with batch.align_to_bos 1 counts the shard without a BOS token as an error");
+    o.align_to_bos = 0;
+    CHECK(train::check_data(o) == 0, "--check-data without alignment passes the same shard");
+    o.align_to_bos = 1, o.train_data = bdir + "/train_*.bin";
+    CHECK(train::check_data(o) == 0, "--check-data with batch.align_to_bos 1 passes shards that hold their steps' sequences");
   }
 
   std::filesystem::remove_all(dir);

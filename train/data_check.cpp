@@ -5,6 +5,7 @@
 #include <map>
 #include <tuple>
 
+#include "data/dataloader.h"
 #include "data/manifest.h"
 #include "data/shard.h"
 
@@ -58,6 +59,18 @@ int check_data(const Options& o) {
     }
     std::fprintf(stderr, "check-data: error: %s: a run would validate on data it trains on (--allow-train-on-val lets it)\n", s.c_str());
     bad++;
+  }
+  // BOS-aligned training sequences (batch.align_to_bos 1): every window of every training shard
+  // holds its step's sequences, as the loader requires when a run builds it (data/dataloader.h)
+  if (o.align_to_bos && !read[0].files.empty() && read[0].files.size() == shard::expand_pattern(o.train_data, "train").size()) {
+    try {
+      data::TokenStream aligned(read[0].files, o.seq_len, o.vocab_size, true, o.seqs_per_step);
+      std::printf("check-data: ok BOS-aligned training sequences: %d a step of %d tokens (batch.align_to_bos)\n", o.seqs_per_step,
+                  o.seq_len);
+    } catch (const shard::ShardError& e) {
+      std::fprintf(stderr, "check-data: error: %s\n", e.what());
+      bad++;
+    }
   }
   return bad;
 }

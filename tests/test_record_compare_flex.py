@@ -26,7 +26,7 @@ import record_figures  # noqa: E402
 NAME = "2026-11-25_compare_flex_t"
 LOG_NAME = "2026-11-25_compare_flex_h200_e856b09.md"
 HEAD = ("# One H200, 2026-11-25, commit {commit}: build/bench/bench_attention FLAGS --name NAME for each row, then "
-        "python3 bench/compare_flex.py ALL.json, one call\n")
+        "python3 bench/compare_flex.py ALL.json, back to back\n")
 LOG = """Device: NVIDIA H200; PyTorch 2.11.0+cu130; bf16; times in ms (median of 20); our useful TFLOP/s count kept pairs only.
 
 | T, heads, head dim | mask | ours fwd | flex fwd | speed fwd | ours fwd+bwd | flex fwd+bwd | speed fwd+bwd | ours TF/s fwd, fwd+bwd | cuDNN fwd | cuDNN fwd+bwd | flex block mask build |

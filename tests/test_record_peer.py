@@ -24,7 +24,7 @@ from harness import check, edit, finish, run_tool  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOL = [sys.executable, os.path.join(ROOT, "scripts", "record_figures.py")]
 CARD = "NVIDIA H100 80GB HBM3"
-PROV = "the commit is the GIT_COMMIT the call set by hand, not read from the tree"
+PROV = "the commit is the GIT_COMMIT set by hand for the run, not read from the tree"
 # results/records/2026-11-28_peer_compare_h100x4/logs/train_gpt_1.jsonl's configuration, its run
 # id, steps, GPU count and commit set by each run below
 TG_CONFIG = json.loads(

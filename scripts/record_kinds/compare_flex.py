@@ -121,7 +121,7 @@ def parse(path):
         m = DEVICE.fullmatch(line)
         if m:
             if dev:
-                raise ToolError(f"{where}: a second Device line: a log is one call")
+                raise ToolError(f"{where}: a second Device line: a log is one run")
             dev = (m.group(1), m.group(2), count(m.group(3), where, "the calls a median"))
             continue
         if line == HEADER:
@@ -172,7 +172,7 @@ def backward(bwd):
         c = cases.setdefault(b["case"], {"case": b["case"], "head_dim": b["head_dim"], "fused_ms": None, "two_kernels_ms": {}})
         key = "fused_ms" if b["blocks"] is None else str(b["blocks"])
         if (c["fused_ms"] if key == "fused_ms" else c["two_kernels_ms"].get(key)) is not None:
-            raise ToolError(f"{b['where']}: {b['choice']} {b['blocks'] or '-'} {b['case']} a second time: a log is one call")
+            raise ToolError(f"{b['where']}: {b['choice']} {b['blocks'] or '-'} {b['case']} a second time: a log is one run")
         if key == "fused_ms":
             c["fused_ms"] = b["fwdbwd_ms"]
         else:
@@ -234,7 +234,7 @@ def goals_of(meta, rows, ranges, rec):
 def compute(rec, meta):
     paths = sorted(glob.glob(os.path.join(rec, "logs", "*.md")))
     if len(paths) != 1:
-        raise ToolError(f"{rec}/logs: {len(paths)} .md logs: a compare_flex record holds one (one call)")
+        raise ToolError(f"{rec}/logs: {len(paths)} .md logs: a compare_flex record holds one (one run of the script)")
     path = paths[0]
     commit, (card, torch, calls), rows, bwd = parse(path)
     source = checked_source(rec, [None], path)

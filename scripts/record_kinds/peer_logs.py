@@ -5,7 +5,7 @@ A run is NAME.txt and NAME.jsonl. The JSON lines give the figures at full precis
 must agree with them to the digits it prints (its run id, card, GPU count, timed median, peak
 memory, start-up, last validation), so that an edit to either is refused, named by file and line.
 The peer names no commit read from its tree: its JSON lines' git_commit is the GIT_COMMIT variable
-of the call (empty where none was set), and its text log names none; train_gpt's commit is the one
+of the run's command (empty where none was set), and its text log names none; train_gpt's commit is the one
 make stamped, which peer/peer_compare.sh and peer/peer_full_run.sh set from the same GIT_COMMIT
 when it is given. A record of these kinds therefore states where its commit came from in
 record.json's "provenance", and its table prints that beside the commit.
@@ -28,7 +28,7 @@ def provenance(rec, meta):
     p = meta.get("provenance")
     if not isinstance(p, str) or not p.strip():
         raise ToolError(f"{rec}/record.json: no \"provenance\" sentence: the peer's logs name no commit read from its "
-                        "tree (only the GIT_COMMIT variable of the call), so a record says where its commit came from")
+                        "tree (only the GIT_COMMIT variable the run was given), so a record says where its commit came from")
     return p.strip()
 
 
@@ -52,7 +52,7 @@ def _agree(path, n, name, printed, value, digits):
 
 def read_run(rec, name, trainer):
     """One run's figures from logs/NAME.jsonl and logs/NAME.txt: its events, configuration, commit
-    (train_gpt's; the peer's JSON git_commit, "" where the call set none), card, GPU count, peak
+    (train_gpt's; the peer's JSON git_commit, "" where the run was given none), card, GPU count, peak
     memory (MiB), start-up (s), the step events' (step, train_time_ms) and the validations' (where,
     step, train_time_ms)."""
     base = os.path.join(rec, "logs", name)

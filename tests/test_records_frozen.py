@@ -13,6 +13,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Edits made before this test held records to their landing, each named with what it changed; no
 # other may join them.
 EDITED_BEFORE_THIS_CHECK = {
+    ("2026-11-22_ab_campaign_mask-h200x2", "6cca2e6cabe3cee1879498409a2d8d90c5cbbeb3"):
+        "record.json (and so figures.json) and command.sh reworded before the record first passed CI",
+    ("2026-11-22_ab_campaign_mask-noncausal-h200", "6cca2e6cabe3cee1879498409a2d8d90c5cbbeb3"):
+        "record.json (and so figures.json) and command.sh reworded before the record first passed CI",
+    ("2026-11-27_peer_compare_h100", "6cca2e6cabe3cee1879498409a2d8d90c5cbbeb3"):
+        "record.json (and so figures.json) and command.sh reworded before the record first passed CI",
+    ("2026-11-27_peer_compare_h200x2", "6cca2e6cabe3cee1879498409a2d8d90c5cbbeb3"):
+        "record.json (and so figures.json) and command.sh reworded before the record first passed CI",
+    ("2026-11-28_peer_compare_h100x4", "6cca2e6cabe3cee1879498409a2d8d90c5cbbeb3"):
+        "record.json (and so figures.json) and command.sh reworded before the record first passed CI",
+    ("2026-11-28_peer_full_run_h100x4", "6cca2e6cabe3cee1879498409a2d8d90c5cbbeb3"):
+        "record.json (and so figures.json) and command.sh reworded before the record first passed CI",
     ("2026-12-07_test_gpu_h100", "5d55330c4a22b0b7090b6b77caa28d9dea77e9ab"):
         "command.sh: one comment line reworded; the commands and logs unchanged",
     ("2026-11-22_ab_campaign_mask-h200x2", "ee811329f55598dc08d3a8d4877f6141fa27dc55"):

@@ -36,6 +36,19 @@ def edit(path, old, new):
         f.write(text.replace(old, new, 1))
 
 
+def no_gpu_env(folder):
+    """The environment with a stand-in nvidia-smi first on PATH, in folder, that finds no GPU (as on
+    a machine without one: a message and exit 6), and no CUDA_VISIBLE_DEVICES."""
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "nvidia-smi")
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\necho 'No devices were found' >&2\nexit 6\n")
+    os.chmod(path, 0o700)
+    env = dict(os.environ, PATH=folder + os.pathsep + os.environ.get("PATH", ""))
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return env
+
+
 def finish(suite):
     print(f"{suite}: {_passed} passed, {_failed} failed", flush=True)
     sys.exit(1 if _failed else 0)

@@ -21,17 +21,13 @@ import tempfile
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
 sys.path.insert(0, here)
-from harness import check, finish  # noqa: E402
+from harness import check, finish, no_gpu_env  # noqa: E402
 
 SCRIPT = ["bash", os.path.join(root, "peer", "peer_full_run.sh")]
 TRAIN = "data/synthetic_full/synth_train_*.bin"
 tmp = tempfile.mkdtemp(prefix="peer_full_run_")
 fake_bin = os.path.join(tmp, "bin")
-os.makedirs(fake_bin)
-with open(os.path.join(fake_bin, "nvidia-smi"), "w") as f:
-    f.write("#!/bin/sh\necho 'No devices were found' >&2\nexit 6\n")
-os.chmod(os.path.join(fake_bin, "nvidia-smi"), stat.S_IRWXU)
-ENV = dict(os.environ, PATH=fake_bin + os.pathsep + os.environ.get("PATH", ""))
+ENV = no_gpu_env(fake_bin)
 
 
 def run(base=None, **env):

@@ -32,7 +32,7 @@ import tempfile
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
 sys.path.insert(0, here)
-from harness import check, finish, outcome_problems  # noqa: E402
+from harness import check, finish, no_gpu_env, outcome_problems  # noqa: E402
 
 PATCH = [sys.executable, os.path.join(root, "peer", "record_trainer_patch.py")]
 LOGS = [sys.executable, os.path.join(root, "peer", "record_trainer_logs.py")]
@@ -210,12 +210,7 @@ os.makedirs(data)
 for n in ("fineweb_train_000001.bin", "fineweb_val_000000.bin"):
     open(os.path.join(data, n), "wb").close()
 fake_bin = os.path.join(tmp, "bin")
-os.makedirs(fake_bin)
-with open(os.path.join(fake_bin, "nvidia-smi"), "w") as f:
-    f.write("#!/bin/sh\necho 'No devices were found' >&2\nexit 6\n")
-os.chmod(os.path.join(fake_bin, "nvidia-smi"), stat.S_IRWXU)
-ENV = dict(os.environ, PATH=fake_bin + os.pathsep + os.environ.get("PATH", ""))
-ENV.pop("CUDA_VISIBLE_DEVICES", None)
+ENV = no_gpu_env(fake_bin)
 GLOBS = ["--train", os.path.join(data, "fineweb_train_*.bin"), "--val", os.path.join(data, "fineweb_val_*.bin")]
 
 

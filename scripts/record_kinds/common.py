@@ -107,6 +107,14 @@ def train_gpt_stamp(path, lines):
     return m.group(1), known_commit(m.group(2), f"{path}:1", path), m.group(3)
 
 
+def train_gpt_card(path, text):
+    """(card, GPU count) of a train_gpt log's 'train_gpt: CARD x N, ...' line, or ToolError naming the file."""
+    m = re.search(r"^train_gpt: (.+?) x (\d+), ", text, re.M)
+    if not m:
+        raise ToolError(f"{path}: no 'train_gpt: CARD x N, ...' line (the card and the GPU count)")
+    return m.group(1), int(m.group(2))
+
+
 def stamp_text(fig):
     """How a page names a record's code: its commit, and where its build computed none, that its logs
     carry no source digest."""

@@ -9,7 +9,7 @@ import os
 import re
 
 from tool_errors import ToolError
-from record_kinds.common import checked_source, number, read_text, stamp_text, train_gpt_stamp
+from record_kinds.common import checked_source, number, read_text, stamp_text, train_gpt_card, train_gpt_stamp
 
 KIND = "profile"
 HEAD = re.compile(r"^profile: GPU time per step by category, over (\d+) steps$")
@@ -49,12 +49,10 @@ def _log(path):
     text = read_text(path)
     lines = text.splitlines()
     _, commit, source = train_gpt_stamp(path, lines)
-    card = re.search(r"^train_gpt: (.+?) x (\d+), ", text, re.M)
-    if not card:
-        raise ToolError(f"{path}: no 'train_gpt: CARD x N, ...' line (the card and the GPU count)")
+    card, gpus = train_gpt_card(path, text)
     steps, cats, total = category_table(path, lines)
-    fig = {"log": os.path.basename(path), "gpus": int(card.group(2)), "profiled_steps": steps, "categories": cats, "total_ms": total}
-    return fig, commit, card.group(1), source
+    fig = {"log": os.path.basename(path), "gpus": gpus, "profiled_steps": steps, "categories": cats, "total_ms": total}
+    return fig, commit, card, source
 
 
 def compute(rec, meta):

@@ -22,7 +22,7 @@ import re
 
 from tool_errors import ToolError
 from record_kinds.profile import category_table
-from record_kinds.common import checked_source, number, read_text, stamp_text, train_gpt_stamp
+from record_kinds.common import checked_source, number, read_text, stamp_text, train_gpt_card, train_gpt_stamp
 
 KIND = "scaling"
 # the config fields that name a run rather than its configuration
@@ -54,9 +54,7 @@ def _run(rec, log):
     text = read_text(txt)
     lines = text.splitlines()
     run_id, commit, source = train_gpt_stamp(txt, lines)
-    card = re.search(r"^train_gpt: (.+?) x (\d+), ", text, re.M)
-    if not card:
-        raise ToolError(f"{txt}: no 'train_gpt: CARD x N, ...' line (the card and the GPU count)")
+    card, gpus = train_gpt_card(txt, text)
     median_txt = re.search(r"^train_gpt: (\d+) timed steps: median (\S+) ms a step", text, re.M)
     if not median_txt:
         raise ToolError(f"{txt}: no 'train_gpt: N timed steps: median ...' line (the run did not finish its timed steps)")
@@ -71,11 +69,10 @@ def _run(rec, log):
     if config.get("run_id") != run_id or config.get("git_commit") != commit:
         raise ToolError(f"{jl}: its config line's run_id or git_commit is not the text log's ({run_id}, {commit}): "
                         "the JSON lines of another run")
-    gpus = int(card.group(2))
     if not isinstance(config.get("steps"), int) or isinstance(config.get("steps"), bool):
         raise ToolError(f"{jl}: its config line's steps {config.get('steps')!r} is not a whole number")
-    if config.get("world_size") != gpus or config.get("gpu") != card.group(1):
-        raise ToolError(f"{jl}: its config line's gpu and world_size are not the text log's ({card.group(1)} x {gpus})")
+    if config.get("world_size") != gpus or config.get("gpu") != card:
+        raise ToolError(f"{jl}: its config line's gpu and world_size are not the text log's ({card} x {gpus})")
     # every loss of the JSON lines, and the text log's (printed to 4 decimals) against them
     losses, times = [], {}
     for n, e in events:
@@ -125,7 +122,7 @@ def _run(rec, log):
         steps, cats, total = category_table(txt, lines)
         fig["profiled"] = True
         fig["profile"] = {"profiled_steps": steps, "categories": cats, "total_ms": total}
-    return fig, conf, commit, card.group(1), source, tuple(losses)
+    return fig, conf, commit, card, source, tuple(losses)
 
 
 def compute(rec, meta):

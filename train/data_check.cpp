@@ -25,11 +25,13 @@ std::vector<std::string> shared_shards(const ShardDigests& train, const ShardDig
 int check_data(const Options& o) {
   int bad = 0;
   ShardDigests read[2];  // the train and val shards read whole, with their digests
+  size_t train_listed = 0;  // the training shards the pattern names (all read: none refused)
   for (auto [what, pattern, digested] : {std::tuple<const char*, std::string, ShardDigests*>{"train", o.train_data, &read[0]},
                                          {"val", o.val_data, &read[1]}}) {
     std::vector<std::string> files;
     try {
       files = shard::expand_pattern(pattern, what);
+      if (digested == &read[0]) train_listed = files.size();
     } catch (const shard::ShardError& e) {
       std::fprintf(stderr, "check-data: error: %s (flag --%s-data)\n", e.what(), what);
       bad++;
@@ -62,7 +64,7 @@ int check_data(const Options& o) {
   }
   // BOS-aligned training sequences (batch.align_to_bos 1): every window of every training shard
   // holds its step's sequences, as the loader requires when a run builds it (data/dataloader.h)
-  if (o.align_to_bos && !read[0].files.empty() && read[0].files.size() == shard::expand_pattern(o.train_data, "train").size()) {
+  if (o.align_to_bos && !read[0].files.empty() && read[0].files.size() == train_listed) {
     try {
       data::TokenStream aligned(read[0].files, o.seq_len, o.vocab_size, true, o.seqs_per_step);
       std::printf("check-data: ok BOS-aligned training sequences: %d a step of %d tokens (batch.align_to_bos)\n", o.seqs_per_step,
